@@ -1,0 +1,171 @@
+"""The one place that reads the environment.
+
+Settings are resolved at call time, never at import: explicit arguments win over ``COMPILECACHE_*``
+variables, which win over the defaults. Parsing errors raise :class:`ConfigError` with the name of
+the offending variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from compilecache.errors import ConfigError
+
+DEFAULT_MAX_SIZE = 10 * 1000**3
+KNOWN_FRAMEWORKS = ("jax", "torch")
+LOG_LEVELS = ("debug", "info", "warning")
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """Parse ``"20GB"``, ``"512MiB"`` or ``"1000"`` into bytes."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise ConfigError(f"{what}: cannot read {text!r} as a size (examples: 500MB, 20GB, 1GiB)")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Parse ``"7d"``, ``"12h"``, ``"30m"`` or ``"45"`` (seconds) into seconds."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]?)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _DURATION_UNITS:
+        raise ConfigError(f"{what}: cannot read {text!r} as a duration (examples: 7d, 12h, 30m)")
+    return float(match.group(1)) * _DURATION_UNITS[unit]
+
+
+def format_size(n: float) -> str:
+    """Render a byte count for people: ``1.5 MB``."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def default_url(env: Mapping[str, str]) -> str:
+    """``$XDG_CACHE_HOME/compilecache``, else ``~/.cache/compilecache``."""
+    xdg = env.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return str(base / "compilecache")
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}: expected 1 or 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved settings of one compilecache session."""
+
+    url: str
+    max_size: int = DEFAULT_MAX_SIZE
+    disabled: bool = False
+    read_only: bool = False
+    secret: bytes | None = field(default=None, repr=False)
+    min_compile_time: float = 0.0
+    frameworks: tuple[str, ...] = KNOWN_FRAMEWORKS
+    log_level: str = "warning"
+
+    def with_overrides(self, **overrides: object) -> Config:
+        """A copy with the non-``None`` overrides applied."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+
+
+def load(
+    env: Mapping[str, str] | None = None,
+    *,
+    url: str | None = None,
+    max_size: int | str | None = None,
+    read_only: bool | None = None,
+    min_compile_time: float | None = None,
+    frameworks: tuple[str, ...] | str | None = None,
+) -> Config:
+    """Resolve the configuration: explicit arguments > environment > defaults."""
+    env = os.environ if env is None else env
+
+    resolved_url = url or env.get("COMPILECACHE_URL", "").strip() or default_url(env)
+
+    size_value: int | str = (
+        max_size if max_size is not None else env.get("COMPILECACHE_MAX_SIZE", "")
+    )
+    if isinstance(size_value, str):
+        size = parse_size(size_value, "COMPILECACHE_MAX_SIZE") if size_value else DEFAULT_MAX_SIZE
+    else:
+        size = size_value
+    if size <= 0:
+        raise ConfigError(f"COMPILECACHE_MAX_SIZE must be positive, got {size}")
+
+    if min_compile_time is None:
+        text = env.get("COMPILECACHE_MIN_COMPILE_TIME", "").strip()
+        try:
+            min_compile_time = float(text) if text else 0.0
+        except ValueError:
+            raise ConfigError(
+                f"COMPILECACHE_MIN_COMPILE_TIME: expected seconds, got {text!r}"
+            ) from None
+
+    fw_value = frameworks if frameworks is not None else env.get("COMPILECACHE_FRAMEWORKS", "")
+    if isinstance(fw_value, str):
+        names = tuple(n.strip().lower() for n in fw_value.split(",") if n.strip())
+        fw = names if fw_value.strip() else KNOWN_FRAMEWORKS
+    else:
+        fw = tuple(fw_value)
+    unknown = [n for n in fw if n not in KNOWN_FRAMEWORKS]
+    if unknown:
+        raise ConfigError(f"COMPILECACHE_FRAMEWORKS: unknown {unknown}; choose from jax, torch")
+
+    level = env.get("COMPILECACHE_LOG", "warning").strip().lower() or "warning"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"COMPILECACHE_LOG: expected one of {LOG_LEVELS}, got {level!r}")
+
+    return Config(
+        url=resolved_url,
+        max_size=size,
+        disabled=_flag(env, "COMPILECACHE_DISABLE"),
+        read_only=read_only if read_only is not None else _flag(env, "COMPILECACHE_READ_ONLY"),
+        secret=_secret(env),
+        min_compile_time=min_compile_time,
+        frameworks=fw,
+        log_level=level,
+    )
+
+
+def _secret(env: Mapping[str, str]) -> bytes | None:
+    value = env.get("COMPILECACHE_SECRET")
+    if value:
+        return value.encode()
+    path = env.get("COMPILECACHE_SECRET_FILE")
+    if path:
+        try:
+            return Path(path).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"COMPILECACHE_SECRET_FILE: cannot read {path}: {exc}") from exc
+    return None

@@ -1,0 +1,202 @@
+"""The entry format: one self-describing, checksummed record per cached compile.
+
+Layout (all integers big-endian)::
+
+    magic      8 bytes   b"\\x89CCE\\r\\n\\x1a\\n" (PNG-style: catches text-mode and truncation damage)
+    version    u16       FORMAT_VERSION
+    flags      u16       bit 0: payload is zstd-compressed by compilecache
+    header_len u32       length of the JSON metadata header
+    stored_len u64       length of the payload as stored
+    header     JSON      framework, key, name, created, compile time, sizes, versions, components
+    payload    bytes
+    sig_len    u16       0, or the length of an HMAC-SHA256 over everything above
+    sig        bytes
+    checksum   16 bytes  XXH3-128 over everything above
+
+The checksum is last so that a truncated file can never pass, and it covers the signature so a
+flipped signature byte is reported as corruption rather than forgery. :func:`decode` raises
+:class:`CorruptEntry` and nothing else, whatever bytes it is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import xxhash
+import zstandard
+
+from compilecache.errors import CorruptEntry
+
+MAGIC = b"\x89CCE\r\n\x1a\n"
+FORMAT_VERSION = 1
+FLAG_ZSTD = 1
+_PREFIX = struct.Struct(">8sHHIQ")
+_SIG_LEN = struct.Struct(">H")
+_CHECKSUM_LEN = 16
+_ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
+# Compressing a few hundred bytes costs more than it saves.
+_MIN_COMPRESS_SIZE = 512
+# JSON headers stay small; a huge length field means corruption, not a real header.
+_MAX_HEADER_LEN = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EntryHeader:
+    """Metadata stored in front of every payload."""
+
+    framework: str
+    key: str
+    name: str = ""
+    created: float = field(default_factory=time.time)
+    compile_time_s: float = 0.0
+    payload_size: int = 0
+    compression: str = "none"
+    versions: dict[str, str] = field(default_factory=dict)
+    components: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> EntryHeader:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("header is not an object")
+        header = cls(
+            framework=str(data["framework"]),
+            key=str(data["key"]),
+            name=str(data.get("name", "")),
+            created=float(data.get("created", 0.0)),
+            compile_time_s=float(data.get("compile_time_s", 0.0)),
+            payload_size=int(data.get("payload_size", 0)),
+            compression=str(data.get("compression", "none")),
+            versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
+            components={str(k): str(v) for k, v in dict(data.get("components", {})).items()},
+            extra=dict(data.get("extra", {})),
+        )
+        if header.payload_size < 0 or header.compression not in ("none", "zstd"):
+            raise ValueError("bad payload size or compression")
+        return header
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A decoded entry: its header and the original (decompressed) payload."""
+
+    header: EntryHeader
+    payload: bytes
+    signed: bool = False
+
+
+def encode(
+    header: EntryHeader,
+    payload: bytes,
+    *,
+    compress: bool | None = None,
+    secret: bytes | None = None,
+    level: int = 3,
+) -> bytes:
+    """Serialise ``payload`` with ``header``; ``compress=None`` compresses unless already zstd."""
+    if compress is None:
+        compress = len(payload) >= _MIN_COMPRESS_SIZE and not payload.startswith(_ZSTD_FRAME_MAGIC)
+    stored = zstandard.ZstdCompressor(level=level).compress(payload) if compress else payload
+    header = EntryHeader(
+        **{
+            **asdict(header),
+            "payload_size": len(payload),
+            "compression": "zstd" if compress else "none",
+        }
+    )
+    header_raw = header.to_json()
+    prefix = _PREFIX.pack(
+        MAGIC, FORMAT_VERSION, FLAG_ZSTD if compress else 0, len(header_raw), len(stored)
+    )
+    hasher = xxhash.xxh3_128(prefix)
+    hasher.update(header_raw)
+    hasher.update(stored)
+    sig = b""
+    if secret is not None:
+        mac = hmac.new(secret, prefix, hashlib.sha256)
+        mac.update(header_raw)
+        mac.update(stored)
+        sig = mac.digest()
+    trailer = _SIG_LEN.pack(len(sig)) + sig
+    hasher.update(trailer)
+    return b"".join((prefix, header_raw, stored, trailer, hasher.digest()))
+
+
+def _split(data: bytes | memoryview) -> tuple[int, EntryHeader, memoryview, memoryview, int]:
+    """Parse the frame without verifying: flags, header, stored payload, signature, body end."""
+    view = memoryview(data)
+    if len(view) < _PREFIX.size + _SIG_LEN.size + _CHECKSUM_LEN:
+        raise CorruptEntry(f"entry too short ({len(view)} bytes)")
+    magic, version, flags, header_len, stored_len = _PREFIX.unpack_from(view)
+    if magic != MAGIC:
+        raise CorruptEntry("not a compilecache entry (bad magic)")
+    if version != FORMAT_VERSION:
+        raise CorruptEntry(f"unsupported entry format version {version}")
+    if flags & ~FLAG_ZSTD or header_len > _MAX_HEADER_LEN:
+        raise CorruptEntry("bad flags or header length")
+    header_end = _PREFIX.size + header_len
+    payload_end = header_end + stored_len
+    if payload_end + _SIG_LEN.size + _CHECKSUM_LEN > len(view):
+        raise CorruptEntry("entry truncated")
+    (sig_len,) = _SIG_LEN.unpack_from(view, payload_end)
+    body_end = payload_end + _SIG_LEN.size + sig_len
+    if body_end + _CHECKSUM_LEN != len(view):
+        raise CorruptEntry("entry length does not match its frame")
+    try:
+        header = EntryHeader.from_json(bytes(view[_PREFIX.size : header_end]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptEntry(f"unreadable entry header: {exc}") from None
+    if (flags & FLAG_ZSTD) != (header.compression == "zstd"):
+        raise CorruptEntry("compression flag and header disagree")
+    return (
+        flags,
+        header,
+        view[header_end:payload_end],
+        view[payload_end + _SIG_LEN.size : body_end],
+        body_end,
+    )
+
+
+def read_header(data: bytes | memoryview) -> EntryHeader:
+    """The header of an entry, after checking the frame but not the checksum (cheap, for listings)."""
+    return _split(data)[1]
+
+
+def decode(data: bytes | memoryview, *, secret: bytes | None = None) -> Entry:
+    """Verify and decode an entry. Any damage raises :class:`CorruptEntry`.
+
+    With ``secret``, unsigned entries and entries signed with another key are rejected too.
+    """
+    flags, header, stored, sig, body_end = _split(data)
+    view = memoryview(data)
+    if xxhash.xxh3_128_digest(view[:body_end]) != bytes(view[body_end:]):
+        raise CorruptEntry("checksum mismatch")
+    if secret is not None:
+        if not sig:
+            raise CorruptEntry("entry is not signed")
+        expected = hmac.new(secret, view[: _PREFIX.size], hashlib.sha256)
+        expected.update(view[_PREFIX.size : body_end - _SIG_LEN.size - len(sig)])
+        if not hmac.compare_digest(expected.digest(), bytes(sig)):
+            raise CorruptEntry("entry signature does not match this key")
+    if flags & FLAG_ZSTD:
+        try:
+            payload = zstandard.ZstdDecompressor().decompress(
+                stored, max_output_size=header.payload_size
+            )
+        except zstandard.ZstdError as exc:
+            raise CorruptEntry(f"payload does not decompress: {exc}") from None
+    else:
+        payload = bytes(stored)
+    if len(payload) != header.payload_size:
+        raise CorruptEntry("payload size does not match its header")
+    return Entry(header=header, payload=payload, signed=bool(sig))

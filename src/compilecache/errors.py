@@ -1,0 +1,31 @@
+"""The exceptions compilecache raises.
+
+Every error is a :class:`CompileCacheError`, so callers can catch one type. The integrations never
+let any of these escape into JAX or torch: there they become counted misses.
+"""
+
+from __future__ import annotations
+
+
+class CompileCacheError(Exception):
+    """Base class of every error raised by compilecache."""
+
+
+class ConfigError(CompileCacheError, ValueError):
+    """A setting (URL, size, duration, environment variable) could not be understood."""
+
+
+class StoreUnavailable(CompileCacheError):
+    """A store could not be reached or used (missing directory, dead server, missing package)."""
+
+
+class CorruptEntry(CompileCacheError):
+    """Bytes that should hold a cache entry do not: truncated, bit-flipped or foreign."""
+
+
+class ReadOnlyStore(CompileCacheError):
+    """A write was attempted on a store opened read-only."""
+
+
+class BundleError(CompileCacheError):
+    """An export bundle is unreadable or inconsistent."""

@@ -1,0 +1,59 @@
+"""Framework integrations. Each module exposes ``install(cache) -> bool`` and ``uninstall()``.
+
+They are imported only when the framework itself is imported by the user's program.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from compilecache import _importhook
+
+if TYPE_CHECKING:
+    from compilecache.cache import Cache
+
+log = logging.getLogger("compilecache")
+
+# framework name -> (the module whose import triggers installation, our integration module)
+INTEGRATIONS = {
+    "jax": ("jax", "compilecache.frameworks.jax"),
+    "torch": ("torch", "compilecache.frameworks.torch"),
+}
+
+
+def _integration(framework: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(INTEGRATIONS[framework][1])
+    except ImportError:
+        return None
+
+
+def install(framework: str, cache: Cache, installed: set[str]) -> None:
+    """Install ``framework``'s hooks now if it is imported, else as soon as it is."""
+    trigger, _ = INTEGRATIONS[framework]
+
+    def _install(_module: ModuleType) -> None:
+        integration = _integration(framework)
+        if integration is None:
+            return
+        try:
+            if integration.install(cache):
+                installed.add(framework)
+        except Exception as exc:  # an integration must never break the user's import
+            cache.warn_once(f"install:{framework}", f"could not hook into {framework}: {exc}")
+
+    _importhook.when_imported(trigger, _install)
+
+
+def uninstall(framework: str) -> None:
+    trigger, _ = INTEGRATIONS[framework]
+    _importhook.cancel(trigger)
+    integration = _integration(framework)
+    if integration is not None:
+        try:
+            integration.uninstall()
+        except Exception as exc:
+            log.debug("compilecache: uninstalling %s failed: %s", framework, exc)

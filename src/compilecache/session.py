@@ -1,0 +1,187 @@
+"""``enable()`` / ``disable()``: one active session per process.
+
+A session owns the configured store, the integrity-checking :class:`Cache`, this process's
+counters and the installed framework hooks. The hooks themselves are process-global (JAX and torch
+keep module-level caches), so the active session is too; ``enable`` is idempotent and a call with
+a different configuration replaces the old session cleanly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+
+from compilecache import config as config_mod
+from compilecache import frameworks
+from compilecache.cache import Cache
+from compilecache.config import Config
+from compilecache.stats import Stats, Summary
+from compilecache.stores.base import StatsStore, Store, open_url
+from compilecache.stores.readonly import ReadOnly
+
+log = logging.getLogger("compilecache")
+
+_lock = threading.RLock()
+_active: Session | None = None
+
+
+def open_store(url: str | None = None, *, max_size: int | str | None = None) -> Store:
+    """Open the storage layer on its own: one URL, or several comma-separated (tiers, fastest
+    first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``."""
+    cfg = config_mod.load(url=url, max_size=max_size)
+    return _open(cfg)
+
+
+def _open(cfg: Config) -> Store:
+    urls = [u.strip() for u in cfg.url.split(",") if u.strip()]
+    if len(urls) > 1:
+        from compilecache.stores.tiered import from_urls
+
+        store: Store = from_urls(urls, cfg.max_size)
+    else:
+        store = open_url(urls[0] if urls else cfg.url, cfg.max_size)
+    if cfg.read_only:
+        store = ReadOnly(store)
+    return store
+
+
+class Session:
+    """compilecache enabled in this process."""
+
+    def __init__(self, cfg: Config, store: Store) -> None:
+        self.config = cfg
+        self.cache = Cache(
+            store,
+            stats=Stats(),
+            read_only=cfg.read_only,
+            min_compile_time=cfg.min_compile_time,
+            secret=cfg.secret,
+        )
+        self.installed: set[str] = set()
+        self._flushed: dict[str, float] = {}
+        self._closed = False
+
+    @property
+    def store(self) -> Store:
+        return self.cache.store
+
+    def stats(self) -> dict[str, float]:
+        """This process's counters (hits, misses, writes, errors, bytes, seconds saved, ...)."""
+        return self.cache.stats.snapshot()
+
+    def summary(self) -> Summary:
+        return Summary.of(self.stats())
+
+    def flush_stats(self) -> None:
+        """Add what was counted since the last flush to the store's persistent counters, and to
+        the ``compilecache run`` spool when running under it. Never raises."""
+        current = self.stats()
+        delta = {k: v - self._flushed.get(k, 0.0) for k, v in current.items()}
+        delta = {k: v for k, v in delta.items() if v}
+        self._flushed = current
+        if not delta:
+            return
+        store = self.store
+        inner = store.inner if isinstance(store, ReadOnly) else store
+        if isinstance(inner, StatsStore):
+            try:
+                inner.add_stats(delta)
+            except Exception as exc:
+                log.debug("compilecache: could not save stats: %s", exc)
+        spool = os.environ.get("COMPILECACHE_RUN_SPOOL")
+        if spool:
+            try:
+                path = Path(spool) / f"{os.getpid()}.json"
+                path.write_text(json.dumps(current))
+            except OSError as exc:
+                log.debug("compilecache: could not write the run summary: %s", exc)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for framework in list(self.config.frameworks):
+            frameworks.uninstall(framework)
+        self.flush_stats()
+        self.cache.close()
+
+
+def enable(
+    url: str | None = None,
+    *,
+    max_size: int | str | None = None,
+    read_only: bool | None = None,
+    min_compile_time: float | None = None,
+    frameworks: tuple[str, ...] | str | None = None,
+) -> Session | None:
+    """Route JAX and torch.compile through compilecache in this process.
+
+    Arguments override the ``COMPILECACHE_*`` variables. Idempotent: the same configuration returns
+    the active session. Returns ``None`` when ``COMPILECACHE_DISABLE=1``.
+    """
+    global _active
+    cfg = config_mod.load(
+        url=url,
+        max_size=max_size,
+        read_only=read_only,
+        min_compile_time=min_compile_time,
+        frameworks=frameworks,
+    )
+    _configure_logging(cfg.log_level)
+    with _lock:
+        if cfg.disabled:
+            return None
+        if _active is not None:
+            if _active.config == cfg:
+                return _active
+            _deactivate()
+        session = Session(cfg, _open(cfg))
+        for name in cfg.frameworks:
+            _install(name, session)
+        _active = session
+        return session
+
+
+def _install(name: str, session: Session) -> None:
+    frameworks.install(name, session.cache, session.installed)
+
+
+def disable() -> None:
+    """Undo :func:`enable`: restore the frameworks, save counters, close the store."""
+    with _lock:
+        _deactivate()
+
+
+def _deactivate() -> None:
+    global _active
+    if _active is not None:
+        session, _active = _active, None
+        session.close()
+
+
+def active() -> Session | None:
+    """The enabled session, if any."""
+    return _active
+
+
+def _configure_logging(level: str) -> None:
+    logger = logging.getLogger("compilecache")
+    logger.setLevel(level.upper())
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+@atexit.register
+def _at_exit() -> None:
+    try:
+        if _active is not None:
+            _active.flush_stats()
+    except Exception:  # never turn a clean exit into a traceback
+        pass

@@ -1,0 +1,94 @@
+"""``memory://``: a process-local store, for tests and for short-lived single-process runs.
+
+Stores opened with the same URL in one process share their contents (``memory://name``), the way
+two local stores on one directory do.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+
+from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+
+_SHARED: dict[str, _MemoryData] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+class _MemoryData:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[str, bytes] = {}
+        self.infos: dict[str, EntryInfo] = {}
+        self.stats: dict[str, float] = {}
+
+
+class MemoryStore:
+    """A dict behind a lock, with LRU eviction when ``max_size`` is set."""
+
+    def __init__(self, url: str = "memory://", max_size: int | None = None) -> None:
+        self.url = url
+        self.max_size = max_size
+        with _SHARED_LOCK:
+            self._data = _SHARED.setdefault(url, _MemoryData())
+
+    def get(self, key: str) -> bytes | None:
+        with self._data.lock:
+            value = self._data.values.get(key)
+            if value is not None:
+                info = self._data.infos[key]
+                self._data.infos[key] = replace(info, accessed=time.time(), hits=info.hits + 1)
+            return value
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        now = time.time()
+        with self._data.lock:
+            self._data.values[key] = bytes(value)
+            self._data.infos[key] = EntryInfo(key, len(value), now, now, 0, meta or EntryMeta())
+            self._evict()
+
+    def _evict(self) -> None:
+        if self.max_size is None:
+            return
+        total = sum(info.size for info in self._data.infos.values())
+        for info in sorted(self._data.infos.values(), key=lambda i: i.accessed):
+            if total <= self.max_size:
+                break
+            total -= info.size
+            del self._data.values[info.key], self._data.infos[info.key]
+
+    def delete(self, key: str) -> bool:
+        with self._data.lock:
+            self._data.infos.pop(key, None)
+            return self._data.values.pop(key, None) is not None
+
+    def stat(self, key: str) -> EntryInfo | None:
+        with self._data.lock:
+            return self._data.infos.get(key)
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        with self._data.lock:
+            infos = [i for k, i in self._data.infos.items() if k.startswith(prefix)]
+        return iter(infos)
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        with self._data.lock:
+            for name, value in counters.items():
+                self._data.stats[name] = self._data.stats.get(name, 0.0) + value
+
+    def read_stats(self) -> dict[str, float]:
+        with self._data.lock:
+            return dict(self._data.stats)
+
+    def zero_stats(self) -> None:
+        with self._data.lock:
+            self._data.stats.clear()
+
+    def close(self) -> None:
+        pass
+
+
+def from_url(url: StoreURL) -> MemoryStore:
+    return MemoryStore(f"memory://{url.netloc}{url.path}", max_size=url.max_size)
