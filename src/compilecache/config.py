@@ -93,6 +93,8 @@ class Config:
     min_compile_time: float = 0.0
     frameworks: tuple[str, ...] = KNOWN_FRAMEWORKS
     log_level: str = "warning"
+    # Set by ``compilecache run`` for its children: where each process leaves its counters.
+    run_spool: str | None = None
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the non-``None`` overrides applied."""
@@ -155,6 +157,7 @@ def load(
         min_compile_time=min_compile_time,
         frameworks=fw,
         log_level=level,
+        run_spool=env.get("COMPILECACHE_RUN_SPOOL") or None,
     )
 
 

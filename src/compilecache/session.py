@@ -13,14 +13,17 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from compilecache import config as config_mod
 from compilecache import frameworks
 from compilecache.cache import Cache
 from compilecache.config import Config
+from compilecache.errors import StoreUnavailable
 from compilecache.stats import Stats, Summary
-from compilecache.stores.base import StatsStore, Store, open_url
+from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, open_url
 from compilecache.stores.readonly import ReadOnly
 
 log = logging.getLogger("compilecache")
@@ -37,16 +40,56 @@ def open_store(url: str | None = None, *, max_size: int | str | None = None) -> 
 
 
 def _open(cfg: Config) -> Store:
+    from compilecache.stores.base import parse_url
+    from compilecache.stores.guarded import guard
+    from compilecache.stores.tiered import from_urls
+
     urls = [u.strip() for u in cfg.url.split(",") if u.strip()]
     if len(urls) > 1:
-        from compilecache.stores.tiered import from_urls
-
-        store: Store = from_urls(urls, cfg.max_size)
+        # Read-only reaches every level, so that a read-only session does not backfill either.
+        store: Store = from_urls(
+            urls,
+            cfg.max_size,
+            writes=getattr(cfg, "tier_writes", "all"),
+            read_only=cfg.read_only,
+        )
     else:
-        store = open_url(urls[0] if urls else cfg.url, cfg.max_size)
+        url = urls[0] if urls else cfg.url
+        # Remote stores fail open: a failure costs its timeout once, then a back-off period.
+        store = guard(open_url(url, cfg.max_size), parse_url(url, cfg.max_size))
     if cfg.read_only:
         store = ReadOnly(store)
     return store
+
+
+class UnavailableStore:
+    """Stands in for a store that could not be opened: every call fails, so the Cache layer
+    counts each lookup as an error and a miss, warns once, and the program runs uncached."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+
+    def _fail(self) -> NoReturn:
+        raise StoreUnavailable(self.reason)
+
+    def get(self, key: str) -> bytes | None:
+        self._fail()
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self._fail()
+
+    def delete(self, key: str) -> bool:
+        self._fail()
+
+    def stat(self, key: str) -> EntryInfo | None:
+        self._fail()
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        self._fail()
+
+    def close(self) -> None:
+        pass
 
 
 class Session:
@@ -92,7 +135,7 @@ class Session:
                 inner.add_stats(delta)
             except Exception as exc:
                 log.debug("compilecache: could not save stats: %s", exc)
-        spool = os.environ.get("COMPILECACHE_RUN_SPOOL")
+        spool = self.config.run_spool
         if spool:
             try:
                 path = Path(spool) / f"{os.getpid()}.json"
@@ -139,7 +182,12 @@ def enable(
             if _active.config == cfg:
                 return _active
             _deactivate()
-        session = Session(cfg, _open(cfg))
+        try:
+            store = _open(cfg)
+        except StoreUnavailable as exc:
+            # Never break the program: run uncached, with the reason counted and warned once.
+            store = UnavailableStore(cfg.url, str(exc))
+        session = Session(cfg, store)
         for name in cfg.frameworks:
             _install(name, session)
         _active = session

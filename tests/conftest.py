@@ -1,0 +1,59 @@
+"""Shared fixtures: fresh subprocess environments that never touch the user's real cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees the developer's COMPILECACHE_* settings or writes to ~/.cache."""
+    for name in list(os.environ):
+        if name.startswith("COMPILECACHE_") or name.startswith("JAX_COMPILATION_CACHE"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    yield
+    import compilecache
+
+    compilecache.disable()
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment for a fresh Python process: no inherited compilecache or JAX cache."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("COMPILECACHE_") and not k.startswith("JAX_COMPILATION_CACHE")
+    }
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_python(
+    args: list[str], env: Mapping[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python args`` and fail the test with its stderr if it fails."""
+    proc = subprocess.run(
+        [sys.executable, *args], env=dict(env), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def last_json(text: str) -> Any:
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    assert lines, f"no JSON line in output:\n{text}"
+    return json.loads(lines[-1])
