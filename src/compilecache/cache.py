@@ -18,7 +18,7 @@ import time
 
 from compilecache import entry
 from compilecache.entry import Entry, EntryHeader
-from compilecache.errors import CompileCacheError, CorruptEntry
+from compilecache.errors import CorruptEntry
 from compilecache.stats import Stats
 from compilecache.stores.base import EntryMeta, Store
 
@@ -77,6 +77,13 @@ class Cache:
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=True)
             return None
+        except Exception as exc:  # a store returning something other than bytes
+            self.stats.add("errors", framework=framework)
+            self.stats.add("misses", framework=framework)
+            self.warn_once(
+                f"get:{type(exc).__name__}", f"read from {self.store.url} returned junk: {exc}"
+            )
+            return None
         elapsed = time.perf_counter() - start
         self.stats.add("hits", framework=framework)
         self.stats.add("bytes_read", len(data), framework=framework)
@@ -121,5 +128,5 @@ class Cache:
     def close(self) -> None:
         try:
             self.store.close()
-        except CompileCacheError as exc:
+        except Exception as exc:  # closing is best effort, and never fails the user's program
             log.debug("compilecache: closing %s failed: %s", self.store.url, exc)

@@ -44,6 +44,10 @@ _ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 _MIN_COMPRESS_SIZE = 512
 # JSON headers stay small; a huge length field means corruption, not a real header.
 _MAX_HEADER_LEN = 16 * 1024 * 1024
+# Decompression trusts a frame's declared size only up to this much (one-shot is about twice as
+# fast); beyond it, output is produced in pieces of _DECOMPRESS_CHUNK, never sized by the frame.
+_ONE_SHOT_LIMIT = 1024 * 1024 * 1024
+_DECOMPRESS_CHUNK = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,9 @@ def _split(data: bytes | memoryview) -> tuple[int, EntryHeader, memoryview, memo
         raise CorruptEntry("entry length does not match its frame")
     try:
         header = EntryHeader.from_json(bytes(view[_PREFIX.size : header_end]))
-    except (ValueError, KeyError, TypeError) as exc:
+    # json and the conversions raise more than ValueError on hostile input: deep nesting is a
+    # RecursionError, float(10**400) and int(1e999) are OverflowErrors.
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         raise CorruptEntry(f"unreadable entry header: {exc}") from None
     if (flags & FLAG_ZSTD) != (header.compression == "zstd"):
         raise CorruptEntry("compression flag and header disagree")
@@ -165,6 +171,39 @@ def _split(data: bytes | memoryview) -> tuple[int, EntryHeader, memoryview, memo
         view[payload_end + _SIG_LEN.size : body_end],
         body_end,
     )
+
+
+def _decompress(stored: memoryview, size: int) -> bytes:
+    """Decompress one zstd frame that must hold exactly ``size`` bytes.
+
+    One-shot decompression trusts the frame's content size field and allocates that much up
+    front (a forged frame claiming terabytes is a MemoryError, not a corrupt entry). So it is
+    used only for plausible sizes; otherwise read in bounded chunks and stop as soon as the
+    output exceeds what the header promised.
+    """
+    try:
+        declared = zstandard.frame_content_size(stored)
+        if declared not in (-1, size):
+            raise CorruptEntry("zstd frame size does not match the entry header")
+        if declared == size and size <= _ONE_SHOT_LIMIT:
+            payload: bytes = zstandard.ZstdDecompressor().decompress(stored)
+            if len(payload) != size:
+                raise CorruptEntry("payload size does not match its header")
+            return payload
+        chunks: list[bytes] = []
+        produced = 0
+        with zstandard.ZstdDecompressor().stream_reader(stored) as reader:
+            while produced <= size:
+                chunk = reader.read(min(_DECOMPRESS_CHUNK, size + 1 - produced))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                produced += len(chunk)
+    except zstandard.ZstdError as exc:
+        raise CorruptEntry(f"payload does not decompress: {exc}") from None
+    if produced != size:
+        raise CorruptEntry("payload size does not match its header")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_header(data: bytes | memoryview) -> EntryHeader:
@@ -188,15 +227,7 @@ def decode(data: bytes | memoryview, *, secret: bytes | None = None) -> Entry:
         expected.update(view[_PREFIX.size : body_end - _SIG_LEN.size - len(sig)])
         if not hmac.compare_digest(expected.digest(), bytes(sig)):
             raise CorruptEntry("entry signature does not match this key")
-    if flags & FLAG_ZSTD:
-        try:
-            payload = zstandard.ZstdDecompressor().decompress(
-                stored, max_output_size=header.payload_size
-            )
-        except zstandard.ZstdError as exc:
-            raise CorruptEntry(f"payload does not decompress: {exc}") from None
-    else:
-        payload = bytes(stored)
+    payload = _decompress(stored, header.payload_size) if flags & FLAG_ZSTD else bytes(stored)
     if len(payload) != header.payload_size:
         raise CorruptEntry("payload size does not match its header")
     return Entry(header=header, payload=payload, signed=bool(sig))

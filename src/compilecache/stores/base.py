@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlsplit
 
@@ -134,6 +133,24 @@ StoreFactory = Callable[[StoreURL], Store]
 _BUILTIN: dict[str, tuple[str, str]] = {
     "file": ("compilecache.stores.local:from_url", ""),
     "memory": ("compilecache.stores.memory:from_url", ""),
+    "redis": ("compilecache.stores.redis:from_url", "redis (pip install 'compilecache[redis]')"),
+    "rediss": ("compilecache.stores.redis:from_url", "redis (pip install 'compilecache[redis]')"),
+    "redis+cluster": (
+        "compilecache.stores.redis:from_url",
+        "redis (pip install 'compilecache[redis]')",
+    ),
+    "rediss+cluster": (
+        "compilecache.stores.redis:from_url",
+        "redis (pip install 'compilecache[redis]')",
+    ),
+    "s3": (
+        "compilecache.stores.objectstore:from_url",
+        "fsspec and s3fs (pip install 'compilecache[s3]')",
+    ),
+    "gs": (
+        "compilecache.stores.objectstore:from_url",
+        "fsspec and gcsfs (pip install 'compilecache[gcs]')",
+    ),
 }
 _REGISTERED: dict[str, StoreFactory] = {}
 
@@ -153,6 +170,8 @@ def known_schemes() -> list[str]:
 
 
 def _entry_point_factory(scheme: str) -> StoreFactory | None:
+    from importlib import metadata  # slow to import: only when a scheme is unknown
+
     for ep in metadata.entry_points(group="compilecache.stores"):
         if ep.name.lower() == scheme:
             factory: StoreFactory = ep.load()
@@ -178,10 +197,22 @@ def resolve_factory(scheme: str) -> StoreFactory:
     if found is not None:
         _REGISTERED[scheme] = found
         return found
+    if _fsspec_knows(scheme):  # any other fsspec protocol: the generic object store
+        from compilecache.stores.objectstore import from_url as fsspec_factory
+
+        return fsspec_factory
     raise ConfigError(
         f"unknown store URL scheme {scheme!r}; known: {', '.join(known_schemes())} "
         "(third-party stores register in the 'compilecache.stores' entry-point group)"
     )
+
+
+def _fsspec_knows(scheme: str) -> bool:
+    try:
+        from compilecache.stores.objectstore import known_protocol
+    except ImportError:  # fsspec is not installed
+        return False
+    return known_protocol(scheme)
 
 
 def open_url(url: str, max_size: int | None = None) -> Store:

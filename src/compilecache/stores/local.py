@@ -135,20 +135,19 @@ class LocalStore:
         """This process's connection, opened lazily and reopened after a fork."""
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        fresh = not self.index_path.exists()
         try:
-            conn = self._connect()
+            conn, fresh = self._connect()
         except sqlite3.DatabaseError:
             # A corrupt index is only a lost cache of the files' metadata: set it aside, rebuild.
             self._set_aside_index()
-            conn = self._connect()
-            fresh = True
+            conn, fresh = self._connect()
         self._conn, self._pid = conn, os.getpid()
         if fresh and any(self.entries_dir.iterdir()):
             self.rebuild_index()
         return conn
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> tuple[sqlite3.Connection, bool]:
+        """Open the index; also says whether its tables had to be created (a fresh index)."""
         conn = sqlite3.connect(
             self.index_path, timeout=30.0, isolation_level=None, check_same_thread=False
         )
@@ -157,11 +156,19 @@ class LocalStore:
             # NORMAL is safe with WAL: a power loss may drop recent index rows, which the files
             # can always restore; it never corrupts the database.
             conn.execute("PRAGMA synchronous=NORMAL")
+            # Not "does the file exist": a zero-length file (truncated by a crash or a user) is a
+            # valid empty database, and it too must be rebuilt from the entry files.
+            fresh = (
+                conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
+                ).fetchone()
+                is None
+            )
             conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError:
             conn.close()
             raise
-        return conn
+        return conn, fresh
 
     def _set_aside_index(self) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -177,10 +184,15 @@ class LocalStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # A failed COMMIT (disk full, I/O error) can leave the transaction open, and then
+                # every later BEGIN of this connection fails; SQLite may also have rolled back
+                # already, when a second ROLLBACK would raise and hide the original error.
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     def _upsert_row(
         self, conn: sqlite3.Connection, key: str, size: int, meta: EntryMeta, created: float
@@ -311,15 +323,19 @@ class LocalStore:
         return _info(row) if row else None
 
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        # Keys sharing a prefix are contiguous in the primary key's (UTF-8 byte) order and
+        # start at the prefix itself: walk that range of the index and stop at the first
+        # key outside it. (substr() scanned every row, and a prefix holding a NUL matched nothing.)
+        rows = []
         with self._lock:
-            rows = (
-                self._db()
-                .execute(
-                    "SELECT * FROM entries WHERE substr(key, 1, ?) = ? ORDER BY key",
-                    (len(prefix), prefix),
-                )
-                .fetchall()
+            cursor = self._db().execute(
+                "SELECT * FROM entries WHERE key >= ? ORDER BY key", (prefix,)
             )
+            for row in cursor:
+                if not row[0].startswith(prefix):
+                    break
+                rows.append(row)
+            cursor.close()
         return iter([_info(row) for row in rows])
 
     def close(self) -> None:
@@ -338,15 +354,23 @@ class LocalStore:
                 total = conn.execute("SELECT value FROM meta WHERE name = 'total_size'").fetchone()
                 if total is None or total[0] <= target_size:
                     return removed
-                victims = conn.execute(
-                    "SELECT key FROM entries ORDER BY accessed LIMIT ?", (_EVICT_BATCH,)
+                candidates = conn.execute(
+                    "SELECT key, size FROM entries ORDER BY accessed LIMIT ?", (_EVICT_BATCH,)
                 ).fetchall()
-                if not victims:
+                if not candidates:
                     return removed
-                for (key,) in victims:
+                # The batch only saves round trips: stop at the bound, or a put evicts up to a
+                # whole batch of entries (itself included) when one would have been enough.
+                remaining = total[0]
+                victims = []
+                for key, size in candidates:
+                    if remaining <= target_size:
+                        break
                     self._drop_row(conn, key)
+                    remaining -= size
+                    victims.append(key)
             # Rows go first, files second: a reader racing us sees a clean miss at worst.
-            for (key,) in victims:
+            for key in victims:
                 with contextlib.suppress(FileNotFoundError):
                     self.path_of(key).unlink()
                 removed += 1
@@ -433,7 +457,11 @@ def _info(row: tuple[Any, ...]) -> EntryInfo:
     return EntryInfo(key, size, created, accessed, hits, EntryMeta(framework, name, compile_time))
 
 
-def from_url(url: StoreURL) -> LocalStore:
+def from_url(url: StoreURL) -> Any:
+    if url.params.get("shared", "").strip().lower() in ("1", "true", "yes", "on"):
+        from compilecache.stores.sharedfs import from_url as shared_from_url
+
+        return shared_from_url(url)  # NFS/Lustre: no SQLite index, no flock
     path = url.path if url.scheme == "file" and not url.netloc else url.netloc + url.path
     if not path:
         raise StoreUnavailable(f"no directory in store URL {url.raw!r}")

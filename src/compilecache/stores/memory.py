@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
@@ -21,12 +22,18 @@ class _MemoryData:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.values: dict[str, bytes] = {}
-        self.infos: dict[str, EntryInfo] = {}
+        # Least recently used first: eviction pops from the front, get and put move to the end.
+        self.infos: OrderedDict[str, EntryInfo] = OrderedDict()
+        self.total = 0
         self.stats: dict[str, float] = {}
 
 
 class MemoryStore:
-    """A dict behind a lock, with LRU eviction when ``max_size`` is set."""
+    """A dict behind a lock, with LRU eviction when ``max_size`` is set.
+
+    Like the local store, get and put cost O(1) in the number of entries: the LRU order and the
+    running total are maintained as entries change, never recomputed by sorting or summing.
+    """
 
     def __init__(self, url: str = "memory://", max_size: int | None = None) -> None:
         self.url = url
@@ -40,29 +47,41 @@ class MemoryStore:
             if value is not None:
                 info = self._data.infos[key]
                 self._data.infos[key] = replace(info, accessed=time.time(), hits=info.hits + 1)
+                self._data.infos.move_to_end(key)
             return value
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         now = time.time()
         with self._data.lock:
+            self._discard(key)
             self._data.values[key] = bytes(value)
             self._data.infos[key] = EntryInfo(key, len(value), now, now, 0, meta or EntryMeta())
+            self._data.total += len(value)
             self._evict()
+
+    def _discard(self, key: str) -> bool:
+        info = self._data.infos.pop(key, None)
+        if info is None:
+            return False
+        del self._data.values[key]
+        self._data.total -= info.size
+        return True
 
     def _evict(self) -> None:
         if self.max_size is None:
             return
-        total = sum(info.size for info in self._data.infos.values())
-        for info in sorted(self._data.infos.values(), key=lambda i: i.accessed):
-            if total <= self.max_size:
-                break
-            total -= info.size
-            del self._data.values[info.key], self._data.infos[info.key]
+        # Sorting every entry by access time on each put made puts O(n log n).
+        while self._data.total > self.max_size and self._data.infos:
+            self._discard(next(iter(self._data.infos)))
+
+    def total_size(self) -> int:
+        """Bytes of values held (a running total)."""
+        with self._data.lock:
+            return self._data.total
 
     def delete(self, key: str) -> bool:
         with self._data.lock:
-            self._data.infos.pop(key, None)
-            return self._data.values.pop(key, None) is not None
+            return self._discard(key)
 
     def stat(self, key: str) -> EntryInfo | None:
         with self._data.lock:
