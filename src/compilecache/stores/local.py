@@ -22,6 +22,7 @@ Eviction removes the least recently used rows a few at a time, through an index 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -30,9 +31,9 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_size
 from compilecache.errors import CorruptEntry, StoreUnavailable
@@ -104,6 +105,23 @@ def _read_frame(f: Any) -> dict[str, Any]:
     except ValueError:
         raise CorruptEntry("entry file has an unreadable frame header") from None
     return header
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _index_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Report a failing SQLite index as StoreUnavailable, the store protocol's error type."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the store index failed: {exc}") from exc
+
+    return wrapper
 
 
 class LocalStore:
@@ -213,6 +231,7 @@ class LocalStore:
         conn.execute("UPDATE meta SET value = value - ? WHERE name = 'total_size'", (row[0],))
         return True
 
+    @_index_errors
     def total_size(self) -> int:
         """Bytes of values the index accounts for (a running total, not a scan)."""
         with self._lock:
@@ -307,6 +326,7 @@ class LocalStore:
                 tmp.unlink()
             raise
 
+    @_index_errors
     def delete(self, key: str) -> bool:
         path = self.path_of(key)
         with self._transaction() as conn:
@@ -317,11 +337,13 @@ class LocalStore:
             return had_row
         return True
 
+    @_index_errors
     def stat(self, key: str) -> EntryInfo | None:
         with self._lock:
             row = self._db().execute("SELECT * FROM entries WHERE key = ?", (key,)).fetchone()
         return _info(row) if row else None
 
+    @_index_errors
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
         # Keys sharing a prefix are contiguous in the primary key's (UTF-8 byte) order and
         # start at the prefix itself: walk that range of the index and stop at the first
@@ -346,6 +368,7 @@ class LocalStore:
 
     # -- bounds, stats and repair --------------------------------------------------------------
 
+    @_index_errors
     def evict(self, target_size: int) -> int:
         """Remove least recently used entries until the total is at most ``target_size``."""
         removed = 0
@@ -375,6 +398,7 @@ class LocalStore:
                     self.path_of(key).unlink()
                 removed += 1
 
+    @_index_errors
     def add_stats(self, counters: Mapping[str, float]) -> None:
         with self._transaction() as conn:
             conn.executemany(
@@ -383,15 +407,18 @@ class LocalStore:
                 list(counters.items()),
             )
 
+    @_index_errors
     def read_stats(self) -> dict[str, float]:
         with self._lock:
             rows = self._db().execute("SELECT name, value FROM stats").fetchall()
         return {name: value for name, value in rows}
 
+    @_index_errors
     def zero_stats(self) -> None:
         with self._transaction() as conn:
             conn.execute("DELETE FROM stats")
 
+    @_index_errors
     def rebuild_index(self) -> int:
         """Recreate every index row from the entry files' frames; returns the entry count."""
         rows = []
