@@ -49,7 +49,9 @@ def run_python(
     proc = subprocess.run(
         [sys.executable, *args], env=dict(env), capture_output=True, text=True, timeout=timeout
     )
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
     return proc
 
 

@@ -22,8 +22,8 @@ if mode == "before":
 
     compilecache.enable()
 
-import jax
-import jax.numpy as jnp
+import jax  # noqa: E402  (after enable() on purpose: the "before" mode)
+import jax.numpy as jnp  # noqa: E402
 
 if mode == "after":
     import compilecache

@@ -21,7 +21,9 @@ def store_url(tmp_path: Path) -> str:
     store = LocalStore(root)
     cache = Cache(store)
     for i, (fw, name) in enumerate([("jax", "jit_a"), ("jax", "jit_b"), ("torch", "fx_c")]):
-        header = EntryHeader(framework=fw, key=f"{fw}/{name}-{i:04x}", name=name, compile_time_s=1.0 + i)
+        header = EntryHeader(
+            framework=fw, key=f"{fw}/{name}-{i:04x}", name=name, compile_time_s=1.0 + i
+        )
         assert cache.save(header, random.Random(i).randbytes(1000 * (i + 1)))
     assert cache.load("jax", "jax/jit_a-0000") is not None
     store.add_stats(cache.stats.snapshot())
@@ -34,11 +36,21 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return status, capsys.readouterr().out
 
 
-def test_stats_json_has_the_contract_fields(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_json_has_the_contract_fields(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     status, out = run_cli(capsys, "stats", "--json", "--url", store_url)
     report = json.loads(out)
     assert status == 0
-    for field in ("hits", "misses", "writes", "errors", "entries", "size_bytes", "compile_time_saved_s"):
+    for field in (
+        "hits",
+        "misses",
+        "writes",
+        "errors",
+        "entries",
+        "size_bytes",
+        "compile_time_saved_s",
+    ):
         assert field in report
     assert report["entries"] == 3 and report["writes"] == 3 and report["hits"] == 1
     assert report["frameworks"]["jax"]["entries"] == 2
@@ -69,8 +81,10 @@ def test_show_accepts_a_prefix(store_url: str, capsys: pytest.CaptureFixture[str
 
 
 def test_prune_dry_run_then_real(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    status, out = run_cli(capsys, "prune", "--max-size", "3500", "--dry-run", "--json", "--url", store_url)
-    plan = json.loads(out[out.index("{"):])
+    status, out = run_cli(
+        capsys, "prune", "--max-size", "3500", "--dry-run", "--json", "--url", store_url
+    )
+    plan = json.loads(out[out.index("{") :])
     assert status == 0 and plan["planned"] >= 1 and plan["removed"] == 0
     assert len(list(LocalStore(store_url).scan())) == 3
     run_cli(capsys, "prune", "--max-size", "3500", "--url", store_url)
@@ -91,14 +105,16 @@ def test_clear_needs_yes(store_url: str, capsys: pytest.CaptureFixture[str]) -> 
     assert list(LocalStore(store_url).scan()) == []
 
 
-def test_verify_finds_and_fixes_corruption(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_finds_and_fixes_corruption(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = LocalStore(store_url)
     path = store.path_of("jax/jit_b-0001")
     data = bytearray(path.read_bytes())
     data[-20] ^= 0x01
     path.write_bytes(bytes(data))
     status, out = run_cli(capsys, "verify", "--json", "--url", store_url)
-    assert status == 1 and json.loads(out[out.index("{"):])["corrupt"] == 1
+    assert status == 1 and json.loads(out[out.index("{") :])["corrupt"] == 1
     status, out = run_cli(capsys, "verify", "--fix", "--url", store_url)
     assert status == 0 and "removed: jax/jit_b-0001" in out
     assert run_cli(capsys, "verify", "--url", store_url)[0] == 0

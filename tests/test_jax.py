@@ -79,8 +79,14 @@ def test_entries_record_float_compile_time_and_key_components(tmp_path: Path) ->
         assert header.name == info.name and info.name.startswith("jit_")
         assert 0 < header.compile_time_s < 60 and not float(header.compile_time_s).is_integer()
         assert set(header.components) == {
-            "computation", "jax_lib version", "backend version", "XLA flags",
-            "compile_options", "accelerator_config", "compression", "custom_hook",
+            "computation",
+            "jax_lib version",
+            "backend version",
+            "XLA flags",
+            "compile_options",
+            "accelerator_config",
+            "compression",
+            "custom_hook",
         }
         assert header.extra["components_verified"] is True
         assert header.extra["readable"]["accelerator_config"] == "1 x cpu"

@@ -27,7 +27,9 @@ def cc_run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
 
 
 def summary_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.startswith("compilecache: ") and "hits" in line]
+    lines = [
+        line for line in stderr.splitlines() if line.startswith("compilecache: ") and "hits" in line
+    ]
     assert len(lines) == 1, stderr
     return lines[0]
 
@@ -55,8 +57,14 @@ def test_run_covers_children_and_prints_one_summary(tmp_path: Path) -> None:
 def test_run_url_flag_and_exit_status(tmp_path: Path) -> None:
     store = tmp_path / "elsewhere"
     proc = cc_run(
-        ["--url", str(store), "--", sys.executable, "-c", "import compilecache, sys;"
-         "s = compilecache.active(); print(s.store.url); sys.exit(3)"],
+        [
+            "--url",
+            str(store),
+            "--",
+            sys.executable,
+            "-c",
+            "import compilecache, sys;s = compilecache.active(); print(s.store.url); sys.exit(3)",
+        ],
         clean_env(),
     )
     assert proc.returncode == 3
@@ -69,8 +77,12 @@ def test_run_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
     (user_site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
     env = clean_env({"PYTHONPATH": str(user_site), "COMPILECACHE_URL": str(tmp_path / "s")})
     proc = cc_run(
-        ["--", sys.executable, "-c",
-         "import os, compilecache; print(os.environ.get('USER_SITE_RAN'), compilecache.active() is not None)"],
+        [
+            "--",
+            sys.executable,
+            "-c",
+            "import os, compilecache; print(os.environ.get('USER_SITE_RAN'), compilecache.active() is not None)",
+        ],
         env,
     )
     assert proc.returncode == 0, proc.stderr
@@ -99,7 +111,11 @@ def test_run_persists_stats_for_the_stats_command(tmp_path: Path) -> None:
     assert persisted["writes"] == entries and persisted["hits"] == entries
     stats = subprocess.run(
         [sys.executable, "-m", "compilecache", "stats", "--json"],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     report = json.loads(stats.stdout)
     assert report["hits"] == entries and report["entries"] == entries
