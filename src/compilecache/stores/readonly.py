@@ -18,6 +18,11 @@ class ReadOnly:
     def get(self, key: str) -> bytes | None:
         return self.inner.get(key)
 
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
+        from compilecache.stores.guarded import fetch_with_meta
+
+        return fetch_with_meta(self.inner, key)
+
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         raise ReadOnlyStore(f"{self.url} is read-only")
 

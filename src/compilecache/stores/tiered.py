@@ -1,72 +1,284 @@
 """Tiers: several stores, fastest first (sccache's multi-level cache).
 
-Reads try each level in order and copy a hit into the faster levels before it (backfill), so a
-host's local disk fills from the shared level. Writes go to every level.
+``COMPILECACHE_URL=~/.cache/compilecache,redis://cache:6379/0`` gives every host a local disk
+level in front of a shared one:
+
+- Reads try each level in order. A hit in a slower level is copied into the faster, writable
+  levels before it (backfill), so a host's local disk fills from the shared level and repeated
+  starts never touch the network. In a multi-process JAX job only process 0 writes (JAX's own
+  gate); the other hosts' local levels fill by backfill.
+- Writes go to every writable level (``writes="all"``, the default) or to the first level only
+  (``writes="local"``): a host then shares nothing it compiled itself, but still reads and
+  backfills from the shared levels. A level opened with ``?readonly=1`` is read and backfilled
+  from, never written; ``COMPILECACHE_READ_ONLY=1`` makes every level read-only (no backfill
+  either).
+- A level that fails is skipped for this call (and, behind its :class:`Guarded` wrapper, for a
+  back-off period, during which its reads are plain misses); the other levels still serve. A
+  lookup that found nothing re-raises the first level failure so that the cache layer counts it
+  (once per outage, not once per lookup); a write succeeds when at least one level took it.
+- ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Literal
 
-from compilecache.stores.base import EntryInfo, EntryMeta, Store, open_url
+from compilecache.errors import ConfigError, ReadOnlyStore, StoreUnavailable
+from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, open_url, parse_url
+from compilecache.stores.guarded import Guarded, LevelSkipped, fetch_with_meta, guard
+from compilecache.stores.readonly import ReadOnly
 
 log = logging.getLogger("compilecache")
+
+WritePolicy = Literal["all", "local"]
+_COUNTERS = ("hits", "misses", "errors", "skipped", "writes", "write_errors", "backfills")
+
+
+def is_read_only(store: Store) -> bool:
+    """Whether ``store`` (through any wrappers exposing ``inner``) refuses writes."""
+    seen: Store | None = store
+    while seen is not None:
+        if isinstance(seen, ReadOnly):
+            return True
+        seen = getattr(seen, "inner", None)
+    return False
 
 
 class Tiered:
     """Levels of stores, fastest first."""
 
-    def __init__(self, levels: Sequence[Store]) -> None:
+    def __init__(self, levels: Sequence[Store], *, writes: WritePolicy = "all") -> None:
         if not levels:
-            raise ValueError("a tiered store needs at least one level")
+            raise ConfigError("a tiered store needs at least one level")
+        if writes not in ("all", "local"):
+            raise ConfigError(f"tier writes must be 'all' or 'local', got {writes!r}")
         self.levels = list(levels)
+        self.writes = writes
         self.url = ",".join(level.url for level in self.levels)
+        self._writable = [not is_read_only(level) for level in self.levels]
+        # For each level, the faster levels a hit there is copied into.
+        self._backfill_targets = [
+            [d for d in range(depth) if self._writable[d] and (writes == "all" or d == 0)]
+            for depth in range(len(self.levels))
+        ]
+        self._counts = [dict.fromkeys(_COUNTERS, 0) for _ in self.levels]
+        self._lock = threading.Lock()
+
+    def _count(self, depth: int, name: str) -> None:
+        with self._lock:
+            self._counts[depth][name] += 1
+
+    def _failed(self, depth: int, exc: Exception, what: str) -> None:
+        self._count(depth, "skipped" if isinstance(exc, LevelSkipped) else "errors")
+        log.debug("compilecache: %s on level %s failed: %s", what, self.levels[depth].url, exc)
+
+    # -- the Store protocol --------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        first_error: Exception | None = None
         for depth, level in enumerate(self.levels):
-            value = level.get(key)
-            if value is None:
+            targets = self._backfill_targets[depth]
+            try:
+                if targets:
+                    # Value and metadata together, in one read where the level can.
+                    found = fetch_with_meta(level, key)
+                    value, meta = found if found is not None else (None, None)
+                else:
+                    value = level.get(key)
+            except Exception as exc:
+                self._failed(depth, exc, "get")
+                if not isinstance(exc, LevelSkipped):
+                    first_error = first_error or exc
                 continue
-            if depth:
-                info = level.stat(key)
-                for faster in self.levels[:depth]:
-                    try:
-                        faster.put(key, value, info.meta if info else None)
-                    except Exception as exc:
-                        log.debug("compilecache: backfill of %s failed: %s", faster.url, exc)
+            if value is None:
+                self._count(depth, "misses")
+                continue
+            self._count(depth, "hits")
+            for d in targets:
+                try:
+                    self.levels[d].put(key, value, meta)
+                except Exception as backfill_exc:
+                    self._failed(d, backfill_exc, "backfill")
+                    continue
+                self._count(d, "backfills")
             return value
+        if first_error is not None:
+            raise first_error
         return None
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
-        for level in self.levels:
-            level.put(key, value, meta)
+        first_error: Exception | None = None
+        wrote = False
+        for depth, level in enumerate(self.levels):
+            if not self._writable[depth] or (self.writes == "local" and depth):
+                continue
+            try:
+                level.put(key, value, meta)
+            except Exception as exc:
+                if not isinstance(exc, LevelSkipped):
+                    self._count(depth, "write_errors")
+                self._failed(depth, exc, "put")
+                first_error = first_error or exc
+                continue
+            self._count(depth, "writes")
+            wrote = True
+        if not wrote:
+            raise first_error or ReadOnlyStore(f"no level of {self.url} is writable")
 
     def delete(self, key: str) -> bool:
         removed = False
-        for level in self.levels:
-            removed = level.delete(key) or removed
+        first_error: Exception | None = None
+        tried = False
+        for depth, level in enumerate(self.levels):
+            if not self._writable[depth]:
+                continue
+            tried = True
+            try:
+                removed = level.delete(key) or removed
+            except Exception as exc:
+                self._failed(depth, exc, "delete")
+                first_error = first_error or exc
+        if not tried:
+            raise ReadOnlyStore(f"no level of {self.url} is writable")
+        if first_error is not None and not removed:
+            raise first_error
         return removed
 
     def stat(self, key: str) -> EntryInfo | None:
-        for level in self.levels:
-            info = level.stat(key)
+        first_error: Exception | None = None
+        for depth, level in enumerate(self.levels):
+            try:
+                info = level.stat(key)
+            except Exception as exc:
+                self._failed(depth, exc, "stat")
+                first_error = first_error or exc
+                continue
             if info is not None:
                 return info
+        if first_error is not None:
+            raise first_error
         return None
 
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
-        seen: set[str] = set()
-        for level in self.levels:
-            for info in level.scan(prefix):
-                if info.key not in seen:
-                    seen.add(info.key)
-                    yield info
+        """Every key of every level once (the fastest level's metadata wins)."""
+        seen: dict[str, EntryInfo] = {}
+        failures = 0
+        for depth, level in enumerate(self.levels):
+            try:
+                infos = list(level.scan(prefix))
+            except Exception as exc:
+                failures += 1
+                self._failed(depth, exc, "scan")
+                log.warning("compilecache: cannot list %s: %s", level.url, exc)
+                if failures == len(self.levels):
+                    raise
+                continue
+            for info in infos:
+                seen.setdefault(info.key, info)
+        return iter(sorted(seen.values(), key=lambda i: i.key))
 
     def close(self) -> None:
         for level in self.levels:
-            level.close()
+            try:
+                level.close()
+            except Exception as exc:
+                log.debug("compilecache: closing %s failed: %s", level.url, exc)
+
+    # -- stats -----------------------------------------------------------------------------------
+
+    def level_stats(self) -> dict[str, dict[str, float]]:
+        """Counters per level, fastest first, keyed by level URL.
+
+        Each holds ``hits``, ``misses``, ``errors``, ``skipped`` (calls not made during a
+        back-off; skipped reads are counted as misses too), ``writes``, ``write_errors``,
+        ``backfills``, ``writable`` and, for guarded levels, ``down`` (1 while in back-off),
+        ``timeouts``, ``outages`` and ``recoveries``.
+        """
+        out: dict[str, dict[str, float]] = {}
+        for depth, level in enumerate(self.levels):
+            with self._lock:
+                counts: dict[str, float] = dict(self._counts[depth])
+            counts["writable"] = 1.0 if self._writable[depth] else 0.0
+            guarded = _find_guard(level)
+            if guarded is not None:
+                # The guard sees every skipped call (a skipped read is also a miss here).
+                for name, value in guarded.stats().items():
+                    if name in ("skipped", "down", "timeouts", "outages", "recoveries"):
+                        counts[name] = value
+            name = level.url if level.url not in out else f"{level.url}#{depth}"
+            out[name] = counts
+        return out
+
+    # Persistent counters go to the first writable level that keeps them (normally the local
+    # disk): per-host numbers, and no extra network round trip at exit.
+    def _stats_level(self) -> StatsStore | None:
+        for depth, level in enumerate(self.levels):
+            if self._writable[depth] and isinstance(_innermost(level), StatsStore):
+                return level  # type: ignore[return-value]
+        return None
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        level = self._stats_level()
+        if level is not None:
+            level.add_stats(counters)
+
+    def read_stats(self) -> dict[str, float]:
+        level = self._stats_level()
+        return level.read_stats() if level is not None else {}
+
+    def zero_stats(self) -> None:
+        level = self._stats_level()
+        if level is not None:
+            level.zero_stats()
 
 
-def from_urls(urls: Sequence[str], max_size: int | None = None) -> Tiered:
-    return Tiered([open_url(url, max_size) for url in urls])
+def _innermost(store: Store) -> Store:
+    while (inner := getattr(store, "inner", None)) is not None:
+        store = inner
+    return store
+
+
+def _find_guard(store: Store) -> Guarded | None:
+    seen: Store | None = store
+    while seen is not None:
+        if isinstance(seen, Guarded):
+            return seen
+        seen = getattr(seen, "inner", None)
+    return None
+
+
+def open_level(url: str, max_size: int | None = None, *, read_only: bool = False) -> Store:
+    """One level: the backend (with its ``?readonly=1``), read-only if asked, guarded if remote."""
+    store = guard(open_url(url, max_size), parse_url(url, max_size))
+    if read_only and not is_read_only(store):
+        store = ReadOnly(store)
+    return store
+
+
+def from_urls(
+    urls: Sequence[str],
+    max_size: int | None = None,
+    *,
+    writes: WritePolicy = "all",
+    read_only: bool = False,
+) -> Tiered:
+    """Open the levels of ``COMPILECACHE_URL=a,b,c``.
+
+    A level that cannot be opened (a missing package, an unusable directory) is left out with a
+    warning rather than failing the whole cache; if none can be opened the first error is raised.
+    """
+    levels: list[Store] = []
+    first_error: StoreUnavailable | None = None
+    for url in urls:
+        try:
+            levels.append(open_level(url, max_size, read_only=read_only))
+        except StoreUnavailable as exc:
+            log.warning("compilecache: level %s left out: %s", url, exc)
+            first_error = first_error or exc
+    if not levels:
+        assert first_error is not None
+        raise first_error
+    return Tiered(levels, writes=writes)

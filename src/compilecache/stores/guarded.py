@@ -1,0 +1,297 @@
+"""Fail-open as a wrapper: a store that is down, slow or failing costs its timeout once.
+
+:class:`Guarded` sits around a remote level (Redis, an object store, a shared mount). The first
+failure of a call is re-raised as :class:`~compilecache.errors.StoreUnavailable` (the cache layer
+counts it as an error and a miss, and warns once); the level is then *skipped* for a back-off
+period, without touching the network: a read (``get``, ``stat``) is a plain miss, a write or a
+listing fails at once with :class:`LevelSkipped` (a write that did not happen is not hidden).
+When the period is over, the next call is a probe: success brings the level back, another failure
+doubles the period (up to ``max_backoff``). So an outage costs one error and one warning per
+probe, not one per lookup; the guard counts the skipped calls.
+
+Timeouts themselves come from the backend's client (Redis socket timeouts, botocore's connect and
+read timeouts), which bound a single network operation without bounding a large transfer. For
+backends without reliable timeouts (a hard NFS mount that hangs, an fsspec protocol without
+timeouts) ``deadline`` runs each call on a daemon thread and gives up waiting after that many
+seconds; the stuck call is abandoned, never joined, so it cannot hold up the program's exit.
+
+Policy errors are not outages: :class:`~compilecache.errors.ReadOnlyStore`,
+:class:`~compilecache.errors.CorruptEntry` and :class:`~compilecache.errors.ConfigError` pass
+through without starting a back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore, StoreUnavailable
+from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, StoreURL
+
+log = logging.getLogger("compilecache")
+
+T = TypeVar("T")
+
+DEFAULT_BACKOFF = 30.0
+DEFAULT_MAX_BACKOFF = 300.0
+# Schemes whose stores live on this machine's own disk or memory: nothing to guard.
+LOCAL_SCHEMES = frozenset({"file", "memory"})
+
+_PASS_THROUGH = (ReadOnlyStore, CorruptEntry, ConfigError)
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+class LevelSkipped(StoreUnavailable):
+    """A call refused without trying because the store failed recently (it is in back-off)."""
+
+
+class DeadlineExceeded(StoreUnavailable):
+    """A call did not finish within the guard's deadline."""
+
+
+def _warn_once(url: str, message: str) -> None:
+    """One warning per store URL and process; later ones go to the debug log."""
+    with _warned_lock:
+        first = url not in _warned
+        _warned.add(url)
+    log.log(logging.WARNING if first else logging.DEBUG, "compilecache: %s", message)
+
+
+class Guarded:
+    """Wrap ``inner`` so that failures turn into a bounded, backed-off cost."""
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if backoff < 0 or max_backoff < backoff:
+            raise ConfigError(f"backoff must be 0 <= backoff <= max_backoff, got {backoff}")
+        if deadline is not None and deadline <= 0:
+            raise ConfigError(f"deadline must be positive, got {deadline}")
+        self.inner = inner
+        self.url = inner.url
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.deadline = deadline
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._consecutive = 0
+        self._last_error = ""
+        self._counters: dict[str, float] = {
+            "errors": 0,
+            "timeouts": 0,
+            "skipped": 0,
+            "outages": 0,
+            "recoveries": 0,
+        }
+
+    # -- the guard -----------------------------------------------------------------------------
+
+    @property
+    def down(self) -> bool:
+        """Whether calls are being skipped right now."""
+        return self._clock() < self._down_until
+
+    def stats(self) -> dict[str, float]:
+        """Counters of this guard, and ``down`` (1.0 while in back-off)."""
+        with self._lock:
+            out = dict(self._counters)
+        out["down"] = 1.0 if self.down else 0.0
+        return out
+
+    def _call(
+        self, what: str, fn: Callable[..., T], *args: Any, miss: Callable[[], T] | None = None
+    ) -> T:
+        """``fn(*args)`` under the guard; during a back-off ``miss()`` (reads) or LevelSkipped."""
+        now = self._clock()
+        if now < self._down_until:
+            with self._lock:
+                self._counters["skipped"] += 1
+            if miss is not None:
+                return miss()
+            raise LevelSkipped(
+                f"{self.url} skipped for {self._down_until - now:.0f}s more after: "
+                f"{self._last_error}"
+            )
+        try:
+            result = fn(*args) if self.deadline is None else self._with_deadline(fn, *args)
+        except _PASS_THROUGH:
+            self._succeeded()
+            raise
+        except Exception as exc:
+            raise self._failed(what, exc) from exc
+        self._succeeded()
+        return result
+
+    def _with_deadline(self, fn: Callable[..., T], *args: Any) -> T:
+        box: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                box.put((True, fn(*args)))
+            except BaseException as exc:
+                box.put((False, exc))
+
+        # A daemon thread per call: a hung call is abandoned, and cannot block the exit.
+        threading.Thread(target=run, name="compilecache-guard", daemon=True).start()
+        try:
+            ok, value = box.get(timeout=self.deadline)
+        except queue.Empty:
+            raise DeadlineExceeded(f"no answer within {self.deadline}s") from None
+        if ok:
+            result: T = value
+            return result
+        raise value
+
+    def _succeeded(self) -> None:
+        if self._consecutive:
+            with self._lock:
+                if self._consecutive:
+                    self._consecutive = 0
+                    self._counters["recoveries"] += 1
+                    log.info("compilecache: %s is back", self.url)
+
+    def _failed(self, what: str, exc: Exception) -> StoreUnavailable:
+        timed_out = _is_timeout(exc)
+        with self._lock:
+            self._consecutive += 1
+            period = min(self.backoff * 2 ** (self._consecutive - 1), self.max_backoff)
+            self._down_until = self._clock() + period
+            self._last_error = f"{what} failed: {exc}"
+            self._counters["errors"] += 1
+            self._counters["timeouts"] += 1 if timed_out else 0
+            self._counters["outages"] += 1 if self._consecutive == 1 else 0
+        _warn_once(
+            self.url,
+            f"{self.url}: {what} failed ({type(exc).__name__}: {exc}); "
+            f"skipping it for {period:.0f}s, then retrying",
+        )
+        if isinstance(exc, StoreUnavailable):
+            return exc
+        return StoreUnavailable(f"{self.url}: {what} failed: {exc}")
+
+    # -- the Store protocol --------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        return self._call("get", self.inner.get, key, miss=_none)
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
+        return self._call("get", fetch_with_meta, self.inner, key, miss=_none)
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self._call("put", self.inner.put, key, value, meta)
+
+    def delete(self, key: str) -> bool:
+        return self._call("delete", self.inner.delete, key)
+
+    def stat(self, key: str) -> EntryInfo | None:
+        return self._call("stat", self.inner.stat, key, miss=_none)
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        # Listing is for the CLI (ls, prune, stats): materialise it under the guard so that a
+        # failure surfaces here, once, rather than halfway through the caller's loop.
+        return iter(self._call("scan", lambda p: list(self.inner.scan(p)), prefix))
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        except Exception as exc:
+            log.debug("compilecache: closing %s failed: %s", self.url, exc)
+
+    # -- persistent stats, when the inner store keeps them -------------------------------------
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        if isinstance(self.inner, StatsStore):
+            self._call("add_stats", self.inner.add_stats, counters)
+
+    def read_stats(self) -> dict[str, float]:
+        if isinstance(self.inner, StatsStore):
+            return self._call("read_stats", self.inner.read_stats)
+        return {}
+
+    def zero_stats(self) -> None:
+        if isinstance(self.inner, StatsStore):
+            self._call("zero_stats", self.inner.zero_stats)
+
+    def __getattr__(self, name: str) -> Any:
+        # Backend-specific helpers (evict, total_size, ...) stay reachable through the wrapper.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def _none() -> None:
+    return None
+
+
+def fetch_with_meta(store: Store, key: str) -> tuple[bytes, EntryMeta | None] | None:
+    """``store.get(key)`` and the entry's metadata, in one read where the store offers
+    ``get_with_meta`` (Redis, object stores, shared mounts), else a ``get`` and a ``stat``."""
+    both = getattr(store, "get_with_meta", None)
+    if both is not None:
+        found: tuple[bytes, EntryMeta | None] | None = both(key)
+        return found
+    value = store.get(key)
+    if value is None:
+        return None
+    try:
+        info = store.stat(key)
+    except Exception:  # the value is what matters; metadata only labels a backfilled copy
+        info = None
+    return value, info.meta if info is not None else None
+
+
+def _is_timeout(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception it was raised from is a timeout (of any library)."""
+    depth = 0
+    while exc is not None and depth < 8:
+        if isinstance(exc, (TimeoutError, DeadlineExceeded)) or "timeout" in (
+            type(exc).__name__.lower()
+        ):
+            return True
+        exc, depth = exc.__cause__ or exc.__context__, depth + 1
+    return False
+
+
+def guard(store: Store, url: StoreURL) -> Store:
+    """``store`` wrapped in :class:`Guarded` unless it lives on this machine.
+
+    URL options: ``backoff`` (seconds, default 30), ``max_backoff`` (default 300), ``deadline``
+    (seconds; a hard limit per call, for backends without their own timeouts), ``guard=0`` to opt
+    out. A local directory is guarded too when it is a shared mount (``?shared=1``).
+    """
+    params = url.params
+    local = url.scheme in LOCAL_SCHEMES and not _truthy(params.get("shared"))
+    if local or params.get("guard", "1").strip() in ("0", "false", "no", "off"):
+        return store
+    backoff = _seconds(params, "backoff", DEFAULT_BACKOFF)
+    return Guarded(
+        store,
+        backoff=backoff,
+        max_backoff=max(backoff, _seconds(params, "max_backoff", DEFAULT_MAX_BACKOFF)),
+        deadline=_seconds(params, "deadline", None),
+    )
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _seconds(params: Mapping[str, str], name: str, default: float | None) -> Any:
+    text = params.get(name)
+    if text is None or not text.strip():
+        return default
+    from compilecache.config import parse_duration
+
+    return parse_duration(text, name)

@@ -1,0 +1,345 @@
+"""``s3://``, ``gs://`` and any other fsspec protocol: a store in a bucket (or remote filesystem).
+
+URL: ``s3://bucket/prefix?options``. Options this store reads: ``timeout`` (connect and read
+timeout, seconds, default 5), ``retries`` (attempts per request, default 1), ``conditional=0``
+(disable conditional writes). Every other option is passed to the fsspec filesystem
+(``endpoint_url=http://127.0.0.1:9000``, ``anon=true``, ``profile=...``); ``true``/``false``
+become booleans.
+
+Layout: ``<prefix>/ab/<blake2b(key)>.cce``, each object a frame (the key and metadata as a small
+JSON header, with the value's size) followed by the value: one object per entry, so publication
+is the object store's own atomic PUT. ``stat`` and ``scan`` read the first few KB of each object
+with range requests (concurrently where the filesystem is asynchronous), never the payload.
+Object stores keep no access times: ``accessed`` is the creation time and ``hits`` is 0, so
+pruning there is by age.
+
+Racing writers. Where the protocol supports conditional writes (S3 and S3-compatible servers with
+``If-None-Match``/``If-Match``; GCS through gcsfs's exclusive create), ``put`` is a compare and
+swap against what it saw when it started: it reads the object's ETag (or sees none), then writes
+with ``If-None-Match: *`` (create if absent) or ``If-Match: <etag>`` (replace what it saw). A
+writer whose condition fails lost a race to a writer that published an equivalent entry for the
+same key in the meantime, and leaves that entry alone: racing writers never clobber each other,
+and a sequential overwrite still replaces. Where a server answers that conditional writes are not
+implemented, the store falls back to plain PUTs (still atomic per object) and says so once.
+On filesystem-like protocols (sftp, smb, ...), where an open-for-write is visible while being
+written, values are written to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+
+from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
+from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.sharedfs import decode_frame, encode_frame, frame_length, info_of, meta_of
+from compilecache.stores.sharedfs import key_filename as _key_filename
+
+log = logging.getLogger("compilecache")
+
+_PROBE = 4096  # bytes read from the start of an object to get its frame
+_SCAN_BATCH = 256
+DEFAULT_TIMEOUT = 5.0
+# One attempt per request: a slow or failing bucket must cost its timeout once (the Guarded
+# wrapper then skips it for a while), not once per retry.
+DEFAULT_RETRIES = 1
+# Protocols where one PUT publishes a whole object atomically.
+_OBJECT_PROTOCOLS = frozenset(
+    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "oss", "memory", "r2"}
+)
+# Protocols with conditional writes the store knows how to ask for.
+_CONDITIONAL = frozenset({"s3", "s3a", "gs", "gcs"})
+INSTALL_HINTS = {
+    "s3": "s3fs (pip install 'compilecache[s3]')",
+    "s3a": "s3fs (pip install 'compilecache[s3]')",
+    "gs": "gcsfs (pip install 'compilecache[gcs]')",
+    "gcs": "gcsfs (pip install 'compilecache[gcs]')",
+    "az": "adlfs (pip install adlfs)",
+    "abfs": "adlfs (pip install adlfs)",
+    "abfss": "adlfs (pip install adlfs)",
+}
+_OWN_PARAMS = frozenset(
+    {
+        "timeout",
+        "retries",
+        "conditional",
+        "readonly",
+        "backoff",
+        "max_backoff",
+        "deadline",
+        "guard",
+        "max_size",
+    }
+)
+
+
+class ObjectStore:
+    """Entries as objects under ``root`` on an fsspec filesystem."""
+
+    def __init__(
+        self,
+        fs: Any,
+        root: str,
+        *,
+        url: str | None = None,
+        conditional: bool | None = None,
+        atomic_put: bool | None = None,
+    ) -> None:
+        protocol = _protocol(fs)
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.url = url or f"{protocol}://{self.root}"
+        self.conditional = protocol in _CONDITIONAL if conditional is None else conditional
+        self.atomic_put = protocol in _OBJECT_PROTOCOLS if atomic_put is None else atomic_put
+        self._etag_write = protocol in ("s3", "s3a")
+        self._lock = threading.Lock()
+        self.lost_races = 0
+
+    def path_of(self, key: str) -> str:
+        return f"{self.root}/{_key_filename(key)}"
+
+    # -- the Store protocol --------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        found = self.get_with_meta(key)
+        return found[0] if found is not None else None
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
+        """The value and the metadata of its frame, from one read."""
+        path = self.path_of(key)
+        try:
+            data = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._unavailable("get", exc) from exc
+        try:
+            header, offset = decode_frame(data)
+        except CorruptEntry:
+            self._discard(path)
+            raise
+        if header["key"] != key:
+            return None
+        size = header.get("size")
+        if isinstance(size, int) and size != len(data) - offset:
+            self._discard(path)
+            raise CorruptEntry(f"{path} holds {len(data) - offset} bytes, its frame says {size}")
+        return (data[offset:] if offset else bytes(data)), meta_of(header)
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        path = self.path_of(key)
+        body = encode_frame(key, meta or EntryMeta(), time.time(), len(value)) + value
+        try:
+            if self.conditional:
+                self._put_conditional(path, body)
+            elif self.atomic_put:
+                self.fs.pipe_file(path, body)
+            else:
+                self._put_renamed(path, body)
+        except CompileCacheError:
+            raise
+        except Exception as exc:
+            raise self._unavailable("put", exc) from exc
+
+    def _put_conditional(self, path: str, body: bytes) -> None:
+        try:
+            seen = self.fs.info(path)
+        except FileNotFoundError:
+            seen = None
+        try:
+            if seen is None:
+                self.fs.pipe_file(path, body, mode="create")
+            elif self._etag_write and seen.get("ETag"):
+                self.fs.pipe_file(path, body, IfMatch=seen["ETag"])
+            else:
+                self.fs.pipe_file(path, body)
+        except Exception as exc:
+            if _precondition_failed(exc):
+                # Another writer published this key since we looked: theirs stands.
+                with self._lock:
+                    self.lost_races += 1
+                log.debug("compilecache: %s: lost a write race on %s", self.url, path)
+                return
+            if _not_implemented(exc):
+                log.warning(
+                    "compilecache: %s does not support conditional writes; using plain PUTs",
+                    self.url,
+                )
+                self.conditional = False
+                self.fs.pipe_file(path, body)
+                return
+            raise
+
+    def _put_renamed(self, path: str, body: bytes) -> None:
+        tmp = f"{self.root}/tmp/{uuid.uuid4().hex}.tmp"
+        self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+        self.fs.makedirs(f"{self.root}/tmp", exist_ok=True)
+        self.fs.pipe_file(tmp, body)
+        try:
+            self.fs.mv(tmp, path)
+        except BaseException:
+            self._discard(tmp)
+            raise
+
+    def _discard(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except Exception as exc:
+            log.debug("compilecache: could not remove %s: %s", path, exc)
+
+    def delete(self, key: str) -> bool:
+        path = self.path_of(key)
+        try:
+            if not self.fs.exists(path):
+                return False
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            raise self._unavailable("delete", exc) from exc
+        return True
+
+    def stat(self, key: str) -> EntryInfo | None:
+        path = self.path_of(key)
+        try:
+            found = self._info(path, self.fs.cat_file(path, start=0, end=_PROBE))
+        except FileNotFoundError:
+            return None
+        except CompileCacheError:
+            raise
+        except Exception as exc:
+            raise self._unavailable("stat", exc) from exc
+        return found if found is not None and found.key == key else None
+
+    def _info(self, path: str, head: bytes) -> EntryInfo | None:
+        try:
+            end = frame_length(head)
+            if end > len(head):
+                head = self.fs.cat_file(path, start=0, end=end)
+            header, _ = decode_frame(head)
+        except CorruptEntry:
+            return None
+        size = header.get("size")
+        return info_of(header, size if isinstance(size, int) else 0)
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        try:
+            self.fs.invalidate_cache(self.root)
+            tmp = f"{self.root}/tmp/"
+            paths = sorted(
+                p for p in self.fs.find(self.root) if p.endswith(".cce") and not p.startswith(tmp)
+            )
+            infos: list[EntryInfo] = []
+            for i in range(0, len(paths), _SCAN_BATCH):
+                batch = paths[i : i + _SCAN_BATCH]
+                heads = self.fs.cat_ranges(batch, 0, _PROBE, on_error="return")
+                for path, head in zip(batch, heads, strict=True):
+                    if isinstance(head, BaseException):
+                        continue  # removed since the listing
+                    found = self._info(path, head)
+                    if found is not None and found.key.startswith(prefix):
+                        infos.append(found)
+        except CompileCacheError:
+            raise
+        except FileNotFoundError:
+            return iter([])
+        except Exception as exc:
+            raise self._unavailable("scan", exc) from exc
+        return iter(sorted(infos, key=lambda i: i.key))
+
+    def close(self) -> None:
+        pass
+
+    def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _protocol(fs: Any) -> str:
+    proto = fs.protocol
+    return str(proto if isinstance(proto, str) else proto[0])
+
+
+def _error_text(exc: BaseException) -> str:
+    parts = [str(exc)]
+    cause = exc.__cause__
+    if cause is not None:
+        parts.append(repr(cause))
+    return " ".join(parts)
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    if isinstance(exc, FileExistsError):
+        return True
+    if getattr(exc, "code", None) == 412:  # gcsfs's HttpError
+        return True
+    text = _error_text(exc)
+    return "PreconditionFailed" in text or "Precondition Failed" in text
+
+
+def _not_implemented(exc: BaseException) -> bool:
+    if getattr(exc, "code", None) == 501:
+        return True
+    return "NotImplemented" in _error_text(exc)
+
+
+def _option(value: str) -> Any:
+    lowered = value.strip().lower()
+    if lowered in ("true", "yes", "on"):
+        return True
+    if lowered in ("false", "no", "off"):
+        return False
+    return value
+
+
+def from_url(url: StoreURL) -> ObjectStore:
+    """Open ``PROTOCOL://bucket/prefix`` through fsspec."""
+    protocol = url.scheme
+    root = (url.netloc + url.path).rstrip("/")
+    if not root:
+        raise ConfigError(f"no bucket or path in store URL {url.raw!r}")
+    params = url.params
+    options: dict[str, Any] = {k: _option(v) for k, v in params.items() if k not in _OWN_PARAMS}
+    options.setdefault("skip_instance_cache", True)
+    options.setdefault("use_listings_cache", False)
+    timeout = float(params.get("timeout", DEFAULT_TIMEOUT))
+    retries = int(params.get("retries", DEFAULT_RETRIES))
+    if protocol in ("s3", "s3a"):
+        config = dict(options.pop("config_kwargs", None) or {})
+        config.setdefault("connect_timeout", timeout)
+        config.setdefault("read_timeout", timeout)
+        config.setdefault("retries", {"max_attempts": 1})
+        options["config_kwargs"] = config
+    elif protocol in ("gs", "gcs"):
+        options.setdefault("timeout", timeout)
+    try:
+        fs = fsspec.filesystem(protocol, **options)
+    except ImportError as exc:
+        hint = INSTALL_HINTS.get(protocol, f"the fsspec implementation of {protocol}://")
+        raise StoreUnavailable(f"cannot open {protocol}:// ({exc}): install {hint}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot open {url.raw!r}: {exc}") from exc
+    if hasattr(fs, "retries"):
+        fs.retries = max(1, retries)
+    conditional = params.get("conditional")
+    return ObjectStore(
+        fs,
+        root,
+        url=f"{protocol}://{root}",
+        conditional=None if conditional is None else _option(conditional) is not False,
+    )
+
+
+def known_protocol(scheme: str) -> bool:
+    """Whether fsspec knows ``scheme`` (the generic fallback of the URL registry)."""
+    from fsspec.registry import known_implementations, registry
+
+    return scheme in known_implementations or scheme in registry
+
+
+__all__ = ["INSTALL_HINTS", "ObjectStore", "from_url", "known_protocol"]

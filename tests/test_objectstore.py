@@ -1,0 +1,183 @@
+"""The fsspec object store: S3 against a real moto_server, and the generic path on fsspec's own
+memory and local filesystems."""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from compilecache.errors import CorruptEntry, StoreUnavailable
+from compilecache.stores.base import EntryMeta, Store, open_url
+from compilecache.stores.objectstore import ObjectStore
+from tests import servers
+from tests.servers import MotoServer, run_race
+from tests.stores.conformance import StoreConformance
+
+# The real servers this module uses (pytest fixtures from tests/servers.py).
+moto_server = servers.moto_server
+
+
+@pytest.fixture(scope="module")
+def bucket(moto_server: MotoServer) -> str:
+    return moto_server.create_bucket()
+
+
+@pytest.fixture
+def s3(moto_server: MotoServer, bucket: str) -> Iterator[ObjectStore]:
+    store = open_url(moto_server.url(bucket, f"p{uuid.uuid4().hex[:10]}"))
+    assert isinstance(store, ObjectStore)
+    yield store
+    store.close()
+
+
+class TestS3Store(StoreConformance):
+    @pytest.fixture
+    def store(self, s3: ObjectStore) -> Store:
+        return s3
+
+
+class TestFsspecMemoryStore(StoreConformance):
+    """The generic path: a protocol without conditional writes (one PUT per object)."""
+
+    @pytest.fixture
+    def store(self) -> Store:
+        return ObjectStore(MemoryFileSystem(), f"/cc-{uuid.uuid4().hex}")
+
+
+class TestFsspecRenameStore(StoreConformance):
+    """A filesystem-like protocol: values are written to a temporary name, then renamed."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        store = ObjectStore(fsspec.filesystem("file"), str(tmp_path / "objects"))
+        assert not store.atomic_put and not store.conditional
+        return store
+
+
+def test_s3_url_and_conditional_writes_enabled(s3: ObjectStore) -> None:
+    assert s3.url.startswith("s3://") and s3.conditional
+    # Fail fast: one attempt per request, short timeouts, no listing cache.
+    assert s3.fs.retries == 1
+    assert s3.fs.config_kwargs["retries"] == {"max_attempts": 1}
+
+
+def test_racing_creators_do_not_clobber(s3: ObjectStore, moto_server: MotoServer) -> None:
+    """Both writers saw no object; the second one's If-None-Match: * fails, the first stands."""
+    other = ObjectStore(s3.fs, s3.root, url=s3.url)
+    s3.put("k", b"first writer", EntryMeta("jax", "f", 1.0))
+
+    def saw_nothing(path: str, **kwargs: Any) -> dict[str, Any]:
+        raise FileNotFoundError(path)
+
+    other.fs = _Spy(s3.fs, info=saw_nothing)
+    other.put("k", b"second writer")
+    assert other.lost_races == 1
+    assert s3.get("k") == b"first writer"
+
+
+def test_racing_replacers_do_not_clobber(s3: ObjectStore) -> None:
+    """A writer replaces only the version it saw (If-Match: etag)."""
+    s3.put("k", b"v1")
+    seen = s3.fs.info(s3.path_of("k"))
+    s3.put("k", b"v2 by a faster writer")
+    slow = ObjectStore(_Spy(s3.fs, info=lambda path, **kw: seen), s3.root, url=s3.url)
+    slow.put("k", b"v2 by a slower writer")
+    assert slow.lost_races == 1
+    assert s3.get("k") == b"v2 by a faster writer"
+
+
+def test_metadata_without_payload_reads(s3: ObjectStore) -> None:
+    s3.put("jax/a", b"a" * 200_000, EntryMeta("jax", "jit_a", 3.0))
+    s3.put("jax/b", b"b" * 10, EntryMeta("jax", "jit_b", 0.1))
+    reads: list[tuple[Any, ...]] = []
+    fs = s3.fs
+    spy = _Spy(
+        fs,
+        cat_file=lambda path, start=None, end=None, **kw: (
+            reads.append(("cat", start, end)) or fs.cat_file(path, start=start, end=end)
+        ),
+        cat_ranges=lambda paths, starts, ends, **kw: (
+            reads.append(("ranges", starts, ends)) or fs.cat_ranges(paths, starts, ends, **kw)
+        ),
+    )
+    s3.fs = spy
+    info = s3.stat("jax/a")
+    assert info is not None and info.size == 200_000 and info.name == "jit_a"
+    assert {i.key: i.size for i in s3.scan("jax/")} == {"jax/a": 200_000, "jax/b": 10}
+    assert reads == [("cat", 0, 4096), ("ranges", 0, 4096)]
+
+
+def test_corrupt_and_truncated_objects(s3: ObjectStore) -> None:
+    s3.put("k", b"x" * 1000)
+    path = s3.path_of("k")
+    s3.fs.pipe_file(path, s3.fs.cat_file(path)[:-10])  # truncated
+    with pytest.raises(CorruptEntry):
+        s3.get("k")
+    assert not s3.fs.exists(path)  # removed
+    s3.fs.pipe_file(path, b"garbage that is not a frame")
+    with pytest.raises(CorruptEntry):
+        s3.get("k")
+    assert s3.get("k") is None
+
+
+def test_concurrent_writers_of_one_large_key(moto_server: MotoServer, bucket: str) -> None:
+    """Writer and reader processes race on one 1 MB object: every read is a whole value."""
+    url = moto_server.url(bucket, f"race{uuid.uuid4().hex[:8]}")
+    results = run_race(url, "jax/hot", writers=2, readers=2, seconds=2.0, size=1_000_000)
+    writers, readers = results[:2], results[2:]
+    assert sum(w["writes"] for w in writers) > 0 and all(w["errors"] == 0 for w in writers)
+    assert all(r["bad"] == 0 and r["errors"] == 0 for r in readers)
+    assert sum(r["whole"] for r in readers) > 0
+
+
+def test_server_down_is_unavailable(moto_server: MotoServer) -> None:
+    from tests.servers import free_port
+
+    store = open_url(
+        f"s3://b/p?endpoint_url=http://127.0.0.1:{free_port()}&key=x&secret=y&timeout=1"
+    )
+    with pytest.raises(StoreUnavailable):
+        store.get("k")
+    with pytest.raises(StoreUnavailable):
+        store.put("k", b"v")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None, reason="gcsfs is installed")
+def test_missing_implementation_names_the_package() -> None:
+    with pytest.raises(StoreUnavailable, match=r"gcsfs.*compilecache\[gcs\]"):
+        open_url("gs://bucket/prefix")
+
+
+def test_any_fsspec_protocol_is_a_store() -> None:
+    """Protocols registered with fsspec (here a test one) open through the generic fallback."""
+
+    class TestFS(MemoryFileSystem):
+        protocol = "cctestfs"
+        store: dict[str, Any] = {}  # noqa: RUF012  (fsspec's class-level storage)
+        pseudo_dirs = [""]  # noqa: RUF012
+
+    fsspec.register_implementation("cctestfs", TestFS, clobber=True)
+    store = open_url("cctestfs://bucket/prefix")
+    assert isinstance(store, ObjectStore) and store.url == "cctestfs://bucket/prefix"
+    store.put("k", b"v")
+    assert store.get("k") == b"v"
+
+
+class _Spy:
+    """A filesystem that answers some calls itself and passes the rest through."""
+
+    def __init__(self, fs: Any, **overrides: Any) -> None:
+        self._fs = fs
+        self._overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._overrides:
+            return self._overrides[name]
+        return getattr(self._fs, name)
