@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from compilecache.errors import ConfigError
 
@@ -93,6 +94,8 @@ class Config:
     min_compile_time: float = 0.0
     frameworks: tuple[str, ...] = KNOWN_FRAMEWORKS
     log_level: str = "warning"
+    # With several store levels: write to "all" of them, or only the first ("local").
+    tier_writes: Literal["all", "local"] = "all"
     # Set by ``compilecache run`` for its children: where each process leaves its counters.
     run_spool: str | None = None
 
@@ -148,6 +151,11 @@ def load(
     if level not in LOG_LEVELS:
         raise ConfigError(f"COMPILECACHE_LOG: expected one of {LOG_LEVELS}, got {level!r}")
 
+    writes_text = env.get("COMPILECACHE_TIER_WRITES", "all").strip().lower() or "all"
+    if writes_text not in ("all", "local"):
+        raise ConfigError(f"COMPILECACHE_TIER_WRITES: expected all or local, got {writes_text!r}")
+    tier_writes: Literal["all", "local"] = "local" if writes_text == "local" else "all"
+
     return Config(
         url=resolved_url,
         max_size=size,
@@ -157,6 +165,7 @@ def load(
         min_compile_time=min_compile_time,
         frameworks=fw,
         log_level=level,
+        tier_writes=tier_writes,
         run_spool=env.get("COMPILECACHE_RUN_SPOOL") or None,
     )
 

@@ -50,7 +50,7 @@ def _open(cfg: Config) -> Store:
         store: Store = from_urls(
             urls,
             cfg.max_size,
-            writes=getattr(cfg, "tier_writes", "all"),
+            writes=cfg.tier_writes,
             read_only=cfg.read_only,
         )
     else:
