@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_store.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_jax_warm.py
+	$(PY) benchmarks/bench_redis.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
