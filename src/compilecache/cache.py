@@ -15,14 +15,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from compilecache import entry
+from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
 from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import CorruptEntry
-from compilecache.stats import Stats
-from compilecache.stores.base import EntryMeta, Store
+from compilecache.singleflight import SingleFlight
+from compilecache.stats import Stats, function_counter
+from compilecache.stores.base import EntryMeta, LeaseStore, Store, supports_leases
 
 log = logging.getLogger("compilecache")
+# Per-compile events kept in memory for ``compilecache run`` and ``doctor`` (a bound on a run).
+MAX_EVENTS = 10_000
 
 
 class Cache:
@@ -36,6 +41,8 @@ class Cache:
         read_only: bool = False,
         min_compile_time: float = 0.0,
         secret: bytes | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
     ) -> None:
         self.store = store
         self.stats = stats or Stats()
@@ -44,6 +51,17 @@ class Cache:
         self.secret = secret
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
+        # Set by the session: a label for this run's history records, and (under
+        # ``compilecache run`` / ``doctor``) a list that collects per-compile events in memory.
+        self.run_id = ""
+        self.events: list[dict[str, Any]] | None = None
+        # Single-flight compiles (load_or_lead): only where the store can coordinate.
+        self._flight: SingleFlight | None = None
+        leases = store if isinstance(store, LeaseStore) and supports_leases(store) else None
+        if not read_only and wait_timeout > 0 and leases is not None:
+            self._flight = SingleFlight(
+                self, leases, lease_ttl=lease_ttl, wait_timeout=wait_timeout
+            )
 
     def warn_once(self, category: str, message: str) -> None:
         """Log ``message`` as a warning the first time ``category`` occurs, at debug later."""
@@ -52,22 +70,62 @@ class Cache:
             self._warned.add(category)
         log.log(logging.WARNING if first else logging.DEBUG, "compilecache: %s", message)
 
+    def add_event(self, event: dict[str, Any]) -> None:
+        """Keep ``event`` for the run spool when events are collected (bounded)."""
+        events = self.events
+        if events is not None and len(events) < MAX_EVENTS:
+            events.append(event)
+
     def load(self, framework: str, key: str) -> Entry | None:
         """The verified entry stored under ``key``, or ``None`` (counted as a miss)."""
+        return self._load(framework, key, count_miss=True)[0]
+
+    def load_or_lead(self, framework: str, key: str, *, lead: bool = True) -> Entry | None:
+        """:meth:`load`, coordinated with other processes missing the same key (single-flight).
+
+        On a miss, either this process takes the key's lease and gets ``None``: it compiles,
+        saves, then calls :meth:`finish_lead`; or another process holds the lease, and this one
+        waits for that entry (a hit, counted as such, plus ``waited``) until the lease is free
+        again (then it leads), or COMPILECACHE_WAIT_TIMEOUT passes (then it compiles anyway).
+        ``lead=False``: this process will not save what it compiles (JAX writes only from its
+        process 0): it waits for a holder's entry, but never holds a lease others would wait on.
+        """
+        found, clean_miss = self._load(framework, key, count_miss=self._flight is None)
+        if found is not None or not clean_miss or self._flight is None:
+            return found
+        return self._flight.after_miss(
+            framework, key, lambda: self._load(framework, key, count_miss=False), lead=lead
+        )
+
+    def finish_lead(self, key: str) -> None:
+        """The compile of ``key`` that :meth:`load_or_lead` handed this process is over (saved
+        or not): release its lease so that waiting processes stop waiting. Never raises."""
+        if self._flight is not None:
+            self._flight.finish(key)
+
+    def finish_thread_leads(self) -> None:
+        """Release the leases this thread still holds (its compiles ended without a save)."""
+        if self._flight is not None:
+            self._flight.finish_thread()
+
+    def _load(self, framework: str, key: str, *, count_miss: bool) -> tuple[Entry | None, bool]:
+        """:meth:`load`, also saying whether a ``None`` is a clean miss (the store answered that
+        it holds nothing); ``count_miss=False`` leaves a clean miss uncounted."""
         start = time.perf_counter()
         try:
             data = self.store.get(key)
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=False)
-            return None
+            return None, False
         except Exception as exc:  # any backend failure must degrade to a miss
             self.stats.add("errors", framework=framework)
             self.stats.add("misses", framework=framework)
             self.warn_once(f"get:{type(exc).__name__}", f"read from {self.store.url} failed: {exc}")
-            return None
+            return None, False
         if data is None:
-            self.stats.add("misses", framework=framework)
-            return None
+            if count_miss:
+                self.stats.add("misses", framework=framework)
+            return None, True
         try:
             found = entry.decode(data, secret=self.secret)
             if found.header.key != key:
@@ -76,22 +134,25 @@ class Cache:
                 raise CorruptEntry(f"entry belongs to {found.header.framework!r}")
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=True)
-            return None
+            return None, False
         except Exception as exc:  # a store returning something other than bytes
             self.stats.add("errors", framework=framework)
             self.stats.add("misses", framework=framework)
             self.warn_once(
                 f"get:{type(exc).__name__}", f"read from {self.store.url} returned junk: {exc}"
             )
-            return None
+            return None, False
         elapsed = time.perf_counter() - start
+        saved = found.header.compile_time_s - elapsed
         self.stats.add("hits", framework=framework)
         self.stats.add("bytes_read", len(data), framework=framework)
         self.stats.add("load_time_s", elapsed, framework=framework)
-        self.stats.add(
-            "compile_time_saved_s", found.header.compile_time_s - elapsed, framework=framework
-        )
-        return found
+        self.stats.add("compile_time_saved_s", saved, framework=framework)
+        name = found.header.name
+        self.stats.add(function_counter(framework, name, "hits"))
+        self.stats.add(function_counter(framework, name, "compile_time_saved_s"), saved)
+        self.add_event({"event": "hit", "framework": framework, "name": name, "key": key})
+        return found, False
 
     def _corrupt(self, framework: str, key: str, exc: Exception, *, remove: bool) -> None:
         self.stats.add("corrupt", framework=framework)
@@ -123,9 +184,12 @@ class Cache:
         self.stats.add("writes", framework=framework)
         self.stats.add("bytes_written", len(data), framework=framework)
         self.stats.add("compile_time_s", header.compile_time_s, framework=framework)
+        self.stats.add(function_counter(framework, header.name, "writes"))
         return True
 
     def close(self) -> None:
+        if self._flight is not None:
+            self._flight.release_all()
         try:
             self.store.close()
         except Exception as exc:  # closing is best effort, and never fails the user's program

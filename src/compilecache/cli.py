@@ -18,11 +18,12 @@ from compilecache import entry, prune
 from compilecache.config import format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry
 from compilecache.session import open_store
-from compilecache.stats import COUNTERS
+from compilecache.stats import COUNTERS, split_counters
 from compilecache.stores.base import EntryInfo, StatsStore, Store
 from compilecache.stores.readonly import ReadOnly
 
 HEADLINE = ("hits", "misses", "writes", "errors", "compile_time_saved_s")
+FUNCTION_COUNTERS = ("hits", "misses", "writes", "compile_time_s", "compile_time_saved_s")
 
 
 def _store(args: argparse.Namespace) -> Store:
@@ -52,16 +53,28 @@ def stats_report(store: Store) -> dict[str, Any]:
     report["entries"] = len(infos)
     report["size_bytes"] = sum(i.size for i in infos)
     report["url"] = store.url
-    frameworks: dict[str, dict[str, float]] = {}
-    for name, value in counters.items():
-        framework, dot, counter = name.partition(".")
-        if dot:
-            frameworks.setdefault(framework, {})[counter] = value
+    _, frameworks, per_function, levels = split_counters(counters)
     for info in infos:
         fw = frameworks.setdefault(info.framework or "other", {})
         fw["entries"] = fw.get("entries", 0) + 1
         fw["size_bytes"] = fw.get("size_bytes", 0) + info.size
     report["frameworks"] = frameworks
+    functions: dict[str, dict[str, Any]] = {}
+    for (framework, name), values in per_function.items():
+        functions[f"{framework}/{name}"] = {
+            "framework": framework,
+            "name": name,
+            **{c: values.get(c, 0.0) for c in FUNCTION_COUNTERS},
+            "entries": 0,
+            "size_bytes": 0,
+        }
+    for info in infos:
+        fn = functions.get(f"{info.framework}/{info.name}")
+        if fn is not None:
+            fn["entries"] += 1
+            fn["size_bytes"] += info.size
+    report["functions"] = functions
+    report["levels"] = levels
     lookups = report["hits"] + report["misses"]
     report["hit_rate"] = report["hits"] / lookups if lookups else 0.0
     return report
@@ -78,6 +91,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     report = stats_report(store)
     if args.json:
         _print_json(report)
+        return 0
+    if args.prometheus:
+        from compilecache.report import prometheus
+
+        sys.stdout.write(prometheus(report))
         return 0
     print(f"store                 {report['url']}")
     print(f"entries               {report['entries']}")
@@ -97,6 +115,103 @@ def cmd_stats(args: argparse.Namespace) -> int:
             if k in (*HEADLINE, "entries")
         )
         print(f"  {framework:<19} {parts}")
+    functions = sorted(report["functions"].values(), key=lambda f: -f["compile_time_s"])
+    if functions:
+        print(f"{'FUNCTION':<40} {'HITS':>6} {'MISSES':>6} {'COMPILE':>9} {'SAVED':>9}")
+        for fn in functions[:20]:
+            label = f"{fn['framework']}/{fn['name']}"
+            print(
+                f"{label[:40]:<40} {int(fn['hits']):>6} {int(fn['misses']):>6} "
+                f"{fn['compile_time_s']:>8.2f}s {fn['compile_time_saved_s']:>8.2f}s"
+            )
+        if len(functions) > 20:
+            print(f"... and {len(functions) - 20} more (stats --json lists them all)")
+    for url, values in sorted(report["levels"].items()):
+        parts = ", ".join(f"{k} {int(v)}" for k, v in sorted(values.items()) if v)
+        print(f"level {url}: {parts or 'no activity'}")
+    return 0
+
+
+# -- explain / doctor / report -----------------------------------------------------------------
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from compilecache import explain, history
+
+    store = _store(args)
+    records = history.read(store, history.MISS)
+    if args.key:
+        wanted = args.key
+        # A function name, else a key: whole, without its framework prefix, or a prefix of it.
+        by_name = [r for r in records if r.get("name") == wanted]
+        records = by_name or [
+            r
+            for r in records
+            if str(r.get("key", "")).startswith(wanted)
+            or str(r.get("key", "")).split("/", 1)[-1].startswith(wanted)
+        ]
+        if not records:
+            key = _resolve_key(store, wanted)
+            found = explain.explain_stored(store, key) if key is not None else None
+            if found is None:
+                print(f"compilecache: no recorded miss and no entry matches {wanted!r}")
+                return 1
+            records = [{**found.to_json(), "stored": True, "recorded": False}]
+    records = records[: args.limit]
+    if args.json:
+        _print_json(records)
+        return 0
+    if not records:
+        if history.backend(store) is None:
+            print(f"compilecache: {store.url} keeps no miss history (local, memory and Redis do)")
+        else:
+            print(
+                f"compilecache: no misses recorded in {store.url} yet; they are recorded when a "
+                "compile misses the cache"
+            )
+        return 0
+    now = time.time()
+    for r in records:
+        when = f"{_ago(now - float(r['time']))}" if "time" in r else "now (stored entry)"
+        print(f"{when:>9}  {explain.describe_record(r)}")
+        if args.key or args.verbose:
+            for d in r.get("differences", []):
+                before, after = d.get("before"), d.get("after")
+                line = f"{'':11}- {d.get('component')}"
+                if before != after:
+                    line += f": {before!r} -> {after!r}"
+                print(line)
+            if r.get("nearest"):
+                print(f"{'':11}nearest entry: {r['nearest']}")
+            print(f"{'':11}key: {r.get('key')}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from compilecache import doctor
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("compilecache doctor: no command given (usage: compilecache doctor -- CMD)")
+        return 2
+    report = doctor.doctor(command, timeout=args.timeout)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(report.text())
+    return 0 if report.ok else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from compilecache import report
+
+    page = report.build_html(_store(args))
+    Path(args.html).write_text(page, encoding="utf-8")
+    print(f"compilecache: report written to {args.html}")
     return 0
 
 
@@ -256,6 +371,11 @@ def cmd_clear(args: argparse.Namespace) -> int:
     backend = _stats_backend(store)
     if backend is not None:
         backend.zero_stats()
+    from compilecache import history
+
+    kept = history.backend(store)
+    if kept is not None:
+        kept.clear_history()  # explanations name entries that are gone now
     print(f"compilecache: removed {removed} entries")
     return 0
 
@@ -286,6 +406,74 @@ def cmd_verify(args: argparse.Namespace) -> int:
             + (" and removed" if args.fix and bad else "")
         )
     return 1 if bad and not args.fix else 0
+
+
+# -- export / import / warm --------------------------------------------------------------------
+
+
+def _entry_filter(args: argparse.Namespace) -> Any:
+    from compilecache.bundle import EntryFilter, parse_since
+
+    return EntryFilter(
+        framework=args.framework,
+        since=parse_since(args.since) if args.since else None,
+        name=args.name,
+    )
+
+
+def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
+    if args.json:
+        _print_json(report.as_json())
+        return
+    for key, reason in report.skipped:
+        print(f"skipped {key}: {reason}")
+    line = (
+        f"compilecache: {done} {len(report.transferred)} of {report.total} entries "
+        f"({format_size(report.bytes)})"
+    )
+    if report.present:
+        line += f", {len(report.present)} already present"
+    if report.skipped:
+        line += f", {len(report.skipped)} skipped"
+    print(line)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from compilecache import bundle
+
+    report = bundle.export_bundle(
+        _store(args), args.file, select=_entry_filter(args), secret=config_mod.load().secret
+    )
+    _print_transfer(report, args, f"wrote {args.file}:")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from compilecache import bundle
+
+    report = bundle.import_bundle(
+        args.file, _store(args), secret=config_mod.load().secret, check=not args.no_check
+    )
+    _print_transfer(report, args, "imported")
+    return 0
+
+
+def cmd_warm(args: argparse.Namespace) -> int:
+    from compilecache import bundle
+    from compilecache.stores.tiered import Tiered
+
+    store = _store(args)
+    # The local level: the first of several (fastest first).
+    target = store.levels[0] if isinstance(store, Tiered) else store
+    report = bundle.warm(
+        open_store(args.source),
+        target,
+        select=_entry_filter(args),
+        secret=config_mod.load().secret,
+        check=not args.no_check,
+    )
+    _print_transfer(report, args, f"copied into {target.url}:")
+    return 0
 
 
 # -- run / demo --------------------------------------------------------------------------------
@@ -334,7 +522,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("stats", "show hits, misses, writes and time saved")
     p.add_argument("--zero", action="store_true", help="reset the persistent counters")
+    p.add_argument("--prometheus", action="store_true", help="print the Prometheus text format")
     p.set_defaults(func=cmd_stats)
+
+    p = command("explain", "list recent misses and why they missed")
+    p.add_argument("key", nargs="?", help="a key, key prefix or function name")
+    p.add_argument("--limit", type=int, default=20, help="misses to list (default 20)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show every difference")
+    p.set_defaults(func=cmd_explain)
+
+    p = command(
+        "doctor",
+        "run a command twice on a scratch store (not your cache); report what will not hit",
+    )
+    p.add_argument("--timeout", type=float, help="seconds allowed for each run")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p.set_defaults(func=cmd_doctor)
+
+    p = command("report", "write an HTML report with charts", json_flag=False)
+    p.add_argument("--html", required=True, metavar="FILE", help="where to write the report")
+    p.set_defaults(func=cmd_report)
 
     p = command("ls", "list entries")
     p.add_argument("--sort", choices=("key", "size", "accessed", "hits"), default="key")
@@ -358,6 +565,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", "check every entry's checksum")
     p.add_argument("--fix", action="store_true", help="remove corrupt entries")
     p.set_defaults(func=cmd_verify)
+
+    def filters(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
+        p.add_argument("--since", help="only entries used since: 7d, or a date (2024-06-01)")
+        p.add_argument("--name", metavar="GLOB", help="only entries whose name or key matches")
+
+    no_check = "do not skip entries built for another host (checksums and signatures still apply)"
+    p = command("export", "write entries to one portable bundle file")
+    p.add_argument("file", help="the bundle to write, e.g. cache.ccb")
+    filters(p)
+    p.set_defaults(func=cmd_export)
+
+    p = command("import", "add a bundle's entries (verified; what cannot run here is skipped)")
+    p.add_argument("file", help="a bundle written by export")
+    p.add_argument("--no-check", action="store_true", help=no_check)
+    p.set_defaults(func=cmd_import)
+
+    p = command("warm", "copy entries from another store into the local level")
+    p.add_argument("--from", dest="source", required=True, metavar="URL", help="store to copy")
+    filters(p)
+    p.add_argument("--no-check", action="store_true", help=no_check)
+    p.set_defaults(func=cmd_warm)
     return parser
 
 

@@ -17,6 +17,11 @@ from typing import Literal
 from compilecache.errors import ConfigError
 
 DEFAULT_MAX_SIZE = 10 * 1000**3
+# Single-flight compiles: a compiling process's lease lasts this long unless renewed (it is
+# renewed while the compile runs, so this bounds how long a crashed compiler blocks others)...
+DEFAULT_LEASE_TTL = 30.0
+# ...and the others wait at most this long for its entry before compiling themselves.
+DEFAULT_WAIT_TIMEOUT = 1800.0
 KNOWN_FRAMEWORKS = ("jax", "torch")
 LOG_LEVELS = ("debug", "info", "warning")
 
@@ -98,6 +103,9 @@ class Config:
     tier_writes: Literal["all", "local"] = "all"
     # Set by ``compilecache run`` for its children: where each process leaves its counters.
     run_spool: str | None = None
+    # Single-flight compiles (COMPILECACHE_LEASE_TTL, COMPILECACHE_WAIT_TIMEOUT; 0 = no waiting).
+    lease_ttl: float = DEFAULT_LEASE_TTL
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the non-``None`` overrides applied."""
@@ -167,7 +175,19 @@ def load(
         log_level=level,
         tier_writes=tier_writes,
         run_spool=env.get("COMPILECACHE_RUN_SPOOL") or None,
+        lease_ttl=_seconds(env, "COMPILECACHE_LEASE_TTL", DEFAULT_LEASE_TTL, positive=True),
+        wait_timeout=_seconds(env, "COMPILECACHE_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT),
     )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    value = parse_duration(text, name)
+    if positive and value <= 0:
+        raise ConfigError(f"{name} must be positive, got {text!r}")
+    return value
 
 
 def _secret(env: Mapping[str, str]) -> bytes | None:

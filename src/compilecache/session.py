@@ -22,7 +22,7 @@ from compilecache import frameworks
 from compilecache.cache import Cache
 from compilecache.config import Config
 from compilecache.errors import StoreUnavailable
-from compilecache.stats import Stats, Summary
+from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, open_url
 from compilecache.stores.readonly import ReadOnly
 
@@ -103,10 +103,18 @@ class Session:
             read_only=cfg.read_only,
             min_compile_time=cfg.min_compile_time,
             secret=cfg.secret,
+            lease_ttl=cfg.lease_ttl,
+            wait_timeout=cfg.wait_timeout,
         )
         self.installed: set[str] = set()
         self._flushed: dict[str, float] = {}
         self._closed = False
+        self._run_recorded = False
+        if cfg.run_spool:
+            # Under ``compilecache run`` (and ``doctor``): one run id for all its processes, and
+            # per-compile events for the spool.
+            self.cache.run_id = Path(cfg.run_spool).name
+            self.cache.events = []
 
     @property
     def store(self) -> Store:
@@ -123,9 +131,13 @@ class Session:
         """Add what was counted since the last flush to the store's persistent counters, and to
         the ``compilecache run`` spool when running under it. Never raises."""
         current = self.stats()
+        current.update(self._level_counters())
         delta = {k: v - self._flushed.get(k, 0.0) for k, v in current.items()}
         delta = {k: v for k, v in delta.items() if v}
         self._flushed = current
+        spool = self.config.run_spool
+        if spool:
+            self._write_spool(Path(spool), current)
         if not delta:
             return
         store = self.store
@@ -135,13 +147,52 @@ class Session:
                 inner.add_stats(delta)
             except Exception as exc:
                 log.debug("compilecache: could not save stats: %s", exc)
-        spool = self.config.run_spool
-        if spool:
-            try:
-                path = Path(spool) / f"{os.getpid()}.json"
-                path.write_text(json.dumps(current))
-            except OSError as exc:
-                log.debug("compilecache: could not write the run summary: %s", exc)
+
+    def _write_spool(self, spool: Path, current: dict[str, float]) -> None:
+        """``<pid>.json``: this process's counters (summed by ``run``); ``<pid>.events.jsonl``:
+        facts about the process, then one line per compile event (read by ``doctor``)."""
+        try:
+            from compilecache import doctor
+
+            (spool / f"{os.getpid()}.json").write_text(json.dumps(current))
+            lines = [json.dumps({"facts": doctor.collect_facts()}, default=str)]
+            lines += [json.dumps(e, default=str) for e in list(self.cache.events or ())]
+            (spool / f"{os.getpid()}.events.jsonl").write_text("\n".join(lines) + "\n")
+        except Exception as exc:  # the spool is a report: never fail the program's exit
+            log.debug("compilecache: could not write the run summary: %s", exc)
+
+    def _level_counters(self) -> dict[str, float]:
+        """Per-level counters of a tiered store, as ``level.<url>.<counter>``."""
+        from compilecache.stores.tiered import Tiered
+
+        store = self.store
+        inner = store.inner if isinstance(store, ReadOnly) else store
+        if not isinstance(inner, Tiered):
+            return {}
+        return {
+            level_counter(url, name): value
+            for url, counts in inner.level_stats().items()
+            for name, value in counts.items()
+            if name not in ("writable", "down")  # states, not counts
+        }
+
+    def record_run(self) -> None:
+        """Append this process's totals to the store's run history, once. Never raises."""
+        if self._run_recorded:
+            return
+        self._run_recorded = True
+        counters = self.stats()
+        if not counters.get("hits") and not counters.get("misses"):
+            return
+        from compilecache import history
+
+        totals, frameworks_, _, _ = split_counters(counters)
+        record = {
+            **history.origin(self.cache.run_id),
+            **{name: totals.get(name, 0.0) for name in COUNTERS},
+            "frameworks": frameworks_,
+        }
+        history.append(self.store, history.RUN, record)
 
     def close(self) -> None:
         if self._closed:
@@ -150,6 +201,7 @@ class Session:
         for framework in list(self.config.frameworks):
             frameworks.uninstall(framework)
         self.flush_stats()
+        self.record_run()
         self.cache.close()
 
 
@@ -231,5 +283,6 @@ def _at_exit() -> None:
     try:
         if _active is not None:
             _active.flush_stats()
+            _active.record_run()
     except Exception:  # never turn a clean exit into a traceback
         pass

@@ -2,7 +2,9 @@
 
 Counters are a flat ``{name: float}`` mapping so that every store can keep them (SQLite rows,
 Redis hash fields): the totals are ``hits``, ``misses``, ... and each framework has its own copy
-under ``jax.hits``, ``torch.misses`` and so on.
+under ``jax.hits``, ``torch.misses`` and so on. Deeper counters share the mapping under their own
+prefixes: ``fn.<framework>.<function>.<counter>`` per function (hits, misses, writes,
+compile_time_s, compile_time_saved_s) and ``level.<url>.<counter>`` per level of a tiered store.
 """
 
 from __future__ import annotations
@@ -80,6 +82,58 @@ class Summary:
             f"compilecache: {self.hits} hits, {self.misses} misses, {self.writes} writes, "
             f"{self.errors} errors, {self.compile_time_saved_s:.1f}s compile time saved"
         )
+
+
+FUNCTION_PREFIX = "fn."
+LEVEL_PREFIX = "level."
+
+
+def function_counter(framework: str, name: str, counter: str) -> str:
+    """``fn.jax.jit_step.hits``: the counter of one function (names may hold dots)."""
+    return f"{FUNCTION_PREFIX}{framework}.{name or '?'}.{counter}"
+
+
+def level_counter(url: str, counter: str) -> str:
+    """``level./root/.cache/compilecache.hits``: the counter of one store level."""
+    return f"{LEVEL_PREFIX}{url}.{counter}"
+
+
+def is_scoped(name: str) -> bool:
+    """Whether ``name`` is a per-function or per-level counter (neither a total nor a
+    per-framework one)."""
+    return name.startswith((FUNCTION_PREFIX, LEVEL_PREFIX))
+
+
+def split_counters(
+    counters: Mapping[str, float],
+) -> tuple[
+    dict[str, float],
+    dict[str, dict[str, float]],
+    dict[tuple[str, str], dict[str, float]],
+    dict[str, dict[str, float]],
+]:
+    """Split a flat mapping into (totals, per framework, per (framework, function), per level)."""
+    totals: dict[str, float] = {}
+    frameworks: dict[str, dict[str, float]] = {}
+    functions: dict[tuple[str, str], dict[str, float]] = {}
+    levels: dict[str, dict[str, float]] = {}
+    for name, value in counters.items():
+        if name.startswith(FUNCTION_PREFIX):
+            framework, dot, rest = name[len(FUNCTION_PREFIX) :].partition(".")
+            function, dot2, counter = rest.rpartition(".")
+            if dot and dot2:
+                functions.setdefault((framework, function), {})[counter] = value
+        elif name.startswith(LEVEL_PREFIX):
+            url, dot, counter = name[len(LEVEL_PREFIX) :].rpartition(".")
+            if dot:
+                levels.setdefault(url, {})[counter] = value
+        else:
+            framework, dot, counter = name.partition(".")
+            if dot:
+                frameworks.setdefault(framework, {})[counter] = value
+            else:
+                totals[name] = value
+    return totals, frameworks, functions, levels
 
 
 def merge(*counter_sets: Mapping[str, float]) -> dict[str, float]:

@@ -16,6 +16,7 @@ per *miss*, after the compile; hits pay nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import logging
@@ -88,7 +89,9 @@ class JaxCacheAdapter:
 
     def get(self, key: str) -> bytes | None:
         try:
-            found = self.cache.load(FRAMEWORK, store_key(key))
+            # Single-flight: on a miss, wait for another process compiling the same key, or
+            # lead (released in put, or when compile_or_get_cached returns without a put).
+            found = self.cache.load_or_lead(FRAMEWORK, store_key(key), lead=_writes_here())
         except Exception as exc:  # never raise into JAX
             self.cache.warn_once("jax:get", f"lookup failed: {exc}")
             return None
@@ -104,6 +107,8 @@ class JaxCacheAdapter:
             self._put(key, value)
         except Exception as exc:  # never raise into JAX
             self.cache.warn_once("jax:put", f"write failed: {exc}")
+        finally:
+            self.cache.finish_lead(store_key(key))
 
     def _put(self, key: str, value: bytes) -> None:
         with self._lock:
@@ -113,10 +118,16 @@ class JaxCacheAdapter:
             now - slot.miss_time if slot.miss_time is not None else _stored_compile_time(value)
         )
         components: dict[str, str] = {}
+        readable: dict[str, str] = {}
         extra: dict[str, Any] = {}
         if slot.args is not None:
             components, readable, verified = key_components(key, *slot.args)
             extra = {"readable": readable, "components_verified": verified}
+        # XLA compiles CPU code for this CPU and its key does not say which: bundle imports
+        # check this against the importing host.
+        from compilecache.bundle import cpu_target
+
+        extra["cpu"] = cpu_target()
         header = EntryHeader(
             framework=FRAMEWORK,
             key=store_key(key),
@@ -127,7 +138,62 @@ class JaxCacheAdapter:
             extra=extra,
         )
         # JAX already zstd-compressed the executable: do not compress it twice.
-        self.cache.save(header, value, compress=False)
+        stored = self.cache.save(header, value, compress=False)
+        reason = "" if stored else self._save_skip_reason(compile_time)
+        self._explain(key, components, readable, compile_time, stored, reason)
+
+    def _save_skip_reason(self, compile_time: float) -> str:
+        if self.cache.read_only:
+            return "the store is read-only (COMPILECACHE_READ_ONLY)"
+        if compile_time < self.cache.min_compile_time:
+            return (
+                f"compiled in {compile_time:.2f}s, below "
+                f"COMPILECACHE_MIN_COMPILE_TIME={self.cache.min_compile_time:g}"
+            )
+        return "the write failed (see the warning)"
+
+    def _explain(
+        self,
+        key: str,
+        components: dict[str, str],
+        readable: dict[str, str],
+        compile_time: float,
+        stored: bool,
+        reason: str,
+    ) -> None:
+        # Only misses get here, after their compile: a hit never pays for an explanation.
+        from compilecache import explain
+
+        explain.record_miss(
+            self.cache,
+            framework=FRAMEWORK,
+            name=module_name(key),
+            key=store_key(key),
+            components=components,
+            readable=readable,
+            prefix=store_key(module_name(key) + "-"),
+            compile_time_s=compile_time,
+            stored=stored,
+            reason=reason,
+        )
+
+    def not_written(self, key: str, reason: str, compile_time: float) -> None:
+        """JAX compiled ``key`` after our miss but will not hand it to ``put`` (host callbacks,
+        its own minimum compile time, not process 0): record the miss and why. Never raises."""
+        try:
+            with self._lock:
+                slot = self._pending.get(key)
+                if slot is None or slot.miss_time is None:
+                    return  # not a lookup of ours (another cache directory)
+                del self._pending[key]
+            components: dict[str, str] = {}
+            readable: dict[str, str] = {}
+            if slot.args is not None:
+                components, readable, _ = key_components(key, *slot.args)
+            self.cache.stats.add("skipped", framework=FRAMEWORK)
+            self._explain(key, components, readable, compile_time, False, reason)
+        except Exception as exc:
+            log.debug("compilecache: could not record an unwritten compile: %s", exc)
 
 
 def _stored_compile_time(value: bytes) -> float:
@@ -192,11 +258,26 @@ def key_components(
         "jax_lib version": str(ck.jaxlib_version_str),
         "backend version": f"{backend.platform} {backend.platform_version}",
         "XLA flags": " ".join(_xla_flags(ck)),
-        "accelerator_config": f"{len(kinds)} x {', '.join(sorted(set(kinds)))}",
+        # jit(compiler_options=...) land here: the part of compile_options people set.
+        "compile_options": " ".join(
+            sorted(f"{k}={v}" for k, v in getattr(compile_options, "env_option_overrides", ()))
+        )[:2000],
+        # The topology fingerprint covers the client's devices, not only those used here.
+        "accelerator_config": _topology(devices, kinds),
         "compression": compression,
         "custom_hook": str(ck.custom_hook())[:500],
     }
     return hashes, readable, verified
+
+
+def _topology(devices: Any, kinds: list[str]) -> str:
+    """``4 x cpu`` (``(1 used)`` when the computation uses fewer devices than there are)."""
+    try:
+        total = len(devices.flat[0].client.devices())
+    except Exception:  # a backend without the attribute: what the computation uses
+        total = len(kinds)
+    text = f"{total} x {', '.join(sorted(set(kinds)))}"
+    return text if total == len(kinds) else f"{text} ({len(kinds)} used)"
 
 
 def _xla_flags(ck: Any) -> list[str]:
@@ -218,6 +299,8 @@ class _Installed:
     original_get_file_cache: Any
     original_get_cache_key: Any
     saved_config: dict[str, Any]
+    original_cache_write: Any = None
+    original_compile: Any = None
 
 
 _installed: _Installed | None = None
@@ -293,8 +376,106 @@ def install(cache: Cache) -> bool:
     # Drop any cache JAX initialised earlier so that the next compile builds ours.
     compilation_cache.reset_cache()
     _installed = _Installed(adapter, original_factory, original_key, saved)
+    _installed.original_cache_write = _watch_cache_writes(adapter)
+    _installed.original_compile = _release_leases_after_compiles(cache)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
+
+
+def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
+    """Wrap ``compiler._cache_write`` (looked up at call time) to learn why JAX does not hand a
+    compile to ``put``: host callbacks, its own minimum compile time, or not being process 0.
+    Returns the original, or ``None`` when this JAX has no such function (explanations of
+    never-stored compiles are then missing; nothing else changes)."""
+    try:
+        compiler = _private("jax._src.compiler")
+        original = compiler._cache_write
+        jax_config = _private("jax._src.config")
+        distributed = _private("jax._src.distributed")
+    except (ImportError, AttributeError) as exc:
+        log.debug("compilecache: JAX cache writes not watched: %s", exc)
+        return None
+
+    def skip_reason(compile_time: float, host_callbacks: Any) -> str:
+        process = getattr(distributed.global_state, "process_id", 0)
+        if process:
+            return f"JAX writes only from process 0 (this is process {process})"
+        if host_callbacks:
+            return (
+                "it uses host callbacks (jax.debug.print, jax.pure_callback, io_callback): "
+                "JAX never stores those"
+            )
+        minimum = float(jax_config.persistent_cache_min_compile_time_secs.value)
+        if compile_time < minimum:
+            return (
+                f"compiled in {compile_time:.2f}s, below "
+                f"jax_persistent_cache_min_compile_time_secs={minimum:g} (set by the program)"
+            )
+        return ""
+
+    def cache_write(
+        cache_key: str,
+        compile_time_secs: float,
+        module_name: str,
+        backend: Any,
+        executable: Any,
+        host_callbacks: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        try:
+            reason = skip_reason(compile_time_secs, host_callbacks)
+            if reason:
+                adapter.not_written(cache_key, reason, compile_time_secs)
+        except Exception as exc:
+            log.debug("compilecache: could not check a JAX cache write: %s", exc)
+        return original(
+            cache_key,
+            compile_time_secs,
+            module_name,
+            backend,
+            executable,
+            host_callbacks,
+            *args,
+            **kwargs,
+        )
+
+    compiler._cache_write = cache_write
+    return original
+
+
+def _release_leases_after_compiles(cache: Cache) -> Any:
+    """Wrap ``compiler.compile_or_get_cached`` (looked up at call time by pxla) so that a
+    single-flight lease taken by a miss is released when the compile is over, also when JAX
+    never calls ``put`` (host callbacks, its own minimum compile time, not process 0) or the
+    compile raises: waiting processes then stop waiting at once. Returns the original, or
+    ``None`` when this JAX has no such function (leases then expire after their TTL)."""
+    try:
+        compiler = _private("jax._src.compiler")
+        original = compiler.compile_or_get_cached
+    except (ImportError, AttributeError) as exc:
+        log.debug("compilecache: JAX compiles not watched: %s", exc)
+        return None
+
+    @functools.wraps(original)
+    def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        finally:
+            cache.finish_thread_leads()
+
+    compiler.compile_or_get_cached = compile_or_get_cached
+    return original
+
+
+def _writes_here() -> bool:
+    """Whether JAX hands this process's compiles to ``put``: only process 0 of a multi-process
+    job does, so the others must never hold a lease that others would wait on."""
+    try:
+        state = _private("jax._src.distributed").global_state
+        return not getattr(state, "process_id", 0)
+    except Exception:
+        return True
 
 
 def uninstall() -> None:
@@ -307,6 +488,10 @@ def uninstall() -> None:
 
     compilation_cache.get_file_cache = _installed.original_get_file_cache
     compilation_cache.get_cache_key = _installed.original_get_cache_key
+    if _installed.original_cache_write is not None:
+        _private("jax._src.compiler")._cache_write = _installed.original_cache_write
+    if _installed.original_compile is not None:
+        _private("jax._src.compiler").compile_or_get_cached = _installed.original_compile
     for name, value in _installed.saved_config.items():
         try:
             jax.config.update(name, value)

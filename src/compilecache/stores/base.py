@@ -94,6 +94,67 @@ class StatsStore(Protocol):
     def zero_stats(self) -> None: ...
 
 
+# How many records of each kind a history keeps (the oldest are dropped first).
+HISTORY_LIMIT = 1000
+# The kinds of history records compilecache writes.
+HISTORY_KINDS = ("miss", "run")
+
+
+@runtime_checkable
+class HistoryStore(Protocol):
+    """Optional: a store that keeps a short, capped log of JSON records beside its entries.
+
+    ``kind`` separates the logs (``"miss"``: explained cache misses, ``"run"``: per-process
+    totals). History is never an entry: it does not appear in ``scan``, sizes or pruning.
+    """
+
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None: ...
+
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        """The newest ``limit`` records of ``kind``, newest first."""
+        ...
+
+    def clear_history(self) -> None: ...
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Optional: short-lived, expiring locks on keys, for single-flight compiles.
+
+    When several processes miss the same key at once, the one that takes the key's lease
+    compiles and the others wait for its entry (:mod:`compilecache.singleflight`). A lease
+    expires ``ttl_s`` seconds after it was taken or last renewed, so a holder that dies blocks
+    nobody for longer than that. Leases are an optimisation, never a correctness device: two
+    holders at once (a holder stalled past its expiry) cost a duplicate compile, nothing more.
+
+    ``acquire_lease`` returns a token when the lease was taken, ``None`` when another process
+    holds it, and ``""`` (NO_COORDINATION) when this store cannot coordinate (go ahead and
+    compile, nothing to release).
+    """
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None: ...
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        """Extend a lease still held with ``token``; ``False`` when it was lost."""
+        ...
+
+    def release_lease(self, key: str, token: str) -> None:
+        """Give up a lease if ``token`` still holds it (never removes another holder's)."""
+        ...
+
+
+# What acquire_lease returns when the store cannot coordinate: lead, with nothing to release.
+NO_COORDINATION = ""
+
+
+def supports_leases(store: object) -> bool:
+    """Whether ``store`` (through its wrappers) can coordinate compiles with leases."""
+    probe = getattr(store, "supports_leases", None)
+    if callable(probe):
+        return bool(probe())
+    return isinstance(store, LeaseStore)
+
+
 @dataclass(frozen=True)
 class StoreURL:
     """A parsed store URL plus the settings a backend may need."""

@@ -30,7 +30,16 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, StoreURL
+from compilecache.stores.base import (
+    NO_COORDINATION,
+    EntryInfo,
+    EntryMeta,
+    LeaseStore,
+    StatsStore,
+    Store,
+    StoreURL,
+    supports_leases,
+)
 
 log = logging.getLogger("compilecache")
 
@@ -223,6 +232,25 @@ class Guarded:
     def zero_stats(self) -> None:
         if isinstance(self.inner, StatsStore):
             self._call("zero_stats", self.inner.zero_stats)
+
+    # -- leases, when the inner store has them (a level in back-off cannot coordinate) ---------
+
+    def supports_leases(self) -> bool:
+        return supports_leases(self.inner)
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        if not isinstance(self.inner, LeaseStore):
+            return NO_COORDINATION
+        return self._call("acquire_lease", self.inner.acquire_lease, key, ttl_s)
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        if not isinstance(self.inner, LeaseStore):
+            return False
+        return self._call("renew_lease", self.inner.renew_lease, key, token, ttl_s)
+
+    def release_lease(self, key: str, token: str) -> None:
+        if isinstance(self.inner, LeaseStore):
+            self._call("release_lease", self.inner.release_lease, key, token)
 
     def __getattr__(self, name: str) -> Any:
         # Backend-specific helpers (evict, total_size, ...) stay reachable through the wrapper.

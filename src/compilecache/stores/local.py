@@ -3,7 +3,8 @@
 Layout of a store directory::
 
     CACHEDIR.TAG                 tells backup tools to skip the directory
-    index.sqlite (-wal, -shm)    key -> size, times, hits, framework, name; running total size
+    index.sqlite (-wal, -shm)    key -> size, times, hits, framework, name; running total size;
+                                 persistent counters; capped miss and run history
     entries/ab/abcdef....cce     one file per key: a small frame (key and metadata) + the value
     tmp/                         files being written; renamed into entries/ when complete
 
@@ -21,6 +22,7 @@ Eviction removes the least recently used rows a few at a time, through an index 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -31,16 +33,23 @@ import struct
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_size
 from compilecache.errors import CorruptEntry, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
 
 _FRAME_MAGIC = b"CCS1"
 _FRAME_PREFIX = struct.Struct(">4sI")
+# Small entries are read whole with the frame; larger ones with a second, exactly sized read.
+_HEAD_READ = 64 * 1024
+_MAX_PREAD = 1 << 30
+_TOUCH_INTERVAL = 1.0
+_TOUCH_BATCH = 256
 _MAX_FRAME_HEADER = 1024 * 1024
 _EVICT_BATCH = 16
 _STALE_TMP_SECONDS = 3600.0
@@ -64,6 +73,12 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_accessed ON entries (accessed);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value);
 CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_kind ON history (kind, id);
 INSERT OR IGNORE INTO meta VALUES ('total_size', 0);
 INSERT OR IGNORE INTO meta VALUES ('schema', 1);
 """
@@ -107,6 +122,49 @@ def _read_frame(f: Any) -> dict[str, Any]:
     return header
 
 
+def _parse_frame(head: bytes, fd: int) -> tuple[dict[str, Any], int]:
+    """Parse the frame from the first bytes of an entry file; returns it and the value offset."""
+    if len(head) < _FRAME_PREFIX.size:
+        raise CorruptEntry("entry file truncated")
+    magic, length = _FRAME_PREFIX.unpack_from(head)
+    if magic != _FRAME_MAGIC or length > _MAX_FRAME_HEADER:
+        raise CorruptEntry("entry file has a bad frame")
+    end = _FRAME_PREFIX.size + length
+    raw = (
+        head[_FRAME_PREFIX.size : end]
+        if end <= len(head)
+        else _pread_exact(fd, length, _FRAME_PREFIX.size)
+    )
+    if len(raw) != length:
+        raise CorruptEntry("entry file truncated")
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict) or not isinstance(header.get("key"), str):
+            raise ValueError("no key")
+    except ValueError:
+        raise CorruptEntry("entry file has an unreadable frame header") from None
+    return header, end
+
+
+def _pread_exact(fd: int, size: int, offset: int) -> bytes:
+    """Read ``size`` bytes at ``offset`` (pread returns at most ~2 GiB per call on Linux)."""
+    if size <= _MAX_PREAD:
+        data = os.pread(fd, size, offset)
+    else:
+        parts = []
+        done = 0
+        while done < size:
+            part = os.pread(fd, min(_MAX_PREAD, size - done), offset + done)
+            if not part:
+                break
+            parts.append(part)
+            done += len(part)
+        data = b"".join(parts)
+    if len(data) != size:
+        raise CorruptEntry("entry file truncated")
+    return data
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -124,6 +182,28 @@ def _index_errors(method: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+@dataclass
+class _Access:
+    """Accesses of one key since the last flush of the index."""
+
+    accessed: float
+    hits: int
+    size: int
+    header: Mapping[str, Any]
+    inode: int
+
+
+# Stores alive in this process, so that buffered access times are written at exit.
+_open_stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_stores() -> None:
+    for store in list(_open_stores):
+        with contextlib.suppress(Exception):
+            store.flush_access()
+
+
 class LocalStore:
     """A bounded, multi-process-safe store in one directory."""
 
@@ -137,6 +217,9 @@ class LocalStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        self._touches: dict[str, _Access] = {}
+        self._last_touch_flush = time.monotonic()
+        _open_stores.add(self)
         try:
             self.entries_dir.mkdir(parents=True, exist_ok=True)
             self.tmp_dir.mkdir(exist_ok=True)
@@ -234,6 +317,7 @@ class LocalStore:
     @_index_errors
     def total_size(self) -> int:
         """Bytes of values the index accounts for (a running total, not a scan)."""
+        self.flush_access()
         with self._lock:
             row = self._db().execute("SELECT value FROM meta WHERE name = 'total_size'").fetchone()
         return int(row[0]) if row else 0
@@ -246,36 +330,90 @@ class LocalStore:
     def get(self, key: str) -> bytes | None:
         path = self.path_of(key)
         try:
-            with open(path, "rb") as f:
-                header = _read_frame(f)
-                # Key collisions are astronomically unlikely, but a wrong hit is never acceptable.
-                if header["key"] != key:
-                    return None
-                value = f.read()
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             self._forget(key)
             return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
+        try:
+            # Positional reads into exactly sized buffers: one copy of the value, no buffering.
+            head = os.pread(fd, _HEAD_READ, 0)
+            header, offset = _parse_frame(head, fd)
+            # Key collisions are astronomically unlikely, but a wrong hit is never acceptable.
+            if header["key"] != key:
+                return None
+            stat = os.fstat(fd)
+            size = stat.st_size - offset
+            small = offset + size <= len(head)
+            value = head[offset:] if small else _pread_exact(fd, size, offset)
         except CorruptEntry:
             self._remove(key, path)
             raise
         except OSError as exc:
             raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
-        self._touch(key, len(value), header)
+        finally:
+            os.close(fd)
+        self._note_access(key, len(value), header, stat.st_ino)
         return value
 
-    def _touch(self, key: str, size: int, header: Mapping[str, Any]) -> None:
-        """Record the access for LRU order; adopt a file whose row a crash lost."""
-        now = time.time()
+    def _note_access(self, key: str, size: int, header: Mapping[str, Any], inode: int) -> None:
+        """Remember the access for LRU order; the index is updated in batches.
+
+        A write transaction per hit would cost more than reading a megabyte, so accesses are
+        buffered and written at most every ``_TOUCH_INTERVAL`` seconds (and before any read of
+        the index, and at close or exit). LRU order is approximate by design, as in ccache.
+        """
+        with self._lock:
+            previous = self._touches.get(key)
+            hits = previous.hits + 1 if previous else 1
+            self._touches[key] = _Access(time.time(), hits, size, header, inode)
+            due = (
+                len(self._touches) >= _TOUCH_BATCH
+                or time.monotonic() - self._last_touch_flush >= _TOUCH_INTERVAL
+            )
+        if due:
+            self.flush_access()
+
+    def flush_access(self) -> None:
+        """Write buffered access times and hit counts, and repair rows the files contradict:
+        a file whose row a crash lost is adopted, and a row whose size is not the file's (a
+        writer killed between publishing and indexing) is corrected."""
+        with self._lock:
+            touches, self._touches = self._touches, {}
+            self._last_touch_flush = time.monotonic()
+            if not touches:
+                return
+            try:
+                with self._transaction() as conn:
+                    for key, access in touches.items():
+                        self._apply_access(conn, key, access)
+            except sqlite3.Error:
+                # LRU order is approximate by design; a busy index must not fail a hit.
+                pass
+
+    def _apply_access(self, conn: sqlite3.Connection, key: str, access: _Access) -> None:
         try:
-            with self._transaction() as conn:
-                cur = conn.execute(
-                    "UPDATE entries SET accessed = ?, hits = hits + 1 WHERE key = ?", (now, key)
-                )
-                if cur.rowcount == 0:
-                    self._upsert_row(conn, key, size, _meta_from_frame(header), now)
-        except sqlite3.Error:
-            # LRU order is approximate by design; a busy index must not fail a hit.
-            pass
+            current = os.stat(self.path_of(key)).st_ino == access.inode
+        except OSError:
+            current = False
+        row = conn.execute("SELECT size FROM entries WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            if current:
+                meta = _meta_from_frame(access.header)
+                self._upsert_row(conn, key, access.size, meta, access.accessed)
+            return
+        conn.execute(
+            "UPDATE entries SET accessed = max(accessed, ?), hits = hits + ? WHERE key = ?",
+            (access.accessed, access.hits, key),
+        )
+        # Only the file we read may correct the row: a newer put may have replaced it since.
+        if current and row[0] != access.size:
+            conn.execute("UPDATE entries SET size = ? WHERE key = ?", (access.size, key))
+            conn.execute(
+                "UPDATE meta SET value = value + ? WHERE name = 'total_size'",
+                (access.size - row[0],),
+            )
 
     def _forget(self, key: str) -> None:
         """A row without a file (the file was removed behind our back): drop the row."""
@@ -339,12 +477,14 @@ class LocalStore:
 
     @_index_errors
     def stat(self, key: str) -> EntryInfo | None:
+        self.flush_access()
         with self._lock:
             row = self._db().execute("SELECT * FROM entries WHERE key = ?", (key,)).fetchone()
         return _info(row) if row else None
 
     @_index_errors
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        self.flush_access()
         # Keys sharing a prefix are contiguous in the primary key's (UTF-8 byte) order and
         # start at the prefix itself: walk that range of the index and stop at the first
         # key outside it. (substr() scanned every row, and a prefix holding a NUL matched nothing.)
@@ -361,6 +501,7 @@ class LocalStore:
         return iter([_info(row) for row in rows])
 
     def close(self) -> None:
+        self.flush_access()
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
@@ -371,6 +512,7 @@ class LocalStore:
     @_index_errors
     def evict(self, target_size: int) -> int:
         """Remove least recently used entries until the total is at most ``target_size``."""
+        self.flush_access()
         removed = 0
         while True:
             with self._transaction() as conn:
@@ -418,9 +560,61 @@ class LocalStore:
         with self._transaction() as conn:
             conn.execute("DELETE FROM stats")
 
+    # -- history (miss explanations, run totals): rows beside the index, never entries ---------
+
+    @_index_errors
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO history (kind, record) VALUES (?, ?)",
+                (kind, json.dumps(record, default=str, separators=(",", ":"))),
+            )
+            # Capped: drop what fell off the end (a walk of the (kind, id) index, bounded).
+            conn.execute(
+                "DELETE FROM history WHERE kind = ? AND id <= (SELECT id FROM history "
+                "WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (kind, kind, HISTORY_LIMIT),
+            )
+
+    @_index_errors
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        with self._lock:
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT record FROM history WHERE kind = ? ORDER BY id DESC LIMIT ?",
+                    (kind, limit),
+                )
+                .fetchall()
+            )
+        out: list[dict[str, object]] = []
+        for (raw,) in rows:
+            with contextlib.suppress(ValueError):
+                record = json.loads(raw)
+                if isinstance(record, dict):
+                    out.append(record)
+        return out
+
+    @_index_errors
+    def clear_history(self) -> None:
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM history")
+
+    def peek(self, key: str) -> bytes | None:
+        """The value under ``key`` without counting a hit or refreshing its LRU position (for
+        miss explanations, which read older entries' headers)."""
+        try:
+            with open(self.path_of(key), "rb") as f:
+                if _read_frame(f)["key"] != key:
+                    return None
+                return f.read()
+        except (OSError, CorruptEntry):
+            return None
+
     @_index_errors
     def rebuild_index(self) -> int:
         """Recreate every index row from the entry files' frames; returns the entry count."""
+        self.flush_access()
         rows = []
         for path in self.entries_dir.glob("*/*.cce"):
             try:
@@ -456,6 +650,85 @@ class LocalStore:
             )
         return len(rows)
 
+    # -- leases (single-flight compiles among the processes of this host) ---------------------
+    #
+    # leases/<digest>.lease, created with O_CREAT|O_EXCL (exactly one creator wins) and holding
+    # {"token", "expires"}. An expired lease is broken by renaming it aside first (only one
+    # breaker's rename succeeds) and checking that what was moved is the expired lease that was
+    # judged; a fresh lease moved by mistake is linked back. Release does the same
+    # rename-then-check, so a holder never removes a lease it no longer holds.
+
+    def _lease_path(self, key: str) -> Path:
+        return self.root / "leases" / key_filename(key).split("/")[1].replace(".cce", ".lease")
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        path = self._lease_path(key)
+        token = uuid.uuid4().hex
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                with contextlib.suppress(OSError):
+                    path.parent.mkdir(exist_ok=True)
+                continue
+            except FileExistsError:
+                if not self._break_expired_lease(path):
+                    return None
+                continue
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot create the lease {path}: {exc}") from exc
+            with os.fdopen(fd, "wb") as f:
+                f.write(_lease_body(token, ttl_s))
+            return token
+        return None
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        path = self._lease_path(key)
+        if _read_lease(path)[0] != token:
+            return False
+        try:
+            self._write_atomic(path, _lease_body(token, ttl_s))
+        except OSError:
+            return False
+        return True
+
+    def release_lease(self, key: str, token: str) -> None:
+        path = self._lease_path(key)
+        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.release")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return  # gone already (expired and broken, or never created)
+        if _read_lease(aside)[0] != token:
+            with contextlib.suppress(OSError):
+                os.link(aside, path)  # another holder's lease: put it back unless replaced
+        with contextlib.suppress(OSError):
+            aside.unlink()
+
+    def _break_expired_lease(self, path: Path) -> bool:
+        """Remove ``path`` if its lease has expired; ``True`` when the caller may create it."""
+        token, expires = _read_lease(path)
+        if expires is None:
+            return True  # vanished: try again
+        if time.time() < expires:
+            return False
+        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.stale")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return True  # someone else broke or released it first
+        moved, moved_expires = _read_lease(aside)
+        if moved != token and moved_expires is not None and time.time() < moved_expires:
+            # A fresh lease was created between our read and our rename: restore it.
+            with contextlib.suppress(OSError):
+                os.link(aside, path)
+            with contextlib.suppress(OSError):
+                aside.unlink()
+            return False
+        with contextlib.suppress(OSError):
+            aside.unlink()
+        return True
+
     def _clean_stale_tmp(self) -> None:
         """Remove temporary files that writers killed mid-put left behind long ago."""
         cutoff = time.time() - _STALE_TMP_SECONDS
@@ -466,6 +739,33 @@ class LocalStore:
                         tmp.unlink()
         except OSError:
             pass
+
+
+def _lease_body(token: str, ttl_s: float) -> bytes:
+    return json.dumps(
+        {"token": token, "expires": time.time() + ttl_s, "pid": os.getpid()},
+        separators=(",", ":"),
+    ).encode()
+
+
+# A lease file that exists but cannot be read yet (its creator is between the exclusive create
+# and the write, or died there) counts as held for this long after its modification time.
+_LEASE_CREATE_GRACE = 10.0
+
+
+def _read_lease(path: Path) -> tuple[str | None, float | None]:
+    """The token and expiry (wall clock) of a lease file; ``(None, None)`` when it is absent."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(4096)
+            mtime = os.fstat(f.fileno()).st_mtime
+    except OSError:
+        return None, None
+    try:
+        data = json.loads(raw)
+        return str(data["token"]), float(data["expires"])
+    except (ValueError, KeyError, TypeError):
+        return None, mtime + _LEASE_CREATE_GRACE
 
 
 def _meta_from_frame(header: Mapping[str, Any]) -> EntryMeta:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
 
 _SHARED: dict[str, _MemoryData] = {}
 _SHARED_LOCK = threading.Lock()
@@ -26,6 +26,7 @@ class _MemoryData:
         self.infos: OrderedDict[str, EntryInfo] = OrderedDict()
         self.total = 0
         self.stats: dict[str, float] = {}
+        self.history: dict[str, deque[dict[str, object]]] = {}
 
 
 class MemoryStore:
@@ -104,6 +105,24 @@ class MemoryStore:
     def zero_stats(self) -> None:
         with self._data.lock:
             self._data.stats.clear()
+
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        with self._data.lock:
+            records = self._data.history.setdefault(kind, deque(maxlen=HISTORY_LIMIT))
+            records.appendleft(dict(record))
+
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        with self._data.lock:
+            return [dict(r) for r in list(self._data.history.get(kind, ()))[:limit]]
+
+    def clear_history(self) -> None:
+        with self._data.lock:
+            self._data.history.clear()
+
+    def peek(self, key: str) -> bytes | None:
+        """The value under ``key`` without counting a hit or moving it in the LRU order."""
+        with self._data.lock:
+            return self._data.values.get(key)
 
     def close(self) -> None:
         pass

@@ -27,6 +27,7 @@ written, values are written to a temporary name and renamed into place.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -37,7 +38,7 @@ from typing import Any
 import fsspec
 
 from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import NO_COORDINATION, EntryInfo, EntryMeta, StoreURL
 from compilecache.stores.sharedfs import decode_frame, encode_frame, frame_length, info_of, meta_of
 from compilecache.stores.sharedfs import key_filename as _key_filename
 
@@ -253,11 +254,108 @@ class ObjectStore:
             raise self._unavailable("scan", exc) from exc
         return iter(sorted(infos, key=lambda i: i.key))
 
+    # -- leases (single-flight compiles across every host using this bucket) -------------------
+    #
+    # <root>/leases/<digest>.lease holds {"token", "expires"}. It is taken with a conditional
+    # create (If-None-Match: *): one process wins. An expired lease is replaced with If-Match on
+    # the ETag that was judged expired, so of several processes breaking it one wins. Where
+    # conditional writes are off, the store cannot coordinate and every process compiles.
+
+    def _lease_path(self, key: str) -> str:
+        name = _key_filename(key).split("/")[1].replace(".cce", ".lease")
+        return f"{self.root}/leases/{name}"
+
+    def supports_leases(self) -> bool:
+        return self.conditional
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        if not self.conditional:
+            return NO_COORDINATION
+        path = self._lease_path(key)
+        token = uuid.uuid4().hex
+        body = _lease_body(token, ttl_s)
+        try:
+            try:
+                self.fs.pipe_file(path, body, mode="create")
+                return token
+            except Exception as exc:
+                if _not_implemented(exc):
+                    return NO_COORDINATION
+                if not _precondition_failed(exc):
+                    raise
+            held = self._read_lease(path)
+            if held is None or time.time() < held[1]:
+                return None  # held (or released just now: the caller polls again)
+            try:
+                if self._etag_write and held[2]:
+                    self.fs.pipe_file(path, body, IfMatch=held[2])
+                else:
+                    self._discard(path)
+                    self.fs.pipe_file(path, body, mode="create")
+            except Exception as exc:
+                if _precondition_failed(exc):
+                    return None  # another process broke it first
+                raise
+            return token
+        except CompileCacheError:
+            raise
+        except Exception as exc:
+            raise self._unavailable("acquire_lease", exc) from exc
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        path = self._lease_path(key)
+        try:
+            held = self._read_lease(path)
+            if held is None or held[0] != token:
+                return False
+            if self._etag_write and held[2]:
+                self.fs.pipe_file(path, _lease_body(token, ttl_s), IfMatch=held[2])
+            else:
+                self.fs.pipe_file(path, _lease_body(token, ttl_s))
+        except Exception as exc:
+            if _precondition_failed(exc):
+                return False
+            raise self._unavailable("renew_lease", exc) from exc
+        return True
+
+    def release_lease(self, key: str, token: str) -> None:
+        path = self._lease_path(key)
+        try:
+            held = self._read_lease(path)
+            if held is not None and held[0] == token:
+                self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise self._unavailable("release_lease", exc) from exc
+
+    def _read_lease(self, path: str) -> tuple[str, float, str] | None:
+        """Token, expiry and ETag of a lease object; ``None`` when there is none.
+
+        The ETag is read first: if the object changes before its body is read, a replacement
+        conditional on that ETag fails, whatever the body said."""
+        try:
+            self.fs.invalidate_cache(path)
+            etag = str(self.fs.info(path).get("ETag") or "")
+            raw = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(raw)
+            return str(data["token"]), float(data["expires"]), etag
+        except (ValueError, KeyError, TypeError):
+            # Unreadable: treat it as expired, so that a damaged lease cannot block anyone.
+            return "", 0.0, etag
+
     def close(self) -> None:
         pass
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _lease_body(token: str, ttl_s: float) -> bytes:
+    return json.dumps({"token": token, "expires": time.time() + ttl_s}).encode()
 
 
 def _protocol(fs: Any) -> str:

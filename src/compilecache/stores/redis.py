@@ -19,7 +19,9 @@ Layout, for a namespace ``N`` and a key whose blake2b digest is ``D``::
     N:{D}:m          hash: key, size, created, accessed, hits, framework, name, compile_time,
                      ver, n, and ``v`` (the value itself when it fits in one chunk, n == 0)
     N:{D}:c:VER:I    chunk I of version VER of a larger value (n chunks)
+    N:{D}:lease      single-flight lease of a key being compiled (SET NX PX, a token)
     N:stats          hash of persistent counters (HINCRBYFLOAT)
+    N:history:KIND   list of JSON records, newest first, capped (LPUSH + LTRIM)
 
 ``{D}`` is a hash tag: an entry's hash and chunks live in one cluster slot, so the Lua scripts
 below, which touch them together, are legal in a Cluster.
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
 import time
 import uuid
@@ -58,7 +61,7 @@ from redis.retry import Retry
 
 from compilecache.config import parse_duration, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import HISTORY_KINDS, HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
 
 DEFAULT_NAMESPACE = "compilecache"
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
@@ -149,6 +152,19 @@ for i = 0, (tonumber(f[2] or '0') or 0) - 1 do
   redis.call('DEL', ARGV[1] .. ':c:' .. f[1] .. ':' .. i)
 end
 return 1
+"""
+
+# Leases for single-flight compiles: KEYS[1] = N:{D}:lease, ARGV[1] = the holder's token.
+# Renew and release compare the token first, so a holder never touches a lease it lost.
+_LEASE_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_LEASE_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 
@@ -363,8 +379,71 @@ class RedisStore:
         except RedisError as exc:
             raise self._unavailable("zero_stats", exc) from exc
 
+    # -- history (miss explanations, run totals) -------------------------------------------------
+
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        name = f"{self.namespace}:history:{kind}"
+        raw = json.dumps(record, default=str, separators=(",", ":"))
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(name, raw)
+            pipe.ltrim(name, 0, HISTORY_LIMIT - 1)
+            pipe.execute()
+        except RedisError as exc:
+            raise self._unavailable("add_history", exc) from exc
+
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        try:
+            raw = self.client.lrange(f"{self.namespace}:history:{kind}", 0, max(limit, 1) - 1)
+        except RedisError as exc:
+            raise self._unavailable("read_history", exc) from exc
+        out: list[dict[str, object]] = []
+        for item in raw:
+            with contextlib.suppress(ValueError):
+                record = json.loads(item)
+                if isinstance(record, dict):
+                    out.append(record)
+        return out
+
+    def clear_history(self) -> None:
+        try:
+            for kind in HISTORY_KINDS:
+                self.client.delete(f"{self.namespace}:history:{kind}")
+        except RedisError as exc:
+            raise self._unavailable("clear_history", exc) from exc
+
+    # -- leases (single-flight compiles across every host using this Redis) --------------------
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        """``SET N:{D}:lease TOKEN NX PX ttl``: one process wins; Redis expires it on its own."""
+        token = uuid.uuid4().hex
+        try:
+            won = self.client.set(self._base(key) + ":lease", token, nx=True, px=_ms(ttl_s))
+        except RedisError as exc:
+            raise self._unavailable("acquire_lease", exc) from exc
+        return token if won else None
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        try:
+            renewed = self.client.eval(
+                _LEASE_RENEW, 1, self._base(key) + ":lease", token, _ms(ttl_s)
+            )
+        except RedisError as exc:
+            raise self._unavailable("renew_lease", exc) from exc
+        return bool(renewed)
+
+    def release_lease(self, key: str, token: str) -> None:
+        try:
+            self.client.eval(_LEASE_RELEASE, 1, self._base(key) + ":lease", token)
+        except RedisError as exc:
+            raise self._unavailable("release_lease", exc) from exc
+
     def _unavailable(self, what: str, exc: Exception) -> StoreUnavailable:
         return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _meta(fields: Sequence[bytes | None]) -> EntryMeta:

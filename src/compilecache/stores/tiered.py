@@ -27,7 +27,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 from compilecache.errors import ConfigError, ReadOnlyStore, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, open_url, parse_url
+from compilecache.stores.base import (
+    HISTORY_LIMIT,
+    NO_COORDINATION,
+    EntryInfo,
+    EntryMeta,
+    HistoryStore,
+    LeaseStore,
+    StatsStore,
+    Store,
+    open_url,
+    parse_url,
+    supports_leases,
+)
 from compilecache.stores.guarded import Guarded, LevelSkipped, fetch_with_meta, guard
 from compilecache.stores.readonly import ReadOnly
 
@@ -233,6 +245,57 @@ class Tiered:
         level = self._stats_level()
         if level is not None:
             level.zero_stats()
+
+    # History (miss explanations, run totals) lives beside the persistent counters, per host.
+    def _history_level(self) -> HistoryStore | None:
+        for depth, level in enumerate(self.levels):
+            if self._writable[depth] and isinstance(_innermost(level), HistoryStore):
+                guarded = _find_guard(level)
+                if guarded is not None and guarded.down:
+                    return None  # in back-off: no history rather than a timeout per miss
+                return level  # type: ignore[return-value]
+        return None
+
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        level = self._history_level()
+        if level is not None:
+            level.add_history(kind, record)
+
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        level = self._history_level()
+        return level.read_history(kind, limit) if level is not None else []
+
+    def clear_history(self) -> None:
+        level = self._history_level()
+        if level is not None:
+            level.clear_history()
+
+    # Leases live on the slowest level that is written and can coordinate (normally the shared
+    # one), so that processes on different hosts, each with its own local disk, coordinate.
+    def _lease_level(self) -> Store | None:
+        for depth in reversed(range(len(self.levels))):
+            written = self._writable[depth] and (self.writes == "all" or depth == 0)
+            if written and supports_leases(self.levels[depth]):
+                return self.levels[depth]
+        return None
+
+    def supports_leases(self) -> bool:
+        return self._lease_level() is not None
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        level = self._lease_level()
+        if not isinstance(level, LeaseStore):
+            return NO_COORDINATION
+        return level.acquire_lease(key, ttl_s)
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        level = self._lease_level()
+        return isinstance(level, LeaseStore) and level.renew_lease(key, token, ttl_s)
+
+    def release_lease(self, key: str, token: str) -> None:
+        level = self._lease_level()
+        if isinstance(level, LeaseStore):
+            level.release_lease(key, token)
 
 
 def _innermost(store: Store) -> Store:

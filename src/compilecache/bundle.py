@@ -1,0 +1,668 @@
+"""Bundles: a cache, or a filtered part of it, in one portable file; and warming from a store.
+
+``compilecache export cache.ccb`` writes one file that can be copied into a container image or
+to an air-gapped cluster; ``compilecache import cache.ccb`` adds its entries to a store;
+``compilecache warm --from URL`` copies entries from another store into the local level.
+
+Format: a tar archive in one zstd frame (with zstd's content checksum)::
+
+    manifest.json        first member: what the bundle holds and where it was made
+    entries/000000.cce   each entry exactly as stored (the entry format: header, payload,
+    entries/000001.cce   optional HMAC signature, XXH3 checksum), in manifest order
+
+``manifest.json``: ``format``, ``version``, ``created``, ``compilecache`` (version), ``source``
+(store URL), ``platform`` (system, machine, python), ``cpu`` (machine and ISA features of the
+exporting host), ``frameworks`` (versions installed there), ``device_kinds``, ``total_size`` and
+``entries``: one record per member with ``key``, ``file``, ``size``, ``sha256``, ``framework``,
+``name``, ``created``, ``compile_time_s``, ``versions``, ``backend``, ``device_kinds``,
+``signed``.
+
+Import reads the file twice and writes nothing until the first pass has read all of it:
+
+1. verify: ``manifest.json`` comes first and parses; every member is listed in it with the
+   listed size and SHA-256; nothing listed is missing. A truncated or damaged bundle fails here
+   with :class:`BundleError`, and the target store is untouched.
+2. apply: each entry is decoded (its checksum; its signature when COMPILECACHE_SECRET is set),
+   checked against this host (framework versions, backend and device kinds, CPU architecture
+   and ISA features) and written, unless the target already holds a valid entry under the key:
+   a good entry is never replaced, and never by a bad one. What is skipped is reported with the
+   reason. ``warm`` applies the same checks to entries read from another store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import functools
+import hashlib
+import io
+import json
+import os
+import platform
+import re
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+import zstandard
+
+from compilecache import entry
+from compilecache.config import parse_duration
+from compilecache.entry import EntryHeader
+from compilecache.errors import BundleError, ConfigError, CorruptEntry
+from compilecache.stores.base import EntryInfo, EntryMeta, Store
+
+FORMAT = "compilecache-bundle"
+VERSION = 1
+MANIFEST = "manifest.json"
+# A manifest is a list of small records: anything bigger is damage, not a real manifest.
+_MAX_MANIFEST = 256 * 1024 * 1024
+_READ_CHUNK = 1024 * 1024
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# The CPU features compilers target (x86 flags of /proc/cpuinfo); on other architectures every
+# listed feature counts.
+_X86_ISA = re.compile(
+    r"(sse\w*|ssse3|avx\w*|fma\w*|f16c|bmi\d|popcnt|abm|lzcnt|movbe|amx\w*|adx|sha_ni|aes|"
+    r"pclmulqdq|vpclmulqdq|gfni|vaes|xop|cx16)"
+)
+_GPU_PLATFORMS = {"gpu", "cuda", "rocm"}
+
+
+# -- the host ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def cpu_target() -> dict[str, Any]:
+    """This host's CPU architecture and ISA features: what a CPU executable may rely on (XLA and
+    Inductor compile for the host CPU, and neither cache key says which one)."""
+    features: list[str] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            name = name.strip()
+            if name == "flags":
+                features = sorted({f for f in value.split() if _X86_ISA.fullmatch(f)})
+                break
+            if name == "Features":
+                features = sorted(set(value.split()))
+                break
+    return {"machine": platform.machine(), "features": features}
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _backend(header: EntryHeader) -> tuple[str, set[str]]:
+    """The backend platform (``cpu``, ``gpu``, ``tpu``) and device kinds a JAX entry was
+    compiled for, from the readable key components recorded with it."""
+    readable = header.extra.get("readable")
+    if not isinstance(readable, dict):
+        return "", set()
+    backend = str(readable.get("backend version", "")).split()
+    name = backend[0].lower() if backend else ""
+    # "8 x NVIDIA H100 80GB HBM3", or "4 x cpu (1 used)".
+    accel = re.sub(r"\s*\(\d+ used\)$", "", str(readable.get("accelerator_config", "")))
+    kinds = {k.strip() for k in accel.partition(" x ")[2].split(",") if k.strip()}
+    return ("gpu" if name in _GPU_PLATFORMS else name), kinds
+
+
+class HostCheck:
+    """Whether an entry can run on this host; the reason when it cannot."""
+
+    def __init__(self, fallback_cpu: Mapping[str, Any] | None = None) -> None:
+        self.fallback_cpu = fallback_cpu
+        self._jax_devices: dict[str, set[str]] | None = None
+
+    def reason(self, header: EntryHeader) -> str | None:
+        if header.framework == "jax":
+            return self._jax(header)
+        if header.framework == "torch":
+            return self._torch(header)
+        return None
+
+    def _jax(self, header: EntryHeader) -> str | None:
+        local = _installed("jaxlib")
+        if local is None:
+            return "jax is not installed here"
+        built = header.versions.get("jaxlib")
+        if built and built != local:
+            return f"built with jaxlib {built}; this host has jaxlib {local}"
+        backend, kinds = _backend(header)
+        if backend and backend != "cpu":
+            devices = self.jax_devices()
+            if backend not in devices:
+                have = ", ".join(sorted(devices)) or "none"
+                return f"compiled for {backend}; this host has no {backend} device ({have})"
+            missing = kinds - devices[backend]
+            if missing:
+                return (
+                    f"compiled for {', '.join(sorted(missing))}; this host has "
+                    f"{', '.join(sorted(devices[backend]))}"
+                )
+            return None
+        return self._cpu(header)
+
+    def _torch(self, header: EntryHeader) -> str | None:
+        local = _installed("torch")
+        if local is None:
+            return "torch is not installed here"
+        built = header.versions.get("torch")
+        if built and built != local:
+            return f"built with torch {built}; this host has torch {local}"
+        python = header.versions.get("python", "")
+        here = platform.python_version()
+        if python and python.split(".")[:2] != here.split(".")[:2]:
+            return f"built under Python {python}; this is Python {here}"
+        return self._cpu(header)
+
+    def _cpu(self, header: EntryHeader) -> str | None:
+        cpu = header.extra.get("cpu") or self.fallback_cpu
+        if not isinstance(cpu, Mapping):
+            return None
+        local = cpu_target()
+        machine = str(cpu.get("machine") or "")
+        if machine and machine != local["machine"]:
+            return f"compiled on {machine}; this host is {local['machine']}"
+        needed = {str(f) for f in cpu.get("features") or ()}
+        have = set(local["features"])
+        lacking = sorted(needed - have) if have else []
+        if lacking:
+            shown = ", ".join(lacking[:6]) + (", ..." if len(lacking) > 6 else "")
+            return f"compiled for a CPU with {shown}, which this CPU lacks"
+        return None
+
+    def jax_devices(self) -> dict[str, set[str]]:
+        """Platform -> device kinds JAX sees here (initialises its backends once, on demand)."""
+        if self._jax_devices is None:
+            # Late on purpose: only bundles holding accelerator entries initialise JAX.
+            import jax
+
+            found: dict[str, set[str]] = {}
+            for name in ("cpu", "gpu", "tpu"):
+                try:
+                    devices = jax.devices(name)
+                except RuntimeError:
+                    continue
+                for d in devices:
+                    plat = "gpu" if d.platform in _GPU_PLATFORMS else str(d.platform)
+                    found.setdefault(plat, set()).add(str(d.device_kind))
+            self._jax_devices = found
+        return self._jax_devices
+
+
+# -- selection and reports -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """``--framework``, ``--since`` and ``--name``: which entries to export or warm."""
+
+    framework: str | None = None
+    since: float | None = None  # a time: entries used (or written) at or after it
+    name: str | None = None  # a glob over the function name or the key
+
+    def matches(self, info: EntryInfo) -> bool:
+        if self.framework and info.framework != self.framework:
+            return False
+        if self.since is not None and max(info.accessed, info.created) < self.since:
+            return False
+        return not self.name or (
+            fnmatch.fnmatchcase(info.name, self.name) or fnmatch.fnmatchcase(info.key, self.name)
+        )
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``7d`` (that long ago) or an ISO date or time (``2024-06-01``) into a time."""
+    try:
+        return (time.time() if now is None else now) - parse_duration(text, "--since")
+    except ConfigError:
+        pass
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ConfigError(
+            f"--since: cannot read {text!r} (a duration such as 7d, or a date such as 2024-06-01)"
+        ) from None
+
+
+@dataclass
+class Report:
+    """What an export, import or warm did."""
+
+    operation: str
+    source: str
+    target: str
+    total: int = 0
+    transferred: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    bytes: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation,
+            "source": self.source,
+            "target": self.target,
+            "total": self.total,
+            "transferred": len(self.transferred),
+            "already_present": len(self.present),
+            "skipped": [{"key": k, "reason": r} for k, r in self.skipped],
+            "bytes": self.bytes,
+        }
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, total: int, label: str, stream: IO[str] | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = total
+        self.label = label
+        self.done = 0
+        self._last = 0.0
+        self._drawn = False
+        try:
+            self.enabled = total > 0 and self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.enabled = False
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and self.done < self.total:
+            return
+        self._last = now
+        frac = min(self.done / self.total, 1.0)
+        bar = "#" * int(frac * 30)
+        self.stream.write(f"\r{self.label:<10} [{bar:<30}] {self.done}/{self.total} {frac:4.0%}")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- export --------------------------------------------------------------------------------------
+
+
+def _read_quietly(store: Store, key: str) -> bytes | None:
+    """A value without counting it as a hit where the store can (the local store's ``peek``)."""
+    peek = getattr(store, "peek", None)
+    if callable(peek):
+        value = peek(key)
+        if value is None or isinstance(value, bytes):
+            return value
+    return store.get(key)
+
+
+def _record(key: str, data: bytes, found: entry.Entry, file: str) -> dict[str, Any]:
+    header = found.header
+    backend, kinds = _backend(header)
+    return {
+        "key": key,
+        "file": file,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "framework": header.framework,
+        "name": header.name,
+        "created": header.created,
+        "compile_time_s": header.compile_time_s,
+        "versions": header.versions,
+        "backend": backend,
+        "device_kinds": sorted(kinds),
+        "signed": found.signed,
+    }
+
+
+def _manifest(source: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    frameworks = {
+        name: version
+        for name in ("jax", "jaxlib", "torch")
+        if (version := _installed(name)) is not None
+    }
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": time.time(),
+        "compilecache": _installed("compilecache") or "",
+        "source": source,
+        "platform": {
+            "system": platform.system(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+        },
+        "cpu": cpu_target(),
+        "frameworks": frameworks,
+        "device_kinds": sorted({k for r in records for k in r["device_kinds"]}),
+        "total_size": sum(r["size"] for r in records),
+        "entries": records,
+    }
+
+
+def export_bundle(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    select: EntryFilter | None = None,
+    secret: bytes | None = None,
+) -> Report:
+    """Write the entries of ``store`` that ``select`` matches to the bundle ``path``.
+
+    Entries are verified first (checksum, and the signature when ``secret`` is given); damaged
+    ones are left out and reported. The file appears complete or not at all (written under a
+    temporary name, then renamed)."""
+    select = select or EntryFilter()
+    target = Path(path)
+    report = Report("export", store.url, str(target))
+    infos = [i for i in store.scan() if select.matches(i)]
+    report.total = len(infos)
+    progress = Progress(len(infos), "reading")
+    records: list[dict[str, Any]] = []
+    offsets: list[int] = []
+    # Entries are spooled to a temporary file first: the manifest, which lists their checksums,
+    # must come first in the archive.
+    with tempfile.TemporaryFile(prefix="compilecache-export-") as spool:
+        for info in infos:
+            progress.advance()
+            data = _read_quietly(store, info.key)
+            if data is None:
+                report.skipped.append((info.key, "removed while exporting"))
+                continue
+            try:
+                found = entry.decode(data, secret=secret)
+                if found.header.key != info.key:
+                    raise CorruptEntry(f"it holds key {found.header.key!r}")
+            except CorruptEntry as exc:
+                report.skipped.append((info.key, f"corrupt: {exc}"))
+                continue
+            offsets.append(spool.tell())
+            spool.write(data)
+            records.append(_record(info.key, data, found, f"entries/{len(records):06d}.cce"))
+            report.transferred.append(info.key)
+            report.bytes += len(data)
+        progress.close()
+        manifest = json.dumps(_manifest(store.url, records), indent=1, sort_keys=True).encode()
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        progress = Progress(len(records), "writing")
+        try:
+            with open(tmp, "wb") as raw:
+                compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+                with (
+                    compressor.stream_writer(raw, closefd=False) as compressed,
+                    tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+                ):
+                    _add(tar, MANIFEST, len(manifest), io.BytesIO(manifest))
+                    for record, offset in zip(records, offsets, strict=True):
+                        spool.seek(offset)
+                        _add(tar, record["file"], record["size"], spool)
+                        progress.advance()
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        finally:
+            progress.close()
+    return report
+
+
+def _add(tar: tarfile.TarFile, name: str, size: int, source: BinaryIO) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = int(time.time())
+    info.mode = 0o644
+    tar.addfile(info, source)
+
+
+# -- import --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    data: dict[str, Any]
+    records: dict[str, dict[str, Any]]  # member file -> entry record
+
+    @property
+    def cpu(self) -> Mapping[str, Any] | None:
+        cpu = self.data.get("cpu")
+        return cpu if isinstance(cpu, Mapping) else None
+
+
+class _Decompressed(io.RawIOBase):
+    """The decompressed bytes of a file holding one zstd frame. Reaching the end of the file
+    before the end of the frame, or finding bytes after it, raises BundleError: a bundle cut
+    after its last entry is still a truncated file."""
+
+    def __init__(self, raw: BinaryIO, path: Path) -> None:
+        self.raw = raw
+        self.path = path
+        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        self._buffer = b""
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buffer and not self._ended:
+            chunk = self.raw.read(_READ_CHUNK)
+            if not chunk:
+                self._ended = True
+                if not self._obj.eof:
+                    raise BundleError(f"{self.path} is truncated: its compressed stream ends early")
+                break
+            if self._obj.eof:
+                raise BundleError(f"{self.path} has unexpected bytes after its end")
+            self._buffer = self._obj.decompress(chunk)
+        n = min(len(b), len(self._buffer))
+        b[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        return n
+
+    def drain(self) -> None:
+        """Read to the end (checking the frame's end and checksum)."""
+        while self.read(_READ_CHUNK):
+            pass
+
+
+@contextlib.contextmanager
+def _open_bundle(path: Path) -> Iterator[tuple[tarfile.TarFile, _Decompressed]]:
+    """The bundle's tar stream; every failure to read it becomes a BundleError."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115  (closed below, after the stream)
+    except OSError as exc:
+        raise BundleError(f"cannot read the bundle {path}: {exc}") from exc
+    try:
+        reader = _Decompressed(raw, path)
+        with tarfile.open(fileobj=io.BufferedReader(reader, _READ_CHUNK), mode="r|") as tar:
+            yield tar, reader
+    except BundleError:
+        raise
+    except (tarfile.TarError, zstandard.ZstdError, EOFError, OSError, ValueError) as exc:
+        raise BundleError(
+            f"{path} is not a readable compilecache bundle (truncated or damaged?): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        raw.close()
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> bytes:
+    if member.size > limit:
+        raise BundleError(f"bundle member {member.name} is larger than expected")
+    f = tar.extractfile(member)
+    if f is None:
+        raise BundleError(f"bundle member {member.name} is not a file")
+    data = f.read()
+    if len(data) != member.size:
+        raise BundleError(f"bundle member {member.name} is truncated")
+    return data
+
+
+def _parse_manifest(raw: bytes, path: Path) -> Manifest:
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError("not a compilecache bundle manifest")
+        if data.get("version") != VERSION:
+            raise ValueError(f"unsupported bundle version {data.get('version')!r}")
+        records: dict[str, dict[str, Any]] = {}
+        keys: set[str] = set()
+        for record in data["entries"]:
+            key, file, size = record["key"], record["file"], record["size"]
+            if not (isinstance(key, str) and isinstance(file, str) and isinstance(size, int)):
+                raise ValueError("an entry record has a bad key, file or size")
+            if size < 0 or not _HEX64.fullmatch(str(record["sha256"])):
+                raise ValueError(f"the record of {key!r} has a bad size or checksum")
+            if file in records or key in keys or file == MANIFEST:
+                raise ValueError(f"{file!r} or {key!r} is listed twice")
+            records[file] = record
+            keys.add(key)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BundleError(f"{path}: bad manifest: {exc}") from exc
+    return Manifest(data, records)
+
+
+def _members(path: Path, progress_label: str) -> Iterator[tuple[Manifest, dict[str, Any], bytes]]:
+    """Every entry of the bundle with its record, after checking it against the manifest.
+    Raises BundleError (possibly after yielding some) when the bundle is damaged."""
+    with _open_bundle(path) as (tar, stream):
+        first = tar.next()
+        if first is None or first.name != MANIFEST or not first.isfile():
+            raise BundleError(f"{path}: {MANIFEST} must be the first member of a bundle")
+        manifest = _parse_manifest(_member_bytes(tar, first, _MAX_MANIFEST), path)
+        seen: set[str] = set()
+        progress = Progress(len(manifest.records), progress_label)
+        try:
+            for member in tar:
+                if member is first:
+                    continue  # iterating a TarFile starts again with what was read already
+                record = manifest.records.get(member.name)
+                if record is None or member.name in seen or not member.isfile():
+                    raise BundleError(f"{path}: unexpected member {member.name!r}")
+                if member.size != record["size"]:
+                    raise BundleError(f"{path}: {member.name} does not have its listed size")
+                data = _member_bytes(tar, member, record["size"])
+                if hashlib.sha256(data).hexdigest() != record["sha256"]:
+                    raise BundleError(f"{path}: {member.name} ({record['key']}) is damaged")
+                seen.add(member.name)
+                progress.advance()
+                yield manifest, record, data
+        finally:
+            progress.close()
+        stream.drain()
+        missing = len(manifest.records) - len(seen)
+        if missing:
+            raise BundleError(f"{path} is truncated: {missing} listed entries are missing")
+        if not manifest.records:
+            yield manifest, {}, b""  # an empty bundle: still hand the manifest over
+
+
+def verify_bundle(path: str | os.PathLike[str]) -> Manifest:
+    """Read the whole bundle and check it against its manifest; BundleError when damaged."""
+    manifest: Manifest | None = None
+    for item in _members(Path(path), "verifying"):
+        manifest = item[0]
+    assert manifest is not None
+    return manifest
+
+
+def import_bundle(
+    path: str | os.PathLike[str],
+    target: Store,
+    *,
+    secret: bytes | None = None,
+    check: bool = True,
+) -> Report:
+    """Add the bundle's entries to ``target``: see the module docstring for the guarantees."""
+    source = Path(path)
+    manifest = verify_bundle(source)  # pass 1: nothing is written unless all of it reads
+    report = Report("import", str(source), target.url, total=len(manifest.records))
+    host = HostCheck(manifest.cpu) if check else None
+    for _, record, data in _members(source, "importing"):
+        if record:
+            admit(target, record["key"], data, report, secret=secret, host=host)
+    return report
+
+
+def admit(
+    target: Store,
+    key: str,
+    data: bytes,
+    report: Report,
+    *,
+    secret: bytes | None,
+    host: HostCheck | None,
+) -> bool:
+    """Write one entry to ``target`` if it is valid, can run here and is not there already."""
+    try:
+        found = entry.decode(data, secret=secret)
+        if found.header.key != key:
+            raise CorruptEntry(f"it holds key {found.header.key!r}")
+    except CorruptEntry as exc:
+        report.skipped.append((key, f"rejected: {exc}"))
+        return False
+    reason = host.reason(found.header) if host is not None else None
+    if reason:
+        report.skipped.append((key, reason))
+        return False
+    existing = _read_quietly(target, key)
+    if existing is not None:
+        try:
+            entry.decode(existing, secret=secret)
+            report.present.append(key)
+            return False  # a good entry is kept as it is
+        except CorruptEntry:
+            pass  # a damaged one is replaced by the verified one
+    header = found.header
+    target.put(key, data, EntryMeta(header.framework, header.name, header.compile_time_s))
+    report.transferred.append(key)
+    report.bytes += len(data)
+    return True
+
+
+# -- warm ----------------------------------------------------------------------------------------
+
+
+def warm(
+    source: Store,
+    target: Store,
+    *,
+    select: EntryFilter | None = None,
+    secret: bytes | None = None,
+    check: bool = True,
+) -> Report:
+    """Copy the entries of ``source`` that ``select`` matches into ``target`` (verified, checked
+    against this host, never replacing a good entry)."""
+    select = select or EntryFilter()
+    infos = [i for i in source.scan() if select.matches(i)]
+    report = Report("warm", source.url, target.url, total=len(infos))
+    host = HostCheck() if check else None
+    progress = Progress(len(infos), "warming")
+    try:
+        for info in infos:
+            progress.advance()
+            data = _read_quietly(source, info.key)
+            if data is None:
+                report.skipped.append((info.key, "removed from the source meanwhile"))
+                continue
+            admit(target, info.key, data, report, secret=secret, host=host)
+    finally:
+        progress.close()
+    return report

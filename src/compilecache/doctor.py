@@ -1,0 +1,605 @@
+"""``compilecache doctor -- CMD``: run CMD twice against a scratch store and say what will not hit.
+
+The two runs use a fresh local store in a temporary directory and the ``compilecache run``
+bootstrap, so every Python process of CMD records its compiles (key, function name, key
+components, stored or not and why) and a few facts (framework versions and settings) in the run
+spool (see :meth:`compilecache.session.Session.flush_stats`). Then:
+
+(a) **Unstable keys.** The second run is identical to the first, so every function it compiles
+    should hit what the first stored. A function that misses under a key the first run never
+    used has nondeterminism in its key; the component that moved is named by comparing the key
+    components of the two runs (host callback or custom-partitioning pointers in the
+    computation, a temporary path in compile options, a custom_hook that returns a pid, ...).
+(b) **Never stored.** Compiles that were not written, with the reason the integration saw: host
+    callbacks or JAX's own minimum compile time (from ``compiler._cache_write``), the store's
+    read-only mode or ``COMPILECACHE_MIN_COMPILE_TIME`` (from the cache layer), a failed write.
+(c) **Pitfalls.** Settings that defeat sharing or caching, from the processes' facts and the
+    environment: JAX's cache directory inside the key on 0.10.x, a program-set JAX minimum
+    compile time or cache directory, torch precompiled headers, OMP thread counts left to each
+    host's core count.
+
+Every finding carries a concrete fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compilecache import config as config_mod
+from compilecache import explain
+
+# Output of a failed run kept for the report.
+_TAIL_CHARS = 2000
+
+
+# -- the child side: facts about a process, written to the spool at exit -----------------------
+
+
+def collect_facts() -> dict[str, Any]:
+    """Framework versions and the settings that decide caching, for frameworks already imported
+    by this process (nothing is imported here). Never raises."""
+    facts: dict[str, Any] = {"pid": os.getpid(), "python": sys.version.split()[0]}
+    if "jax" in sys.modules:
+        try:
+            facts["jax"] = _jax_facts()
+        except Exception as exc:
+            facts["jax"] = {"error": str(exc)}
+    if "torch" in sys.modules:
+        try:
+            facts["torch"] = _torch_facts()
+        except Exception as exc:
+            facts["torch"] = {"error": str(exc)}
+    return facts
+
+
+def _jax_facts() -> dict[str, Any]:
+    from compilecache.frameworks import jax as integration
+
+    jax: Any = sys.modules["jax"]
+    cfg = jax.config
+    return {
+        "version": str(jax.__version__),
+        "hooked": integration.active_adapter() is not None,
+        "marker": integration.MARKER_DIR,
+        "cache_dir": str(cfg.jax_compilation_cache_dir),
+        "min_compile_time_secs": float(cfg.jax_persistent_cache_min_compile_time_secs),
+        "enable_xla_caches": str(getattr(cfg, "jax_persistent_cache_enable_xla_caches", "")),
+    }
+
+
+def _torch_facts() -> dict[str, Any]:
+    torch: Any = sys.modules["torch"]
+    out: dict[str, Any] = {
+        "version": str(torch.__version__),
+        "num_threads": int(torch.get_num_threads()),
+    }
+    inductor: Any = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        out["precompile_headers"] = bool(getattr(inductor, "cpp_cache_precompile_headers", False))
+    return out
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: what, why, and the fix."""
+
+    kind: str  # "unstable", "not_stored", "pitfall", "failed"
+    title: str
+    detail: str
+    fix: str
+    framework: str = ""
+    name: str = ""
+    components: tuple[str, ...] = ()
+
+
+@dataclass
+class RunResult:
+    """What one run of the command left in its spool."""
+
+    returncode: int
+    output_tail: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    facts: list[dict[str, Any]] = field(default_factory=list)
+
+    def count(self, event: str, *, stored: bool | None = None) -> int:
+        return sum(
+            1
+            for e in self.events
+            if e.get("event") == event and (stored is None or e.get("stored") is stored)
+        )
+
+
+@dataclass
+class DoctorReport:
+    command: list[str]
+    runs: list[RunResult]
+    findings: list[Finding]
+    stable: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "ok": self.ok,
+            "runs": [
+                {
+                    "returncode": r.returncode,
+                    "hits": r.count("hit"),
+                    "misses": r.count("miss"),
+                    "stored": r.count("miss", stored=True),
+                    "not_stored": r.count("miss", stored=False),
+                    "processes": len(r.facts),
+                }
+                for r in self.runs
+            ],
+            "stable": self.stable,
+            "findings": [asdict(f) for f in self.findings],
+        }
+
+    def text(self) -> str:
+        lines = [f"compilecache doctor: ran {' '.join(self.command)!s} twice on a scratch store"]
+        for i, run in enumerate(self.runs, 1):
+            lines.append(
+                f"  run {i}: exit {run.returncode}, {run.count('miss')} compiles "
+                f"({run.count('miss', stored=True)} stored), {run.count('hit')} hits"
+            )
+        if self.stable:
+            lines.append(f"  {len(self.stable)} functions hit in the second run: OK")
+        sections = (
+            ("failed", "The command failed"),
+            ("unstable", "Keys that differ between two identical runs (they will never hit)"),
+            ("not_stored", "Compiles that were never stored"),
+            ("pitfall", "Configuration pitfalls"),
+        )
+        for kind, heading in sections:
+            found = [f for f in self.findings if f.kind == kind]
+            if not found:
+                continue
+            lines += ["", f"{heading}:"]
+            for f in found:
+                lines.append(f"  - {f.title}")
+                lines += [f"      {line}" for line in f.detail.splitlines() if line]
+                lines.append(f"      fix: {f.fix}")
+        if self.ok:
+            lines += ["", "No problems found: every compile of the second run hit the cache."]
+        return "\n".join(lines)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def read_spool(spool: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(events, facts) left by every process of one run."""
+    events: list[dict[str, Any]] = []
+    facts: list[dict[str, Any]] = []
+    for path in sorted(spool.glob("*.events.jsonl")):
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(item, dict):
+                continue
+            if "facts" in item and isinstance(item["facts"], dict):
+                facts.append(item["facts"])
+            else:
+                events.append(item)
+    return events, facts
+
+
+def run_twice(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    workdir: str | None = None,
+) -> list[RunResult]:
+    """Run ``command`` twice under the bootstrap, both times against one fresh scratch store."""
+    from compilecache import runner
+
+    base = dict(os.environ if env is None else env)
+    results: list[RunResult] = []
+    with tempfile.TemporaryDirectory(prefix="compilecache-doctor-", dir=workdir) as tmp:
+        store = Path(tmp) / "store"
+        for i in (1, 2):
+            spool = Path(tmp) / f"run{i}"
+            spool.mkdir()
+            child_env = runner.child_environment(base, str(spool), {"COMPILECACHE_URL": str(store)})
+            try:
+                proc = subprocess.run(
+                    list(command),
+                    env=child_env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    timeout=timeout,
+                )
+                code, output = proc.returncode, proc.stdout or ""
+            except subprocess.TimeoutExpired as exc:
+                out = exc.output
+                text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+                code, output = 124, text + f"\n(timed out after {timeout}s)"
+            except OSError as exc:
+                code, output = 127, f"cannot start {command[0]!r}: {exc}"
+            events, facts = read_spool(spool)
+            results.append(RunResult(code, output[-_TAIL_CHARS:], events, facts))
+    return results
+
+
+def doctor(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> DoctorReport:
+    """Run ``command`` twice and analyse what it left."""
+    base = dict(os.environ if env is None else env)
+    runs = run_twice(command, env=base, timeout=timeout)
+    return analyze(list(command), runs, base)
+
+
+# -- analysis ----------------------------------------------------------------------------------
+
+_UNSTABLE_FIX = {
+    "computation": (
+        "Make the lowered program identical in every run: host callbacks and custom "
+        "partitioning embed Python object addresses (for custom_partitioning set "
+        "jax.config.update('jax_remove_custom_partitioning_ptr_from_cache_key', True)); values "
+        "captured as constants (time, random seeds, pid, rank, paths) must become arguments."
+    ),
+    "compile_options": (
+        "Pass the same compile options in every run: replace per-run values in "
+        "jit(..., compiler_options=...) (a tempfile.mkdtemp() path, a rank, a timestamp) by "
+        "constants."
+    ),
+    "custom_hook": (
+        "Make jax._src.cache_key.custom_hook() return the same value in every run (only what "
+        "must select a different executable; no pid, time or path)."
+    ),
+    "XLA flags": (
+        "Set XLA_FLAGS identically in every run; per-run paths belong in flags JAX excludes "
+        "from the key (--xla_dump_to)."
+    ),
+    "accelerator_config": "Run with the same devices (count and kind) every time.",
+    "cpp_runtime_thread_count": (
+        "Pin the thread count: export OMP_NUM_THREADS=<n> (the same n everywhere)."
+    ),
+}
+_UNSTABLE_DEFAULT = (
+    "Find what differs per run in the component named above and make it constant "
+    "(`compilecache show KEY` lists an entry's components)."
+)
+
+
+def _key_sets(run: RunResult) -> dict[tuple[str, str], set[str]]:
+    keys: dict[tuple[str, str], set[str]] = {}
+    for e in run.events:
+        if e.get("event") in ("hit", "miss"):
+            keys.setdefault((str(e.get("framework")), str(e.get("name"))), set()).add(
+                str(e.get("key"))
+            )
+    return keys
+
+
+def _misses(run: RunResult) -> list[dict[str, Any]]:
+    return [e for e in run.events if e.get("event") == "miss"]
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def _unstable(first: RunResult, second: RunResult) -> list[Finding]:
+    seen_first = _key_sets(first)
+    first_misses = _misses(first)
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in _misses(second):
+        ident = (str(e.get("framework")), str(e.get("name")))
+        if str(e.get("key")) not in seen_first.get(ident, set()):
+            grouped.setdefault(ident, []).append(e)
+    findings: list[Finding] = []
+    for (framework, name), events in sorted(grouped.items()):
+        if (framework, name) not in seen_first:
+            findings.append(
+                Finding(
+                    "unstable",
+                    f"{name}: compiled in the second run only",
+                    "The first run never compiled this function: the program takes "
+                    "different paths in identical runs.",
+                    "Make the compiled functions and their shapes independent of time, "
+                    "randomness and the environment.",
+                    framework,
+                    name,
+                )
+            )
+            continue
+        vocab = explain.vocabulary(framework)
+        moved: dict[str, explain.Difference] = {}
+        for e in events:
+            comps = _str_map(e.get("components"))
+            candidates = [
+                m
+                for m in first_misses
+                if (str(m.get("framework")), str(m.get("name"))) == (framework, name)
+            ]
+            if not comps or not candidates:
+                continue
+            nearest = min(
+                candidates,
+                key=lambda m: explain.distance(
+                    _str_map(m.get("components")), comps, vocab.identity
+                ),
+            )
+            for d in explain.diff(
+                _str_map(nearest.get("components")),
+                comps,
+                _str_map(nearest.get("readable")),
+                _str_map(e.get("readable")),
+                vocab,
+            ):
+                moved.setdefault(d.component, d)
+        if moved:
+            detail = "\n".join(f"{d.text}" for d in moved.values())
+            primary = next(iter(moved))
+            fix = _UNSTABLE_FIX.get(primary, _UNSTABLE_DEFAULT)
+        else:
+            detail = "The key differs, but no recorded key component moved."
+            fix = _UNSTABLE_DEFAULT
+        findings.append(
+            Finding(
+                "unstable",
+                f"{name}: the key differs between two identical runs "
+                f"({', '.join(vocab.labels.get(c, c) for c in moved) or 'unknown component'} "
+                "moved)",
+                detail,
+                fix,
+                framework,
+                name,
+                tuple(moved),
+            )
+        )
+    # Stored by the first run under the same key, and still missed: the entry went missing.
+    stored_first = {str(m.get("key")) for m in first_misses if m.get("stored")}
+    for e in _misses(second):
+        if str(e.get("key")) in stored_first:
+            name = str(e.get("name"))
+            findings.append(
+                Finding(
+                    "unstable",
+                    f"{name}: stored by the first run, missed by the second under the same key",
+                    "The entry was lost between the runs (evicted from a store that is too "
+                    "small, or removed as corrupt).",
+                    "Raise COMPILECACHE_MAX_SIZE; run `compilecache verify`.",
+                    str(e.get("framework")),
+                    name,
+                )
+            )
+    return findings
+
+
+def _not_stored_fix(reason: str, cfg: config_mod.Config) -> str:
+    if "host callbacks" in reason:
+        return (
+            "Keep host callbacks (jax.debug.print, pure_callback, io_callback) out of "
+            "expensive jitted functions, or behind a debug switch; JAX never caches them."
+        )
+    if "jax_persistent_cache_min_compile_time_secs" in reason:
+        return (
+            "Remove jax.config.update('jax_persistent_cache_min_compile_time_secs', ...) from "
+            "the program (or set it to 0): compilecache applies COMPILECACHE_MIN_COMPILE_TIME "
+            "itself, with the exact compile time."
+        )
+    if "COMPILECACHE_MIN_COMPILE_TIME" in reason:
+        return (
+            f"Lower COMPILECACHE_MIN_COMPILE_TIME (now {cfg.min_compile_time:g}) if these "
+            "compiles matter at start-up."
+        )
+    if "read-only" in reason:
+        return "Unset COMPILECACHE_READ_ONLY in the job that should fill the cache."
+    if "process 0" in reason:
+        return (
+            "Expected in multi-process jobs: process 0 writes for everyone. Give every host "
+            "a shared level (COMPILECACHE_URL=~/.cache/compilecache,redis://...) so the other "
+            "ranks read and backfill from it."
+        )
+    return "Look at the warnings compilecache printed: the store could not be written."
+
+
+def _not_stored(runs: Sequence[RunResult], cfg: config_mod.Config) -> list[Finding]:
+    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        for e in _misses(run):
+            if e.get("stored") is False:
+                ident = (str(e.get("framework")), str(e.get("name")), str(e.get("reason") or ""))
+                grouped.setdefault(ident, []).append(e)
+    findings = []
+    for (framework, name, reason), events in sorted(grouped.items()):
+        seconds = sum(float(e.get("compile_time_s") or 0.0) for e in events)
+        findings.append(
+            Finding(
+                "not_stored",
+                f"{name}: never stored: {reason or 'unknown reason'}",
+                f"{len(events)} compiles in the two runs, {seconds:.2f}s of compile time, "
+                "repeated by every process.",
+                _not_stored_fix(reason, cfg),
+                framework,
+                name,
+            )
+        )
+    return findings
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _pitfalls(
+    runs: Sequence[RunResult], env: Mapping[str, str], cfg: config_mod.Config
+) -> list[Finding]:
+    found: dict[str, Finding] = {}
+    facts = [f for run in runs for f in run.facts]
+    if cfg.disabled:
+        found["disabled"] = Finding(
+            "pitfall",
+            "compilecache is disabled (COMPILECACHE_DISABLE=1)",
+            "Nothing is cached, so nothing was checked.",
+            "Unset COMPILECACHE_DISABLE.",
+        )
+    for fact in facts:
+        jax = fact.get("jax")
+        if isinstance(jax, dict) and "version" in jax:
+            hooked = bool(jax.get("hooked"))
+            if not hooked:
+                found.setdefault(
+                    "jax_unhooked",
+                    Finding(
+                        "pitfall",
+                        f"JAX {jax['version']} ran without compilecache",
+                        "The process imported JAX but compilecache's hook was not installed.",
+                        "Check COMPILECACHE_FRAMEWORKS (it must include jax) and the warning "
+                        "compilecache printed about this JAX version.",
+                        "jax",
+                    ),
+                )
+                continue
+            cache_dir = str(jax.get("cache_dir", ""))
+            if cache_dir and cache_dir != jax.get("marker"):
+                found.setdefault(
+                    "jax_cache_dir",
+                    Finding(
+                        "pitfall",
+                        f"the program sets jax_compilation_cache_dir={cache_dir}",
+                        "JAX then uses its own cache directory and compilecache sees no compile.",
+                        "Remove jax.config.update('jax_compilation_cache_dir', ...) and "
+                        "set_cache_dir() from the program (and JAX_COMPILATION_CACHE_DIR); use "
+                        "COMPILECACHE_URL instead.",
+                        "jax",
+                    ),
+                )
+            xla_caches = str(jax.get("enable_xla_caches", "none"))
+            if _version_tuple(str(jax["version"])) < (0, 11) and xla_caches not in ("", "none"):
+                found.setdefault(
+                    "jax_dir_in_key",
+                    Finding(
+                        "pitfall",
+                        f"JAX {jax['version']}: the cache directory is part of every key",
+                        f"jax_persistent_cache_enable_xla_caches={xla_caches} writes "
+                        "'<cache dir>/...' into the compile options, so hosts or jobs with "
+                        "different cache directories never share entries (fixed in JAX 0.11).",
+                        "jax.config.update('jax_persistent_cache_enable_xla_caches', 'none') "
+                        "(compilecache sets it; the program sets it back).",
+                        "jax",
+                    ),
+                )
+            minimum = float(jax.get("min_compile_time_secs", 0.0) or 0.0)
+            if minimum > 0:
+                found.setdefault(
+                    "jax_min_time",
+                    Finding(
+                        "pitfall",
+                        f"the program sets jax_persistent_cache_min_compile_time_secs={minimum:g}",
+                        "JAX then never writes compiles faster than that (most small "
+                        "functions: together they often cost more than the main step).",
+                        "Remove the setting (compilecache sets it to 0 and applies "
+                        "COMPILECACHE_MIN_COMPILE_TIME itself, with the exact compile time).",
+                        "jax",
+                    ),
+                )
+        torch = fact.get("torch")
+        if isinstance(torch, dict) and "version" in torch:
+            if torch.get("precompile_headers") or env.get(
+                "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", ""
+            ).strip() in ("1", "true", "True"):
+                found.setdefault(
+                    "torch_pch",
+                    Finding(
+                        "pitfall",
+                        "torch Inductor precompiled headers are on",
+                        "The header (about 150 MB) lives outside TORCHINDUCTOR_CACHE_DIR and "
+                        "the setting is part of the FX graph key: hosts that differ in it "
+                        "never share entries.",
+                        "export TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0 on every host.",
+                        "torch",
+                    ),
+                )
+            if not env.get("OMP_NUM_THREADS", "").strip():
+                threads = torch.get("num_threads")
+                found.setdefault(
+                    "torch_threads",
+                    Finding(
+                        "pitfall",
+                        "OMP_NUM_THREADS is not set",
+                        f"torch.compile keys include the thread count ({threads} here, from "
+                        "this host's cores): hosts with other core counts never share entries.",
+                        f"export OMP_NUM_THREADS={threads} (the same value on every host).",
+                        "torch",
+                    ),
+                )
+    threads = {
+        int(f["torch"]["num_threads"])
+        for f in facts
+        if isinstance(f.get("torch"), dict) and "num_threads" in f["torch"]
+    }
+    if len(threads) > 1:
+        found["torch_threads_vary"] = Finding(
+            "pitfall",
+            f"torch thread counts differ between processes: {sorted(threads)}",
+            "The thread count is part of the torch.compile key.",
+            "export OMP_NUM_THREADS=<n> with one n for every process and host.",
+            "torch",
+        )
+    return list(found.values())
+
+
+def analyze(
+    command: Sequence[str],
+    runs: Sequence[RunResult],
+    env: Mapping[str, str],
+) -> DoctorReport:
+    """Findings from two runs of ``command`` (pure: the tests feed it recorded runs)."""
+    cfg = config_mod.load(env)
+    findings: list[Finding] = []
+    for i, run in enumerate(runs, 1):
+        if run.returncode != 0:
+            findings.append(
+                Finding(
+                    "failed",
+                    f"run {i} exited with status {run.returncode}",
+                    run.output_tail.strip()[-_TAIL_CHARS:],
+                    "Fix the command first: doctor needs two complete runs.",
+                )
+            )
+    if len(runs) >= 2:
+        findings += _unstable(runs[0], runs[1])
+    findings += _not_stored(runs, cfg)
+    findings += _pitfalls(runs, env, cfg)
+    second_hits = {
+        str(e.get("name"))
+        for e in (runs[1].events if len(runs) > 1 else ())
+        if e.get("event") == "hit"
+    }
+    unstable = {f.name for f in findings if f.kind == "unstable"}
+    return DoctorReport(list(command), list(runs), findings, sorted(second_hits - unstable))

@@ -1,0 +1,567 @@
+"""Why did this miss? Compare a new key's components with the nearest stored entry's.
+
+Every entry keeps the components its framework hashed into the key (``EntryHeader.components``:
+one hash per component) and readable values for the small ones (``extra["readable"]``: flags,
+versions, platform, device kinds, config values). After a miss, once the compile is done, the
+integration calls :func:`record_miss`: it looks for stored entries of the same function name,
+picks the one with the fewest differing components, and turns the differences into plain words
+(``XLA flags changed: --xla_cpu_enable_fast_math=true added``), with before and after values
+where they are known. The explanation is appended to the store's history (``compilecache
+explain`` lists it) and, under ``compilecache run``/``doctor``, to the run's events.
+
+The diffing is framework-agnostic: a :class:`Vocabulary` per framework names its components and
+words their changes. Only misses pay for this, after the compile: a prefix scan of the store
+index and a few header reads (without counting hits or touching LRU order where the store can).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from compilecache import entry, history
+from compilecache.entry import EntryHeader
+from compilecache.stats import function_counter
+from compilecache.stores.base import EntryInfo, Store
+
+if TYPE_CHECKING:
+    from compilecache.cache import Cache
+
+log = logging.getLogger("compilecache")
+
+# Same-name entries whose headers are read to find the nearest (the newest first).
+MAX_CANDIDATES = 16
+# A level whose prefix scan takes longer than this is not scanned again in this process: a miss
+# must not cost seconds because a shared store is large and cannot list by prefix cheaply.
+SCAN_BUDGET_S = 0.5
+NEW_FUNCTION = "new function: no earlier entry of that name"
+
+# (before, after, names of every component that changed) -> words, or "" for the default.
+Describe = Callable[[str | None, str | None, frozenset[str]], str]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """How one framework's key components are named and their changes worded."""
+
+    labels: Mapping[str, str]
+    describe: Mapping[str, Describe] = field(default_factory=dict)
+    # Components named by a prefix (torch's ``inductor_config[cpp.simdlen]``): prefix -> describe
+    # with the part after the prefix as the label.
+    prefixed: Sequence[tuple[str, Callable[[str, str | None, str | None], str]]] = ()
+    # Put in front of every difference's words ("torch: ").
+    prefix: str = ""
+    # Components listed first (the likeliest causes), the rest in name order.
+    order: Sequence[str] = ()
+    # Components that say "the same function" (JAX: the computation). The nearest entry is the
+    # one with the fewest differing components, preferring those where these agree: an entry of
+    # the same program under other flags explains more than another shape's entry.
+    identity: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One component that differs from the nearest entry."""
+
+    component: str
+    text: str
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why ``key`` was not found: what differs from ``nearest``, the closest same-name entry."""
+
+    framework: str
+    name: str
+    key: str
+    nearest: str | None
+    differences: tuple[Difference, ...]
+    summary: str
+    candidates: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Explanation:
+        diffs = tuple(
+            Difference(
+                component=str(d.get("component", "")),
+                text=str(d.get("text", "")),
+                before=None if d.get("before") is None else str(d.get("before")),
+                after=None if d.get("after") is None else str(d.get("after")),
+            )
+            for d in data.get("differences", ()) or ()
+            if isinstance(d, Mapping)
+        )
+        nearest = data.get("nearest")
+        return cls(
+            framework=str(data.get("framework", "")),
+            name=str(data.get("name", "")),
+            key=str(data.get("key", "")),
+            nearest=None if nearest is None else str(nearest),
+            differences=diffs,
+            summary=str(data.get("summary", "")),
+            candidates=int(data.get("candidates", 0) or 0),
+        )
+
+
+# -- wording helpers ---------------------------------------------------------------------------
+
+
+def _short(value: str | None, limit: int = 120) -> str:
+    if value is None:
+        return "?"
+    text = value if value else "''"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def flag_changes(before: str | None, after: str | None) -> str:
+    """``--a=1 --b`` vs ``--a=2 --c`` -> ``--a=1 -> --a=2, --c added, --b removed``."""
+
+    def parse(text: str | None) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for flag in (text or "").split():
+            out[flag.split("=", 1)[0]] = flag
+        return out
+
+    old, new = parse(before), parse(after)
+    parts = [f"{old[n]} -> {new[n]}" for n in sorted(old.keys() & new.keys()) if old[n] != new[n]]
+    parts += [f"{new[n]} added" for n in sorted(new.keys() - old.keys())]
+    parts += [f"{old[n]} removed" for n in sorted(old.keys() - new.keys())]
+    return ", ".join(parts)
+
+
+def _jax_flags(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
+    if before is None or after is None:
+        return "XLA flags changed"
+    changes = flag_changes(before, after)
+    return f"XLA flags changed: {changes}" if changes else "XLA flags changed"
+
+
+def _jax_devices(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
+    pattern = re.compile(r"^\s*(\d+) x (.+?)(?: \(\d+ used\))?$")
+    old = pattern.match(before or "")
+    new = pattern.match(after or "")
+    if old and new:
+        if old[2] == new[2]:
+            kind = new[2].upper() if len(new[2]) <= 4 else new[2]
+            return f"device topology changed: {old[1]} -> {new[1]} {kind} devices"
+        return f"device topology changed: {old[1]} x {old[2]} -> {new[1]} x {new[2]}"
+    return f"device topology changed: {_short(before)} -> {_short(after)}"
+
+
+def _jax_compile_options(before: str | None, after: str | None, changed: frozenset[str]) -> str:
+    # The readable value holds the jit(compiler_options=...) overrides only.
+    overrides = flag_changes(before, after) if before is not None and after is not None else ""
+    if overrides:
+        return f"compile options changed: {overrides}"
+    if "XLA flags" in changed:
+        return "compile options changed (the XLA flags are part of them)"
+    if "accelerator_config" in changed:
+        return "compile options changed (they follow the devices)"
+    return (
+        "compile options changed (the device assignment, or a path or rank inside the build "
+        "options)"
+    )
+
+
+def _versions(label: str) -> Describe:
+    def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
+        if before is None or after is None:
+            return f"{label} changed"
+        return f"{label} {_short(before)} -> {_short(after)}"
+
+    return describe
+
+
+def _changed(label: str) -> Describe:
+    def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
+        if before is None or after is None or before == after:
+            return f"{label} changed"
+        return f"{label} changed: {_short(before)} -> {_short(after)}"
+
+    return describe
+
+
+JAX = Vocabulary(
+    labels={
+        "computation": "the function body",
+        "jax_lib version": "jaxlib version",
+        "backend version": "backend",
+        "XLA flags": "XLA flags",
+        "compile_options": "compile options",
+        "accelerator_config": "device topology",
+        "compression": "compression",
+        "custom_hook": "jax._src.cache_key.custom_hook()",
+    },
+    describe={
+        "computation": lambda b, a, c: (
+            "the function body changed (or its argument shapes, dtypes or static arguments)"
+        ),
+        "jax_lib version": _versions("jaxlib"),
+        "backend version": _changed("backend"),
+        "XLA flags": _jax_flags,
+        "compile_options": _jax_compile_options,
+        "accelerator_config": _jax_devices,
+        "compression": _changed("compression"),
+        "custom_hook": _changed("jax._src.cache_key.custom_hook()"),
+    },
+    order=(
+        "computation",
+        "jax_lib version",
+        "backend version",
+        "XLA flags",
+        "accelerator_config",
+        "custom_hook",
+        "compression",
+        "compile_options",
+    ),
+    identity=("computation",),
+)
+
+
+def _config_value(what: str) -> Callable[[str, str | None, str | None], str]:
+    def describe(name: str, before: str | None, after: str | None) -> str:
+        if before is None or after is None:
+            return f"{what} {name} changed"
+        return f"{what} {name} {_short(before)} -> {_short(after)}"
+
+    return describe
+
+
+TORCH = Vocabulary(
+    labels={
+        "cpp_runtime_thread_count": "thread count",
+        "torch_version": "torch version (a hash of its sources)",
+        "system_info": "system (device, driver and compiler versions)",
+        "gm": "the graph",
+        "fx_kwargs": "compile arguments",
+        "deterministic_algorithms_settings": "deterministic algorithm settings",
+        "cuda_matmul_settings": "CUDA matmul settings",
+        "post_grad_custom_pre_pass": "custom pre-grad pass",
+        "post_grad_custom_post_pass": "custom post-grad pass",
+    },
+    describe={
+        "cpp_runtime_thread_count": _versions("thread count"),
+        "torch_version": lambda b, a, c: "torch changed (another build or version)",
+        "gm": lambda b, a, c: "the graph changed (the function body or what it calls)",
+    },
+    prefixed=(
+        ("inductor_config[", _config_value("inductor config")),
+        ("inductor_config_comms[", _config_value("inductor comms config")),
+        ("functorch_config[", _config_value("functorch config")),
+        ("fx_kwargs[", _config_value("compile argument")),
+        ("example_inputs[", _config_value("input")),
+    ),
+    prefix="torch: ",
+    order=("gm", "torch_version", "system_info"),
+    identity=("gm",),
+)
+
+VOCABULARIES: dict[str, Vocabulary] = {"jax": JAX, "torch": TORCH}
+_GENERIC = Vocabulary(labels={})
+
+
+def vocabulary(framework: str) -> Vocabulary:
+    return VOCABULARIES.get(framework, _GENERIC)
+
+
+# -- diffing -----------------------------------------------------------------------------------
+
+
+def count_differences(before: Mapping[str, str], after: Mapping[str, str]) -> int:
+    """How many components differ (one side missing counts as a difference)."""
+    return sum(1 for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+
+
+def distance(
+    theirs: Mapping[str, str], ours: Mapping[str, str], identity: Sequence[str] = ()
+) -> tuple[int, int]:
+    """How far apart two keys' components are: (differing identity components, differing
+    components). Smaller is nearer."""
+    return (
+        sum(1 for c in identity if theirs.get(c) != ours.get(c)),
+        count_differences(theirs, ours),
+    )
+
+
+def diff(
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+    before_readable: Mapping[str, Any] | None = None,
+    after_readable: Mapping[str, Any] | None = None,
+    vocab: Vocabulary = _GENERIC,
+) -> list[Difference]:
+    """The components whose hashes differ, worded by ``vocab``, likeliest causes first."""
+    old_values = {str(k): str(v) for k, v in (before_readable or {}).items()}
+    new_values = {str(k): str(v) for k, v in (after_readable or {}).items()}
+    changed = frozenset(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    rank = {name: i for i, name in enumerate(vocab.order)}
+    out: list[Difference] = []
+    for name in sorted(changed, key=lambda n: (rank.get(n, len(rank)), n)):
+        old, new = old_values.get(name), new_values.get(name)
+        text = ""
+        if name not in before:
+            text = f"{vocab.labels.get(name, name)} is new in the key"
+        elif name not in after:
+            text = f"{vocab.labels.get(name, name)} is no longer in the key"
+        elif name in vocab.describe:
+            text = vocab.describe[name](old, new, changed)
+        else:
+            for prefix, describe in vocab.prefixed:
+                if name.startswith(prefix) and name.endswith("]"):
+                    text = describe(name[len(prefix) : -1], old, new)
+                    break
+        if not text:
+            text = _changed(vocab.labels.get(name, name))(old, new, changed)
+        out.append(Difference(name, vocab.prefix + text, old, new))
+    return out
+
+
+def summarize(name: str, differences: Sequence[Difference], nearest: str | None) -> str:
+    """One line: ``jit_step: XLA flags changed: --x added; compile options changed (...)``."""
+    label = name or "(unnamed)"
+    if nearest is None:
+        return f"{label}: {NEW_FUNCTION}"
+    if not differences:
+        return (
+            f"{label}: the key differs from {nearest}, but their recorded components agree "
+            "(a component the framework does not expose changed)"
+        )
+    return f"{label}: " + "; ".join(d.text for d in differences)
+
+
+# -- finding the nearest entry -----------------------------------------------------------------
+
+_slow_levels: set[str] = set()
+_slow_lock = threading.Lock()
+
+
+def _levels(store: Store) -> list[Store]:
+    """The levels of a tiered store (fastest first), else the store itself."""
+    from compilecache.stores.tiered import Tiered
+
+    seen: Store | None = store
+    while seen is not None:
+        if isinstance(seen, Tiered):
+            return list(seen.levels)
+        seen = getattr(seen, "inner", None)
+    return [store]
+
+
+def _reader(level: Store) -> Callable[[str], bytes | None]:
+    """``peek`` (no hit counted, LRU order untouched) where a store in the chain has it."""
+    seen: Store | None = level
+    while seen is not None:
+        if callable(getattr(type(seen), "peek", None)):
+            peek: Callable[[str], bytes | None] = seen.peek  # type: ignore[attr-defined]
+            return peek
+        seen = getattr(seen, "inner", None)
+    return level.get
+
+
+def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo]:
+    if level.url in _slow_levels:
+        return []
+    start = time.monotonic()
+    try:
+        infos = [i for i in level.scan(prefix) if i.key != key and (not name or i.name == name)]
+    except Exception as exc:
+        log.debug("compilecache: cannot list %s for an explanation: %s", level.url, exc)
+        return []
+    if time.monotonic() - start > SCAN_BUDGET_S:
+        with _slow_lock:
+            _slow_levels.add(level.url)
+        log.debug("compilecache: %s lists slowly; misses there are no longer explained", level.url)
+    return infos
+
+
+def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
+    read = _reader(level)
+    for info in sorted(infos, key=lambda i: -i.created)[:MAX_CANDIDATES]:
+        try:
+            data = read(info.key)
+            if data is not None:
+                yield entry.read_header(data)
+        except Exception as exc:  # a damaged or vanished candidate is skipped
+            log.debug("compilecache: cannot read %s for an explanation: %s", info.key, exc)
+
+
+def nearest_entry(
+    store: Store,
+    *,
+    prefix: str,
+    name: str,
+    key: str,
+    components: Mapping[str, str],
+    identity: Sequence[str] = (),
+) -> tuple[EntryHeader | None, int]:
+    """The stored same-name entry (other than ``key``) with the fewest differing components
+    (those agreeing on the ``identity`` components first), the newest on ties; and how many
+    same-name entries were seen. The first level holding any same-name entry is searched
+    (normally the local disk)."""
+    for level in _levels(store):
+        infos = _same_name(level, prefix, name, key)
+        if not infos:
+            continue
+        best: EntryHeader | None = None
+        best_score = (0, 0, 0)
+        for header in _headers(level, infos):
+            if header.key == key or (name and header.name != name):
+                continue
+            score = (
+                0 if header.components else 1,
+                *distance(header.components, components, identity),
+            )
+            if best is None or score < best_score:
+                best, best_score = header, score
+        return best, len(infos)
+    return None, 0
+
+
+def explain(
+    store: Store,
+    *,
+    framework: str,
+    name: str,
+    key: str,
+    components: Mapping[str, str],
+    readable: Mapping[str, Any] | None = None,
+    prefix: str | None = None,
+) -> Explanation:
+    """Explain why ``key`` missed, against the entries ``store`` holds now.
+
+    ``prefix`` narrows the scan (JAX keys start with ``jax/<name>-``); by default every key of
+    ``framework`` is scanned and filtered by name.
+    """
+    scan_prefix = prefix if prefix is not None else f"{framework}/"
+    nearest, seen = nearest_entry(
+        store,
+        prefix=scan_prefix,
+        name=name,
+        key=key,
+        components=components,
+        identity=vocabulary(framework).identity,
+    )
+    if nearest is None:
+        return Explanation(framework, name, key, None, (), summarize(name, (), None), seen)
+    if not nearest.components or not components:
+        summary = (
+            f"{name or '(unnamed)'}: an earlier entry of that name ({nearest.key}) differs, "
+            "but the key components were not recorded for both"
+        )
+        return Explanation(framework, name, key, nearest.key, (), summary, seen)
+    differences = diff(
+        nearest.components,
+        components,
+        _readable(nearest),
+        readable,
+        vocabulary(framework),
+    )
+    return Explanation(
+        framework,
+        name,
+        key,
+        nearest.key,
+        tuple(differences),
+        summarize(name, differences, nearest.key),
+        seen,
+    )
+
+
+def _readable(header: EntryHeader) -> dict[str, Any]:
+    readable = header.extra.get("readable")
+    return dict(readable) if isinstance(readable, Mapping) else {}
+
+
+def explain_stored(store: Store, key: str) -> Explanation | None:
+    """How the stored entry ``key`` differs from its nearest same-name neighbour (for
+    ``compilecache explain KEY`` when no miss of it was recorded)."""
+    data = _reader(store)(key)
+    if data is None:
+        return None
+    header = entry.read_header(data)
+    prefix = None
+    if header.framework == "jax":
+        prefix = f"{key.rsplit('-', 1)[0]}-"
+    return explain(
+        store,
+        framework=header.framework,
+        name=header.name,
+        key=key,
+        components=header.components,
+        readable=_readable(header),
+        prefix=prefix,
+    )
+
+
+# -- recording ---------------------------------------------------------------------------------
+
+
+def record_miss(
+    cache: Cache,
+    *,
+    framework: str,
+    name: str,
+    key: str,
+    components: Mapping[str, str],
+    readable: Mapping[str, Any] | None = None,
+    prefix: str | None = None,
+    compile_time_s: float = 0.0,
+    stored: bool = True,
+    reason: str = "",
+) -> Explanation | None:
+    """After a miss's compile: explain it, count it for its function, and remember it in the
+    store's history and the run's events. Never raises."""
+    try:
+        cache.stats.add(function_counter(framework, name, "misses"))
+        cache.stats.add(function_counter(framework, name, "compile_time_s"), compile_time_s)
+        explanation = explain(
+            cache.store,
+            framework=framework,
+            name=name,
+            key=key,
+            components=components,
+            readable=readable,
+            prefix=prefix,
+        )
+        record: dict[str, Any] = {
+            **history.origin(cache.run_id),
+            **explanation.to_json(),
+            "compile_time_s": compile_time_s,
+            "stored": stored,
+            "reason": reason,
+        }
+        history.append(cache.store, history.MISS, record)
+        if cache.events is not None:
+            cache.add_event(
+                {
+                    "event": "miss",
+                    **record,
+                    "components": dict(components),
+                    "readable": {str(k): str(v) for k, v in (readable or {}).items()},
+                }
+            )
+        log.debug("compilecache: miss explained: %s", explanation.summary)
+        return explanation
+    except Exception as exc:  # explanations are a convenience: never fail a compile
+        with contextlib.suppress(Exception):
+            cache.warn_once("explain", f"could not explain a miss: {exc}")
+        return None
+
+
+def describe_record(record: Mapping[str, Any]) -> str:
+    """One line for a history record: the explanation, and why it was not stored."""
+    summary = str(record.get("summary") or f"{record.get('name', '?')}: (no explanation)")
+    if record.get("stored") is False:
+        summary += f" [not stored: {record.get('reason') or 'unknown reason'}]"
+    return summary

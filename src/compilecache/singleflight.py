@@ -1,0 +1,247 @@
+"""Single-flight compiles: when several processes miss the same key at once, one compiles it and
+the others wait for its entry instead of compiling the same function N times.
+
+The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_lead`):
+
+1. Try to take the key's lease in the store (:class:`~compilecache.stores.base.LeaseStore`:
+   an exclusively created lock file, a Redis ``SET NX PX``, a conditional object create).
+2. Taken: look once more (the previous holder may have published its entry and released the
+   lease between our lookup and our acquire). Still nothing: this process leads. It compiles,
+   saves, and releases the lease (``finish``). While it compiles, a heartbeat thread renews the
+   lease every third of its TTL, so a short TTL covers an hour-long compile and a compiler that
+   dies (its heartbeat with it) blocks the others for at most one TTL.
+3. Held by another process: wait, polling the store with back-off (50 ms growing to 1 s) until
+   - the entry appears: a hit, counted as a hit (and ``waited``), never as a miss;
+   - the lease is free again (its holder released it without writing, or died and the lease
+     expired): take it and lead (``lease_takeovers``);
+   - the wait timeout passes: compile anyway, without the lease (``wait_timeouts``, one warning).
+
+Single-flight is an optimisation and nothing depends on it for correctness: entries are verified
+on every read and published atomically. Whenever coordination fails (a store error, a lease lost
+to a stalled heartbeat) the outcome is a duplicate compile, never a wrong result, a raised
+exception or an unbounded wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from compilecache.stores.base import LeaseStore
+
+if TYPE_CHECKING:
+    from compilecache.cache import Cache
+    from compilecache.entry import Entry
+
+log = logging.getLogger("compilecache")
+
+# Poll intervals of a waiting process: short at first (most compiles take well under a second),
+# growing to MAX_POLL, so that hundreds of waiters cost a few requests per second on a store.
+FIRST_POLL = 0.05
+MAX_POLL = 1.0
+POLL_GROWTH = 1.5
+
+# A lookup: the entry or None, and whether a None is a clean (not yet counted) miss.
+Lookup = Callable[[], "tuple[Entry | None, bool]"]
+
+
+@dataclass
+class _Lead:
+    key: str
+    token: str
+    thread: int
+    since: float
+
+
+class SingleFlight:
+    """The leases this process holds, their heartbeat, and the waiting logic."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        store: LeaseStore,
+        *,
+        lease_ttl: float,
+        wait_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.cache = cache
+        self.store = store
+        self.lease_ttl = lease_ttl
+        self.wait_timeout = wait_timeout
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._leads: dict[str, _Lead] = {}
+        self._heartbeat: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    def after_miss(
+        self, framework: str, key: str, lookup: Lookup, *, lead: bool = True
+    ) -> Entry | None:
+        """Called after a clean miss that was not counted yet. Returns the entry (waited for, a
+        hit) or ``None``: the caller compiles, holding the key's lease when it got one (never
+        with ``lead=False``: a process that will not save its compile only waits)."""
+        self._check_fork()
+        start = self._clock()
+        deadline = start + self.wait_timeout
+        delay = FIRST_POLL
+        waited = False
+        while True:
+            try:
+                token = self.store.acquire_lease(key, self.lease_ttl)
+            except Exception as exc:  # a store that cannot coordinate: compile, uncoordinated
+                log.debug("compilecache: no lease for %s: %s", key, exc)
+                self._lead(framework, key, None)
+                return None
+            if token is not None:
+                # Look once more: the previous holder may have published and released between
+                # our lookup and our acquire.
+                found, clean_miss = lookup()
+                if found is not None:
+                    self._release(key, token)
+                    if waited:
+                        self._count_wait(framework, found, start)
+                    return found
+                if not lead:
+                    self._release(key, token)
+                    token = None
+                elif waited:
+                    self.cache.stats.add("lease_takeovers", framework=framework)
+                # A failed lookup (store error, corrupt entry) counted its miss already.
+                self._lead(framework, key, token, count_miss=clean_miss)
+                return None
+            now = self._clock()
+            if now >= deadline:
+                self.cache.stats.add("wait_timeouts", framework=framework)
+                self.cache.warn_once(
+                    "wait-timeout",
+                    f"waited {now - start:.0f}s for another process to compile {key}; "
+                    "compiling it here (COMPILECACHE_WAIT_TIMEOUT)",
+                )
+                self._lead(framework, key, None)
+                return None
+            waited = True
+            self._sleep(min(delay, deadline - now))
+            delay = min(delay * POLL_GROWTH, MAX_POLL)
+            found, clean_miss = lookup()
+            if found is not None:
+                self._count_wait(framework, found, start)
+                return found
+            if not clean_miss:
+                return None  # the store failed or the entry was corrupt: a miss, counted there
+
+    def _count_wait(self, framework: str, found: Entry, start: float) -> None:
+        waited_s = self._clock() - start
+        stats = self.cache.stats
+        stats.add("waited", framework=framework)
+        stats.add("wait_time_s", waited_s, framework=framework)
+        # The lookup counted the entry's whole compile time as saved; this process spent part of
+        # it waiting.
+        stats.add("compile_time_saved_s", -min(waited_s, found.header.compile_time_s), framework)
+        log.debug("compilecache: waited %.2fs for %s", waited_s, found.header.key)
+
+    def _lead(
+        self, framework: str, key: str, token: str | None, *, count_miss: bool = True
+    ) -> None:
+        if count_miss:
+            self.cache.stats.add("misses", framework=framework)
+        if token:  # NO_COORDINATION ("") and None: nothing to hold
+            with self._lock:
+                self._leads[key] = _Lead(key, token, threading.get_ident(), self._clock())
+                self._ensure_heartbeat()
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    def finish(self, key: str) -> None:
+        """Release the lease on ``key`` if this process holds it. Never raises."""
+        with self._lock:
+            lead = self._leads.pop(key, None)
+        if lead is not None:
+            self._release(lead.key, lead.token)
+
+    def finish_thread(self) -> None:
+        """Release the leases taken by this thread (its compile ended, written or not)."""
+        if not self._leads:
+            return
+        me = threading.get_ident()
+        with self._lock:
+            mine = [lead for lead in self._leads.values() if lead.thread == me]
+            for lead in mine:
+                del self._leads[lead.key]
+        for lead in mine:
+            self._release(lead.key, lead.token)
+
+    def release_all(self) -> None:
+        with self._lock:
+            leads, self._leads = list(self._leads.values()), {}
+        if os.getpid() != self._pid:
+            return  # a forked child does not own its parent's leases
+        for lead in leads:
+            self._release(lead.key, lead.token)
+
+    def held(self) -> list[str]:
+        """Keys whose lease this process holds (for tests and diagnostics)."""
+        with self._lock:
+            return sorted(self._leads)
+
+    def _release(self, key: str, token: str) -> None:
+        try:
+            self.store.release_lease(key, token)
+        except Exception as exc:  # it expires on its own
+            log.debug("compilecache: could not release the lease on %s: %s", key, exc)
+
+    def _check_fork(self) -> None:
+        if os.getpid() != self._pid:
+            with self._lock:
+                self._leads.clear()
+                self._heartbeat = None
+                self._pid = os.getpid()
+
+    # -- the heartbeat -----------------------------------------------------------------------
+
+    def _ensure_heartbeat(self) -> None:
+        """Start the renewing thread if none runs (call with the lock held)."""
+        if self._heartbeat is None or not self._heartbeat.is_alive():
+            thread = threading.Thread(target=self._beat, name="compilecache-lease", daemon=True)
+            self._heartbeat = thread
+            thread.start()
+
+    def _beat(self) -> None:
+        interval = max(self.lease_ttl / 3.0, 0.05)
+        while True:
+            time.sleep(interval)
+            with self._lock:
+                if not self._leads or self._heartbeat is not threading.current_thread():
+                    if self._heartbeat is threading.current_thread():
+                        self._heartbeat = None
+                    return
+                leads = list(self._leads.values())
+            now = self._clock()
+            for lead in leads:
+                if now - lead.since > self.wait_timeout:
+                    # Everyone waiting has given up by now: stop renewing, let it expire.
+                    self._drop(lead)
+                    continue
+                try:
+                    renewed = self.store.renew_lease(lead.key, lead.token, self.lease_ttl)
+                except Exception as exc:  # transient: try again at the next beat
+                    log.debug("compilecache: could not renew the lease on %s: %s", lead.key, exc)
+                    continue
+                if not renewed:
+                    # Lost (we stalled past its expiry and another process took it over): at
+                    # worst both compile.
+                    self._drop(lead)
+
+    def _drop(self, lead: _Lead) -> None:
+        with self._lock:
+            if self._leads.get(lead.key) is lead:
+                del self._leads[lead.key]

@@ -1,0 +1,1 @@
+"""Realistic workloads used by the demo, the benchmarks and the tests."""

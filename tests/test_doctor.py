@@ -1,0 +1,245 @@
+"""``compilecache doctor``: a real JAX program with planted problems, and the analysis rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache import doctor
+from compilecache.doctor import RunResult
+from compilecache.frameworks.jax import MARKER_DIR
+from tests.conftest import clean_env
+
+# Planted: a host callback (never stored), a compile option holding a fresh temporary path
+# (a key that moves every run), a function compiled after the program sets JAX's own minimum
+# compile time (never stored, and a pitfall); and one healthy function.
+PROGRAM = """
+import tempfile
+import jax, jax.numpy as jnp
+
+@jax.jit
+def with_callback(x):
+    jax.debug.print("sum={s}", s=x.sum())
+    return x * 2
+
+@jax.jit
+def healthy(x):
+    return jnp.sin(x) * 2
+
+def scaled(x):
+    return x + 7
+
+with_path = jax.jit(
+    scaled, compiler_options={"xla_gpu_per_fusion_autotune_cache_dir": tempfile.mkdtemp()}
+)
+
+@jax.jit
+def late(x):
+    return jnp.cos(x) - 1
+
+x = jnp.ones(4)
+with_callback(x); healthy(x); with_path(x)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 5.0)
+late(x)
+"""
+
+
+@pytest.mark.slow
+def test_doctor_finds_planted_problems(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compilecache",
+            "doctor",
+            "--json",
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 1, proc.stderr  # problems found
+    report = json.loads(proc.stdout)
+    findings = {(f["kind"], f["name"]): f for f in report["findings"]}
+
+    unstable = findings[("unstable", "jit_scaled")]
+    assert unstable["components"] == ["compile_options"]
+    assert "xla_gpu_per_fusion_autotune_cache_dir=/tmp/" in unstable["detail"]
+    assert "compiler_options" in unstable["fix"]
+
+    callback = findings[("not_stored", "jit_with_callback")]
+    assert "host callbacks" in callback["title"] and callback["fix"]
+    late = findings[("not_stored", "jit_late")]
+    assert "jax_persistent_cache_min_compile_time_secs=5" in late["title"]
+
+    pitfalls = [f for f in report["findings"] if f["kind"] == "pitfall"]
+    assert any("jax_persistent_cache_min_compile_time_secs=5" in f["title"] for f in pitfalls)
+
+    # The healthy function and the host-callback one keep their keys: neither is "unstable".
+    assert ("unstable", "jit_healthy") not in findings
+    assert ("unstable", "jit_with_callback") not in findings
+    assert "jit_healthy" in report["stable"]
+    assert [r["returncode"] for r in report["runs"]] == [0, 0]
+    assert report["runs"][1]["hits"] >= 1
+
+
+@pytest.mark.slow
+def test_doctor_text_on_a_healthy_program(tmp_path: Path) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("import jax, jax.numpy as jnp\nprint(jax.jit(jnp.sin)(1.0))\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "compilecache", "doctor", "--", sys.executable, str(script)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No problems found" in proc.stdout
+    assert "run 2: exit 0" in proc.stdout
+
+
+def test_doctor_reports_a_failing_command(tmp_path: Path) -> None:
+    report = doctor.doctor(
+        [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], env=clean_env()
+    )
+    (failed, _) = [f for f in report.findings if f.kind == "failed"]
+    assert "status 3" in failed.title and "boom" in failed.detail
+    assert not report.ok
+
+
+def test_doctor_without_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from compilecache.cli import main
+
+    assert main(["doctor"]) == 2
+
+
+# -- analysis rules on recorded runs -----------------------------------------------------------
+
+
+def _miss(name: str, key: str, components: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {
+        "event": "miss",
+        "framework": extra.pop("framework", "jax"),
+        "name": name,
+        "key": key,
+        "components": components,
+        "readable": extra.pop("readable", {}),
+        "stored": extra.pop("stored", True),
+        "reason": extra.pop("reason", ""),
+        "compile_time_s": 0.5,
+    }
+
+
+def _jax_facts(**overrides: Any) -> dict[str, Any]:
+    jax = {
+        "version": "0.10.2",
+        "hooked": True,
+        "marker": MARKER_DIR,
+        "cache_dir": MARKER_DIR,
+        "min_compile_time_secs": 0.0,
+        "enable_xla_caches": "none",
+    }
+    return {"pid": 1, "jax": {**jax, **overrides}}
+
+
+def test_custom_hook_with_a_pid_is_unstable() -> None:
+    comps = {"computation": "c", "custom_hook": "h1"}
+    first = RunResult(
+        0, events=[_miss("jit_f", "jax/jit_f-1", comps, readable={"custom_hook": "101"})]
+    )
+    second = RunResult(
+        0,
+        events=[
+            _miss(
+                "jit_f",
+                "jax/jit_f-2",
+                {**comps, "custom_hook": "h2"},
+                readable={"custom_hook": "202"},
+            )
+        ],
+    )
+    report = doctor.analyze(["prog"], [first, second], {})
+    (finding,) = report.findings
+    assert finding.kind == "unstable" and finding.components == ("custom_hook",)
+    assert "custom_hook() changed: 101 -> 202" in finding.detail
+    assert "custom_hook()" in finding.fix
+
+
+def test_function_compiled_only_in_the_second_run() -> None:
+    second = RunResult(0, events=[_miss("jit_new", "jax/jit_new-1", {"computation": "c"})])
+    (finding,) = doctor.analyze(["p"], [RunResult(0), second], {}).findings
+    assert finding.kind == "unstable" and "second run only" in finding.title
+
+
+def test_read_only_and_min_time_reasons_have_fixes() -> None:
+    events = [
+        _miss("jit_a", "jax/jit_a-1", {}, stored=False, reason="the store is read-only (X)"),
+        _miss(
+            "jit_b",
+            "jax/jit_b-1",
+            {},
+            stored=False,
+            reason="compiled in 0.01s, below COMPILECACHE_MIN_COMPILE_TIME=2",
+        ),
+    ]
+    report = doctor.analyze(
+        ["p"], [RunResult(0, events=events), RunResult(0)], {"COMPILECACHE_MIN_COMPILE_TIME": "2"}
+    )
+    fixes = {f.name: f.fix for f in report.findings if f.kind == "not_stored"}
+    assert "COMPILECACHE_READ_ONLY" in fixes["jit_a"]
+    assert "Lower COMPILECACHE_MIN_COMPILE_TIME (now 2)" in fixes["jit_b"]
+
+
+def test_jax_pitfalls() -> None:
+    facts = [
+        _jax_facts(enable_xla_caches="xla_gpu_per_fusion_autotune_cache_dir"),
+        _jax_facts(cache_dir="/home/me/jax-cache"),
+        _jax_facts(hooked=False),
+    ]
+    report = doctor.analyze(["p"], [RunResult(0, facts=facts), RunResult(0)], {})
+    titles = [f.title for f in report.findings]
+    assert any("the cache directory is part of every key" in t for t in titles)
+    assert any("jax_compilation_cache_dir=/home/me/jax-cache" in t for t in titles)
+    assert any("ran without compilecache" in t for t in titles)
+    # Fixed upstream in 0.11: no directory pitfall there.
+    newer = [_jax_facts(version="0.11.0", enable_xla_caches="all")]
+    assert not doctor.analyze(["p"], [RunResult(0, facts=newer)], {}).findings
+
+
+def test_torch_pitfalls() -> None:
+    facts = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": True}}]
+    report = doctor.analyze(["p"], [RunResult(0, facts=facts)], {})
+    by_title = {f.title: f for f in report.findings}
+    assert (
+        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0"
+        in by_title["torch Inductor precompiled headers are on"].fix
+    )
+    assert by_title["OMP_NUM_THREADS is not set"].fix.startswith("export OMP_NUM_THREADS=2")
+    pinned = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": False}}]
+    assert not doctor.analyze(
+        ["p"], [RunResult(0, facts=pinned)], {"OMP_NUM_THREADS": "2"}
+    ).findings
+    varying = [{"torch": {"version": "2.13.0", "num_threads": n}} for n in (1, 4)]
+    report = doctor.analyze(["p"], [RunResult(0, facts=varying)], {"OMP_NUM_THREADS": "4"})
+    assert [f.title for f in report.findings] == [
+        "torch thread counts differ between processes: [1, 4]"
+    ]
+
+
+def test_disabled_is_reported() -> None:
+    report = doctor.analyze(["p"], [RunResult(0), RunResult(0)], {"COMPILECACHE_DISABLE": "1"})
+    assert [f.title for f in report.findings] == [
+        "compilecache is disabled (COMPILECACHE_DISABLE=1)"
+    ]

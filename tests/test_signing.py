@@ -1,0 +1,159 @@
+"""Signed entries: with COMPILECACHE_SECRET every entry is signed at write, and a reader rejects
+unsigned, tampered and foreign-signed entries: a counted miss (``corrupt``), one warning, and the
+program still completes with correct results."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xxhash
+
+from compilecache import entry
+from compilecache.cache import Cache
+from compilecache.entry import EntryHeader
+from compilecache.errors import CorruptEntry
+from compilecache.stores.local import LocalStore
+from tests.conftest import TESTS, clean_env, last_json, run_python
+
+SECRET = "team-cache-key-1"
+OTHER = b"somebody-elses-key"
+PROGRAM = str(TESTS / "jax_program.py")
+
+
+def flip_payload_byte(data: bytes) -> bytes:
+    """Change one payload byte and recompute the checksum: only the signature can tell."""
+    _, _, _, header_len, stored_len = entry._PREFIX.unpack_from(data)
+    assert stored_len > 0
+    start = entry._PREFIX.size + header_len
+    out = bytearray(data)
+    out[start + stored_len // 2] ^= 0x01
+    out[-16:] = xxhash.xxh3_128_digest(bytes(out[:-16]))
+    return bytes(out)
+
+
+def resign_with_another_key(data: bytes) -> bytes:
+    found = entry.decode(data)
+    compress = found.header.compression == "zstd"
+    return entry.encode(found.header, found.payload, compress=compress, secret=OTHER)
+
+
+def strip_signature(data: bytes) -> bytes:
+    found = entry.decode(data)
+    compress = found.header.compression == "zstd"
+    return entry.encode(found.header, found.payload, compress=compress, secret=None)
+
+
+VARIANTS: dict[str, Callable[[bytes], bytes]] = {
+    "payload byte flipped": flip_payload_byte,
+    "signed with another key": resign_with_another_key,
+    "signature stripped": strip_signature,
+}
+
+
+def test_every_variant_still_passes_the_checksum() -> None:
+    """So the rejections below are the signature's work, not the checksum's."""
+    # Uncompressed, as JAX entries are (JAX compresses its executables itself).
+    data = entry.encode(
+        EntryHeader(framework="jax", key="jax/k"),
+        b"x" * 4000,
+        compress=False,
+        secret=SECRET.encode(),
+    )
+    for tamper in VARIANTS.values():
+        entry.decode(tamper(data))  # no secret: checksum and frame are fine
+        with pytest.raises(CorruptEntry):
+            entry.decode(tamper(data), secret=SECRET.encode())
+
+
+def test_the_cache_layer_rejects_each_variant_once_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = LocalStore(tmp_path)
+    writer = Cache(store, secret=SECRET.encode())
+    reader = Cache(store, secret=SECRET.encode())
+    keys = []
+    for i, (name, tamper) in enumerate(VARIANTS.items()):
+        key = f"jax/jit_f{i}-{i:04d}"
+        assert writer.save(EntryHeader(framework="jax", key=key, name=name), bytes(3000))
+        store.put(key, tamper(store.get(key) or b""))
+        keys.append(key)
+    with caplog.at_level(logging.WARNING, logger="compilecache"):
+        for key in keys:
+            assert reader.load("jax", key) is None
+    stats = reader.stats.snapshot()
+    assert stats["corrupt"] == 3 and stats["misses"] == 3 and stats["hits"] == 0
+    assert len(caplog.records) == 1 and "corrupt" in caplog.records[0].getMessage()
+    # Rejected entries are removed, so the next compile replaces them with signed ones.
+    assert all(store.get(key) is None for key in keys)
+
+
+# -- real JAX in fresh processes ----------------------------------------------------------------
+
+
+def run(store: Path, secret: str | None) -> tuple[dict[str, Any], list[str]]:
+    extra = {"COMPILECACHE_URL": str(store)}
+    if secret is not None:
+        extra["COMPILECACHE_SECRET"] = secret
+    proc = run_python([PROGRAM, "before"], clean_env(extra), timeout=240)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
+    result: dict[str, Any] = last_json(proc.stdout)
+    return result, ours
+
+
+def entries(store: Path) -> dict[str, bytes]:
+    s = LocalStore(store)
+    try:
+        return {i.key: s.get(i.key) or b"" for i in s.scan()}
+    finally:
+        s.close()
+
+
+def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a[name] == b[name] for name in ("step", "other", "grad_sum"))
+
+
+@pytest.mark.slow
+def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) -> None:
+    store = tmp_path / "signed"
+    cold, _ = run(store, SECRET)
+    written = entries(store)
+    assert cold["stats"]["writes"] == len(written) >= 3
+    for data in written.values():
+        assert entry.decode(data, secret=SECRET.encode()).signed
+
+    warm, warnings = run(store, SECRET)  # signed by our key: every lookup hits
+    assert warm["stats"]["hits"] == len(written) and warm["stats"]["misses"] == 0
+    assert warnings == []
+
+    # Tamper with every entry, each with one of the three variants in turn.
+    s = LocalStore(store)
+    variants = list(VARIANTS.values())
+    for i, (key, data) in enumerate(sorted(written.items())):
+        s.put(key, variants[i % len(variants)](data))
+    s.close()
+    tampered, warnings = run(store, SECRET)
+    stats = tampered["stats"]
+    assert stats["corrupt"] == len(written) and stats["misses"] == len(written)
+    assert stats["hits"] == 0 and stats["errors"] == 0
+    assert len(warnings) == 1 and "corrupt" in warnings[0], warnings
+    assert same_results(tampered, cold)
+    # The recompiled entries replaced the rejected ones, signed with our key again.
+    for data in entries(store).values():
+        assert entry.decode(data, secret=SECRET.encode()).signed
+
+
+@pytest.mark.slow
+def test_entries_of_a_writer_without_the_secret_are_rejected(tmp_path: Path) -> None:
+    store = tmp_path / "unsigned"
+    cold, _ = run(store, None)
+    n = len(entries(store))
+    assert n >= 3 and not any(entry.decode(d).signed for d in entries(store).values())
+    signed_reader, warnings = run(store, SECRET)
+    stats = signed_reader["stats"]
+    assert stats["corrupt"] == n and stats["misses"] == n and stats["hits"] == 0
+    assert len(warnings) == 1 and "not signed" in warnings[0], warnings
+    assert same_results(signed_reader, cold)

@@ -1,0 +1,452 @@
+"""Single-flight compiles: leases in every store that has them, the waiting logic of the cache
+layer, and real JAX processes starting the same cold workload at once (local store and Redis),
+including a compiling process killed mid-compile."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache.cache import Cache
+from compilecache.entry import EntryHeader
+from compilecache.errors import ConfigError
+from compilecache.stores.base import (
+    NO_COORDINATION,
+    LeaseStore,
+    Store,
+    open_url,
+    supports_leases,
+)
+from compilecache.stores.guarded import Guarded
+from compilecache.stores.local import LocalStore
+from compilecache.stores.objectstore import ObjectStore
+from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.tiered import Tiered
+from tests import servers
+from tests.conftest import clean_env
+from tests.servers import MotoServer, RedisServer, namespace
+
+redis_server = servers.redis_server
+moto_server = servers.moto_server
+
+
+# -- leases in each store --------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["local", "redis", "s3"])
+def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "local":
+        store: Any = LocalStore(tmp_path / "store")
+    elif request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        store = open_url(f"{server.url}/{namespace()}")
+    else:
+        moto: MotoServer = request.getfixturevalue("moto_server")
+        store = open_url(moto.url(moto.create_bucket(), "leases"))
+        assert isinstance(store, ObjectStore) and store.conditional
+    assert supports_leases(store)
+    yield store
+    store.close()
+
+
+def test_one_holder_at_a_time(lease_store: LeaseStore) -> None:
+    first = lease_store.acquire_lease("jax/jit_f-1", 30)
+    assert first
+    assert lease_store.acquire_lease("jax/jit_f-1", 30) is None
+    # Another key is independent.
+    other = lease_store.acquire_lease("jax/jit_g-2", 30)
+    assert other and other != first
+    # Releasing with the wrong token leaves the holder's lease alone.
+    lease_store.release_lease("jax/jit_f-1", "not-the-token")
+    assert lease_store.acquire_lease("jax/jit_f-1", 30) is None
+    lease_store.release_lease("jax/jit_f-1", first)
+    again = lease_store.acquire_lease("jax/jit_f-1", 30)
+    assert again and again != first
+    # A lost lease cannot be renewed.
+    assert not lease_store.renew_lease("jax/jit_f-1", first, 30)
+    assert lease_store.renew_lease("jax/jit_f-1", again, 30)
+
+
+def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(lease_store: LeaseStore) -> None:
+    # Object store requests are slow on a loaded machine: give them a longer lease.
+    ttl = 4.0 if isinstance(lease_store, ObjectStore) else 1.5
+    start = time.monotonic()
+    dead = lease_store.acquire_lease("k", ttl)  # a holder that dies: it never renews
+    kept = lease_store.acquire_lease("kept", ttl)
+    assert dead and kept
+    assert lease_store.renew_lease("kept", kept, 3 * ttl)
+    still_held = lease_store.acquire_lease("k", 5)
+    assert time.monotonic() - start < ttl, "too slow to test expiry"
+    assert still_held is None
+    time.sleep(max(0.0, start + ttl + 0.2 - time.monotonic()))
+    taker = lease_store.acquire_lease("k", 5)
+    assert taker and taker != dead
+    assert lease_store.acquire_lease("kept", 5) is None  # renewed past its first expiry
+    # The dead holder's late release does not remove the new holder's lease.
+    lease_store.release_lease("k", dead)
+    assert lease_store.acquire_lease("k", 5) is None
+
+
+def test_racing_acquirers_get_one_lease(lease_store: LeaseStore) -> None:
+    won: list[str] = []
+    start = threading.Barrier(8)
+
+    def race() -> None:
+        start.wait()
+        token = lease_store.acquire_lease("contended", 30)
+        if token:
+            won.append(token)
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1
+
+
+def test_local_lease_files_are_not_entries(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    assert store.acquire_lease("jax/x", 30)
+    assert list(store.scan()) == [] and store.get("jax/x") is None
+    assert len(list((tmp_path / "s" / "leases").iterdir())) == 1
+
+
+def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> None:
+    local = LocalStore(tmp_path / "local")
+    remote = open_url(f"{redis_server.url}/{namespace()}")
+    assert isinstance(remote, (Guarded, LeaseStore))
+    tiered = Tiered([local, Guarded(remote)])
+    token = tiered.acquire_lease("jax/k", 30)
+    assert token
+    # The lease lives on the shared (last written) level, so other hosts see it...
+    assert isinstance(remote, LeaseStore) and remote.acquire_lease("jax/k", 30) is None
+    # ... and not on this host's disk.
+    assert local.acquire_lease("jax/k", 30)
+    tiered.release_lease("jax/k", token)
+    assert remote.acquire_lease("jax/k", 30)
+    # With writes to the local level only, the local level coordinates.
+    assert Tiered([local, Guarded(remote)], writes="local")._lease_level() is local
+    # Read-only stores and stores without leases cannot lead anything.
+    assert not supports_leases(ReadOnly(local))
+    assert not supports_leases(open_url("memory://no-leases"))
+    assert Tiered([ReadOnly(local)]).acquire_lease("x", 1) == NO_COORDINATION
+    local.close()
+    remote.close()
+
+
+# -- the waiting logic, with threads standing in for processes ------------------------------------
+
+
+def header(key: str, seconds: float = 2.0) -> EntryHeader:
+    return EntryHeader(framework="jax", key=key, name="jit_f", compile_time_s=seconds)
+
+
+def two_caches(root: Path, lease_ttl: float = 30.0) -> tuple[Cache, Cache]:
+    """Two caches on one directory, as two processes would have."""
+    return (
+        Cache(LocalStore(root), lease_ttl=lease_ttl),
+        Cache(LocalStore(root), lease_ttl=lease_ttl),
+    )
+
+
+def test_a_waiter_gets_the_leaders_entry_as_a_hit(tmp_path: Path) -> None:
+    leader, waiter = two_caches(tmp_path)
+    assert leader.load_or_lead("jax", "jax/k") is None  # leads
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(waiter.load_or_lead("jax", "jax/k")))
+    t.start()
+    time.sleep(0.4)
+    assert t.is_alive()  # waiting, not compiling
+    assert leader.save(header("jax/k"), b"executable")
+    leader.finish_lead("jax/k")
+    t.join(10)
+    assert got and got[0] is not None and got[0].payload == b"executable"
+    stats = waiter.stats.snapshot()
+    assert stats["hits"] == 1 and stats["misses"] == 0 and stats["waited"] == 1
+    assert 0.3 < stats["wait_time_s"] < 5
+    assert leader.stats.snapshot()["misses"] == 1
+
+
+def test_a_leader_that_does_not_write_hands_over(tmp_path: Path) -> None:
+    leader, waiter = two_caches(tmp_path)
+    assert leader.load_or_lead("jax", "jax/k") is None
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(waiter.load_or_lead("jax", "jax/k")))
+    t.start()
+    time.sleep(0.3)
+    leader.finish_thread_leads()  # its compile ended without a save (e.g. host callbacks)
+    t.join(10)
+    assert got == [None]  # the waiter compiles itself, now holding the lease
+    stats = waiter.stats.snapshot()
+    assert stats["misses"] == 1 and stats["lease_takeovers"] == 1
+    flight = waiter._flight
+    assert flight is not None and flight.held() == ["jax/k"]
+    waiter.finish_lead("jax/k")
+    assert flight.held() == []
+
+
+def test_a_dead_leaders_lease_expires(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    assert store.acquire_lease("jax/k", 0.8)  # a process that died mid-compile
+    waiter = Cache(LocalStore(tmp_path), lease_ttl=5)
+    start = time.monotonic()
+    assert waiter.load_or_lead("jax", "jax/k") is None
+    assert 0.6 < time.monotonic() - start < 5
+    assert waiter.stats.snapshot()["lease_takeovers"] == 1
+    waiter.close()
+    assert store.acquire_lease("jax/k", 1)  # close released it
+
+
+def test_the_heartbeat_keeps_a_long_compile_leased(tmp_path: Path) -> None:
+    leader, _ = two_caches(tmp_path, lease_ttl=0.6)
+    assert leader.load_or_lead("jax", "jax/k") is None
+    time.sleep(1.5)  # more than twice the TTL: only renewals keep it
+    other = LocalStore(tmp_path)
+    assert other.acquire_lease("jax/k", 1) is None
+    leader.finish_lead("jax/k")
+    assert other.acquire_lease("jax/k", 1)
+
+
+def test_waiting_is_bounded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = LocalStore(tmp_path)
+    assert store.acquire_lease("jax/a", 60) and store.acquire_lease("jax/b", 60)
+    waiter = Cache(LocalStore(tmp_path), wait_timeout=0.4)
+    with caplog.at_level(logging.DEBUG, logger="compilecache"):
+        start = time.monotonic()
+        assert waiter.load_or_lead("jax", "jax/a") is None
+        assert waiter.load_or_lead("jax", "jax/b") is None
+        assert time.monotonic() - start < 3
+    stats = waiter.stats.snapshot()
+    assert stats["wait_timeouts"] == 2 and stats["misses"] == 2
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "COMPILECACHE_WAIT_TIMEOUT" in warnings[0].getMessage()
+
+
+def test_a_process_that_will_not_write_never_holds_a_lease(tmp_path: Path) -> None:
+    cache = Cache(LocalStore(tmp_path))
+    assert cache.load_or_lead("jax", "jax/k", lead=False) is None
+    assert cache._flight is not None and cache._flight.held() == []
+    assert LocalStore(tmp_path).acquire_lease("jax/k", 1)
+    assert cache.stats.snapshot()["misses"] == 1
+
+
+def test_no_single_flight_where_it_cannot_work(tmp_path: Path) -> None:
+    assert Cache(LocalStore(tmp_path), read_only=True)._flight is None
+    assert Cache(LocalStore(tmp_path), wait_timeout=0)._flight is None
+    assert Cache(open_url("memory://sf"))._flight is None
+    plain = Cache(open_url("memory://sf"))
+    assert plain.load_or_lead("jax", "jax/k") is None
+    assert plain.stats.snapshot()["misses"] == 1
+
+
+def test_config_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from compilecache import config
+
+    cfg = config.load({"COMPILECACHE_LEASE_TTL": "10s", "COMPILECACHE_WAIT_TIMEOUT": "5m"})
+    assert (cfg.lease_ttl, cfg.wait_timeout) == (10.0, 300.0)
+    default = config.load({})
+    assert (default.lease_ttl, default.wait_timeout) == (30.0, 1800.0)
+    with pytest.raises(ConfigError, match="COMPILECACHE_LEASE_TTL"):
+        config.load({"COMPILECACHE_LEASE_TTL": "0"})
+
+
+# -- real JAX processes ----------------------------------------------------------------------------
+
+PROGRAM = r"""
+import json, os, sys, time
+import compilecache
+session = compilecache.enable()
+import jax
+import jax.numpy as jnp
+from jax._src import compiler
+from jax._src.lib.mlir import ir
+
+DELAY = float(os.environ.get("SF_DELAY", "0"))
+compiles = {}
+original = compiler.backend_compile_and_load
+
+def counting(backend, module, *args, **kwargs):
+    # Count every backend compile; make ours slow so that the processes overlap for sure.
+    name = ir.StringAttr(module.operation.attributes["sym_name"]).value
+    compiles[name] = compiles.get(name, 0) + 1
+    if name.startswith("jit_sf_") and DELAY:
+        print(json.dumps({"compiling": name}), flush=True)
+        time.sleep(DELAY)
+    return original(backend, module, *args, **kwargs)
+
+compiler.backend_compile_and_load = counting
+
+@jax.jit
+def sf_a(v):
+    return jnp.tanh(v * 2.0).sum()
+
+@jax.jit
+def sf_b(v):
+    return jnp.cumsum(v) - v.max()
+
+x = jnp.linspace(-1.0, 1.0, 16, dtype=jnp.float32)
+barrier = os.environ.get("SF_BARRIER")
+if barrier:  # start the compiles together: imports take seconds on a loaded machine
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    give_up = time.time() + 120
+    while len(os.listdir(barrier)) < int(os.environ["SF_N"]) and time.time() < give_up:
+        time.sleep(0.01)
+print(json.dumps({"ready": os.getpid()}), flush=True)
+a = float(sf_a(x))
+b = [round(float(t), 6) for t in sf_b(x)[:4]]
+print(json.dumps({"result": {"a": a, "b": b}, "compiles": compiles, "stats": session.stats()}))
+"""
+
+
+def start(script: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    result: dict[str, Any] = lines[-1]
+    assert "result" in result, out
+    return result
+
+
+def wait_for_line(proc: subprocess.Popen[str], field: str, timeout: float = 120) -> None:
+    """Read the process's output until a JSON line with ``field`` (it keeps running)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"exited before {field}: {proc.communicate()[1]}")
+        if line.startswith("{") and field in json.loads(line):
+            return
+    raise AssertionError(f"no {field} line within {timeout}s")
+
+
+def totals(results: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in results:
+        for name, n in r["compiles"].items():
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def cold_start(tmp_path: Path, url: str, n: int = 4, **extra: str) -> list[dict[str, Any]]:
+    script = tmp_path / "sf_program.py"
+    script.write_text(PROGRAM)
+    barrier = tmp_path / f"barrier-{uuid.uuid4().hex[:6]}"
+    barrier.mkdir()
+    env = clean_env(
+        {
+            "COMPILECACHE_URL": url,
+            "SF_DELAY": "1.5",
+            "SF_BARRIER": str(barrier),
+            "SF_N": str(n),
+            **extra,
+        }
+    )
+    procs = [start(script, env) for _ in range(n)]
+    return [finish(p) for p in procs]
+
+
+def check_compiled_once(results: list[dict[str, Any]], stored: set[str]) -> None:
+    compiled = totals(results)
+    # The two slow functions, and everything else that was stored: one compile in all.
+    assert compiled["jit_sf_a"] == 1 and compiled["jit_sf_b"] == 1, compiled
+    for name in stored:
+        assert compiled.get(name) == 1, (name, compiled)
+    assert len({json.dumps(r["result"]) for r in results}) == 1
+    stats = [r["stats"] for r in results]
+    # One process compiled each function; the other three received its entry: hits.
+    assert sum(s["writes"] for s in stats) == sum(compiled[n] for n in stored)
+    assert sum(s.get("waited", 0) for s in stats) >= 2 * (len(results) - 1)
+    for s in stats:
+        assert s["errors"] == 0 and s["corrupt"] == 0
+        assert s["hits"] + s["misses"] == stats[0]["hits"] + stats[0]["misses"]
+
+
+def stored_names(store: Store) -> set[str]:
+    return {i.name for i in store.scan()}
+
+
+@pytest.mark.slow
+def test_four_cold_processes_compile_each_function_once_local(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    results = cold_start(tmp_path, str(root))
+    store = LocalStore(root)
+    check_compiled_once(results, stored_names(store))
+    assert not any((root / "leases").iterdir())  # every lease was released
+    # The control: without waiting, the same start compiles the slow functions four times.
+    control = cold_start(tmp_path, str(tmp_path / "control"), COMPILECACHE_WAIT_TIMEOUT="0")
+    compiled = totals(control)
+    assert compiled["jit_sf_a"] == 4 and compiled["jit_sf_b"] == 4, compiled
+
+
+@pytest.mark.slow
+def test_four_cold_processes_compile_each_function_once_redis(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    url = f"{redis_server.url}/{namespace()}"
+    results = cold_start(tmp_path, url)
+    store = open_url(url)
+    check_compiled_once(results, stored_names(store))
+    store.close()
+
+
+@pytest.mark.slow
+def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path) -> None:
+    script = tmp_path / "sf_program.py"
+    script.write_text(PROGRAM)
+    root = tmp_path / "store"
+    common = {"COMPILECACHE_URL": str(root), "COMPILECACHE_LEASE_TTL": "2"}
+    # The first process takes sf_a's lease and "compiles" for ten minutes.
+    stuck = start(script, clean_env({**common, "SF_DELAY": "600"}))
+    try:
+        wait_for_line(stuck, "compiling")
+        others = [start(script, clean_env({**common, "SF_DELAY": "1.0"})) for _ in range(3)]
+        for proc in others:
+            wait_for_line(proc, "ready")
+        time.sleep(1.0)  # all three are waiting on the lease now
+        killed_at = time.monotonic()
+        os.kill(stuck.pid, signal.SIGKILL)
+        results = [finish(p) for p in others]
+        elapsed = time.monotonic() - killed_at
+    finally:
+        if stuck.poll() is None:
+            stuck.kill()
+        stuck.wait()
+    compiled = totals(results)
+    # One of the three took over once the lease expired; the other two got its entry.
+    assert compiled["jit_sf_a"] == 1 and compiled["jit_sf_b"] == 1, compiled
+    stats = [r["stats"] for r in results]
+    assert sum(s.get("lease_takeovers", 0) for s in stats) == 1
+    assert sum(s.get("waited", 0) for s in stats) >= 2
+    assert len({json.dumps(r["result"]) for r in results}) == 1
+    assert elapsed < 60
+    names = stored_names(LocalStore(root))
+    assert {"jit_sf_a", "jit_sf_b"} <= names
