@@ -42,7 +42,7 @@ def backend(store: Store) -> HistoryStore | None:
 def append(store: Store, kind: str, record: Mapping[str, Any]) -> bool:
     """Add ``record`` to ``store``'s ``kind`` log. Never raises; ``False`` when not kept."""
     target = backend(store)
-    if target is None or _down(target):
+    if target is None:
         return False
     try:
         target.add_history(kind, record)
@@ -50,17 +50,6 @@ def append(store: Store, kind: str, record: Mapping[str, Any]) -> bool:
         log.debug("compilecache: could not record %s history: %s", kind, exc)
         return False
     return True
-
-
-def _down(target: object) -> bool:
-    """Whether a remote store's guard is in back-off: history then waits, like every other call
-    (a guard passes history calls straight through, so check before making one)."""
-    seen: object | None = target
-    while seen is not None:
-        if getattr(type(seen), "down", None) is not None and getattr(seen, "down", False) is True:
-            return True
-        seen = getattr(seen, "inner", None)
-    return False
 
 
 def read(store: Store, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:

@@ -25,6 +25,10 @@ COUNTERS = (
     "compile_time_s",
     "compile_time_saved_s",
     "load_time_s",
+    "waited",
+    "wait_time_s",
+    "lease_takeovers",
+    "wait_timeouts",
 )
 
 

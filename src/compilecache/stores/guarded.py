@@ -256,7 +256,15 @@ class Guarded:
         # Backend-specific helpers (evict, total_size, ...) stay reachable through the wrapper.
         if name == "inner":
             raise AttributeError(name)
-        return getattr(self.inner, name)
+        target = getattr(self.inner, name)
+        if name in _GUARDED_EXTRAS:
+            # Optional network calls (history) obey the back-off like every other call.
+            return lambda *args: self._call(name, target, *args)
+        return target
+
+
+# Optional methods of some backends that reach the network: routed through ``_call``.
+_GUARDED_EXTRAS = frozenset({"add_history", "read_history", "clear_history"})
 
 
 def _none() -> None:
