@@ -42,6 +42,8 @@ _CHECKSUM_LEN = 16
 _ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 # Compressing a few hundred bytes costs more than it saves.
 _MIN_COMPRESS_SIZE = 512
+# Compressed payloads are kept only when they are at least this much smaller.
+_MIN_SAVING = 0.05
 # JSON headers stay small; a huge length field means corruption, not a real header.
 _MAX_HEADER_LEN = 16 * 1024 * 1024
 # Decompression trusts a frame's declared size only up to this much (one-shot is about twice as
@@ -107,10 +109,20 @@ def encode(
     secret: bytes | None = None,
     level: int = 3,
 ) -> bytes:
-    """Serialise ``payload`` with ``header``; ``compress=None`` compresses unless already zstd."""
+    """Serialise ``payload`` with ``header``.
+
+    ``compress=None`` compresses unless the payload is small or already zstd, and keeps the
+    compressed form only when it saves at least ``_MIN_SAVING`` (incompressible data, such as an
+    executable the framework compressed itself, would only cost a decompression on every hit).
+    """
     if compress is None:
-        compress = len(payload) >= _MIN_COMPRESS_SIZE and not payload.startswith(_ZSTD_FRAME_MAGIC)
-    stored = zstandard.ZstdCompressor(level=level).compress(payload) if compress else payload
+        attempt = len(payload) >= _MIN_COMPRESS_SIZE and not payload.startswith(_ZSTD_FRAME_MAGIC)
+    else:
+        attempt = compress
+    stored = zstandard.ZstdCompressor(level=level).compress(payload) if attempt else payload
+    if compress is None and len(stored) > len(payload) * (1 - _MIN_SAVING):
+        stored = payload
+    compress = stored is not payload
     header = EntryHeader(
         **{
             **asdict(header),

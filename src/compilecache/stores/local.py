@@ -46,7 +46,8 @@ from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, StoreU
 _FRAME_MAGIC = b"CCS1"
 _FRAME_PREFIX = struct.Struct(">4sI")
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
-_HEAD_READ = 64 * 1024
+_SMALL_FILE = 64 * 1024
+_FRAME_READ = 4096
 _MAX_PREAD = 1 << 30
 _TOUCH_INTERVAL = 1.0
 _TOUCH_BATCH = 256
@@ -337,15 +338,16 @@ class LocalStore:
         except OSError as exc:
             raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
         try:
-            # Positional reads into exactly sized buffers: one copy of the value, no buffering.
-            head = os.pread(fd, _HEAD_READ, 0)
+            # Positional reads into exactly sized buffers: a small file in one read, a large one
+            # as its frame and then its value, with no buffering and one copy of the value.
+            stat = os.fstat(fd)
+            small = stat.st_size <= _SMALL_FILE
+            head = os.pread(fd, stat.st_size if small else _FRAME_READ, 0)
             header, offset = _parse_frame(head, fd)
             # Key collisions are astronomically unlikely, but a wrong hit is never acceptable.
             if header["key"] != key:
                 return None
-            stat = os.fstat(fd)
             size = stat.st_size - offset
-            small = offset + size <= len(head)
             value = head[offset:] if small else _pread_exact(fd, size, offset)
         except CorruptEntry:
             self._remove(key, path)
