@@ -213,6 +213,7 @@ class LocalStore:
         self.url = str(self.root)
         self.max_size = max_size
         self.entries_dir = self.root / "entries"
+        self._entries_prefix = str(self.entries_dir) + os.sep
         self.tmp_dir = self.root / "tmp"
         self.index_path = self.root / "index.sqlite"
         self._lock = threading.RLock()
@@ -326,10 +327,10 @@ class LocalStore:
     # -- the Store protocol ------------------------------------------------------------------
 
     def path_of(self, key: str) -> Path:
-        return self.entries_dir / key_filename(key)
+        return Path(self._entries_prefix + key_filename(key))
 
     def get(self, key: str) -> bytes | None:
-        path = self.path_of(key)
+        path = self._entries_prefix + key_filename(key)  # a str: Path() costs on hot paths
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -350,7 +351,7 @@ class LocalStore:
             size = stat.st_size - offset
             value = head[offset:] if small else _pread_exact(fd, size, offset)
         except CorruptEntry:
-            self._remove(key, path)
+            self._remove(key, Path(path))
             raise
         except OSError as exc:
             raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
@@ -395,6 +396,14 @@ class LocalStore:
                 pass
 
     def _apply_access(self, conn: sqlite3.Connection, key: str, access: _Access) -> None:
+        # The common case, a row that agrees with the file we read, needs no stat or SELECT.
+        cur = conn.execute(
+            "UPDATE entries SET accessed = max(accessed, ?), hits = hits + ? "
+            "WHERE key = ? AND size = ?",
+            (access.accessed, access.hits, key, access.size),
+        )
+        if cur.rowcount:
+            return
         try:
             current = os.stat(self.path_of(key)).st_ino == access.inode
         except OSError:
