@@ -1,0 +1,236 @@
+"""Shared helpers of the benchmarks: machine info, timing, subprocesses, tables, results files.
+
+Every benchmark compares variants measured in the same run, interleaved (A B C, B C A, ...), and
+reports medians and ratios: the machines these run on are shared and noisy, so absolute numbers
+drift between runs while ratios of interleaved medians hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+
+# Variables that would route a child process through some persistent cache behind our back.
+_CACHE_ENV_PREFIXES = ("COMPILECACHE_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE")
+
+
+# -- machine -------------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_state() -> str:
+    """The commit measured, marked ``+dirty`` when ``src/`` has uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on (no package is imported to find versions)."""
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": _version("jax"),
+        "jaxlib": _version("jaxlib"),
+        "compilecache": _version("compilecache"),
+        "git": _git_state(),
+        "load_average_at_start": [round(x, 2) for x in load],
+    }
+
+
+def machine_markdown(info: Mapping[str, Any]) -> str:
+    load = ", ".join(str(x) for x in info.get("load_average_at_start", []))
+    return (
+        f"Measured {info['date']} on {info['cores']} cores ({info['cpu']}), {info['platform']}, "
+        f"Python {info['python']}, jax {info['jax']} / jaxlib {info['jaxlib']}, "
+        f"compilecache {info['compilecache']} (git {info.get('git', 'unknown')}); "
+        f"load average at start: {load}."
+    )
+
+
+# -- statistics and timing -----------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else float("nan")
+
+
+def time_once(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` takes."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def rotations(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """``(round, name)`` pairs, each round starting one variant later: A B C, B C A, C A B, ...
+
+    Interleaving spreads slow phases of a shared machine over all variants; rotating the order
+    cancels "the first in a round is always cold" effects.
+    """
+    n = len(names)
+    for r in range(rounds):
+        for i in range(n):
+            yield r, names[(r + i) % n]
+
+
+# -- subprocesses --------------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without any persistent-cache settings or bootstrap, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_CACHE_ENV_PREFIXES)}
+    # A `compilecache run` bootstrap directory on PYTHONPATH would enable us in every child.
+    env.pop("PYTHONPATH", None)
+    env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """The last JSON object a child printed, its wall and CPU time seen from the parent (CPU:
+    user + system of the child and its threads), its stderr."""
+
+    record: dict[str, Any]
+    wall_s: float
+    cpu_s: float
+    stderr: str
+
+
+def run_json(
+    args: Sequence[str], env: Mapping[str, str], *, timeout: float = 900.0
+) -> ProcessResult:
+    """Run ``args`` in a fresh process; parse the last stdout line that is a JSON object."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        list(args),
+        env=dict(env),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(args)} exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
+        )
+    for line in reversed(proc.stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            record: dict[str, Any] = json.loads(line)
+            return ProcessResult(record, wall, cpu, proc.stderr)
+    raise RuntimeError(f"{' '.join(args)} printed no JSON line:\n{proc.stdout[-2000:]}")
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def fmt(value: object, digits: int = 3) -> str:
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "n/a"
+        if value == 0.0:
+            return "0"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[fmt(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
+
+
+def write_results(name: str, data: Mapping[str, Any], markdown: str) -> tuple[Path, Path]:
+    """Write ``results/<name>.json`` and ``results/<name>.md``; return both paths."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    json_path = RESULTS_DIR / f"{name}.json"
+    md_path = RESULTS_DIR / f"{name}.md"
+    json_path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    md_path.write_text(markdown.rstrip() + "\n")
+    return json_path, md_path
+
+
+def command_line() -> str:
+    """How this benchmark was invoked, for the results file."""
+    script = Path(sys.argv[0])
+    with contextlib.suppress(ValueError):
+        script = script.resolve().relative_to(REPO_ROOT)
+    return " ".join(["python", str(script), *sys.argv[1:]])
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr so that stdout holds only the tables."""
+    print(message, file=sys.stderr, flush=True)
