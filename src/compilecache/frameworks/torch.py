@@ -1,0 +1,605 @@
+"""torch.compile integration: Inductor's FX graph cache, the AOTAutograd cache, the autotune
+caches and the CPU kernel binaries, all through compilecache.
+
+Hooks (torch.md; each checked on the installed torch, with a warning and no change if missing):
+
+- **Remote caches.** Inductor's ``RemoteCache`` subclasses (``torch._inductor.remote_cache``)
+  build their backend from the class attribute ``backend_override_cls`` when it is set (torch's
+  own tests patch it). We set it on ``RemoteFxGraphCache`` (layer ``fx``),
+  ``RemoteAOTAutogradCache`` (``aot``), ``RemoteAutotuneCache`` and
+  ``RemoteBundledAutotuneCache`` (``autotune``) to :class:`StoreBackend`, and turn the remote
+  caches on with ``fx_graph_remote_cache``, ``autotune_remote_cache`` and functorch's
+  ``enable_remote_autograd_cache``. torch then consults the store after its local directory.
+- **Kernels.** ``CppBuilder.build`` is wrapped (:mod:`compilecache.frameworks.torch_kernels`) so
+  that CPU kernel binaries and the ISA probe builds travel as ``kernel`` entries: a new machine
+  loads them instead of running the C++ compiler.
+- **Key components.** ``codecache.compiled_fx_graph_hash`` and
+  ``autograd_cache._get_debug_lines_for_cache_key`` are wrapped to remember the
+  ``[hash] attr: value`` lines torch computes with each key (AOTAutograd computes them only with
+  debug logging on; we ask for them anyway); they are stored with the entry (``components`` and
+  ``extra["readable"]``) for miss explanations.
+- **ISA probes.** ``VecISA._build_probe_env`` (optional): the child Pythons that dlopen the ISA
+  probe libraries get ``COMPILECACHE_DISABLE=1``, so that ``compilecache run``'s bootstrap does
+  not start compilecache in each of them (~0.15 s apiece, six per process on x86).
+
+Keys agree across processes and machines because every process with compilecache enabled sets
+the same values for the flags that enter them (:data:`INDUCTOR_FLAGS`, :data:`FUNCTORCH_FLAGS`):
+functorch hashes its whole config into AOTAutograd keys (so ``enable_remote_autograd_cache``
+matters) and Inductor hashes ``cpp_cache_precompile_headers``. Precompiled headers are turned off:
+the header lives in a machine-local directory (outside ``TORCHINDUCTOR_CACHE_DIR``), is rebuilt by
+the C++ compiler on every new machine even when every kernel binary is present (so a warm start
+could not avoid the compiler), and measured (benchmarks/bench_torch.py) it makes a warm start on
+a new machine 2.5x slower while saving at most a quarter of one cold compile.
+
+torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here is imported at
+``install``: each hook is applied when its module is first imported (``_importhook``), which
+always happens before the first compile looks anything up.
+
+The backend never raises into torch: an exception from a remote ``put`` fails the user's compile
+(torch.md). Store errors are counted misses or failed writes (:class:`compilecache.cache.Cache`).
+
+Stored payloads are torch's own bytes: for ``fx`` and ``aot`` the pickled entry (torch's JSON
+wrapper and its base64 are removed, the Cache compresses it), for ``autotune`` torch's JSON.
+Store keys: ``torch/fx/<key>``, ``torch/aot/<key>``, ``torch/autotune/<sha256>``,
+``torch/kernel/<sha256>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import importlib
+import json
+import logging
+import re
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from compilecache import _importhook
+from compilecache.cache import Cache
+from compilecache.entry import EntryHeader
+from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
+
+log = logging.getLogger("compilecache")
+
+FRAMEWORK = "torch"
+LAYERS = ("fx", "aot", "autotune", "kernel")
+
+# RemoteCache subclass -> our layer name.
+REMOTE_CACHES = {
+    "RemoteFxGraphCache": "fx",
+    "RemoteAOTAutogradCache": "aot",
+    "RemoteAutotuneCache": "autotune",
+    "RemoteBundledAutotuneCache": "autotune",
+}
+# The cache ids torch 2.6-2.13 uses in its remote keys ("pt2:<id>::<key>:c<version>"); with these
+# the store key is readable, anything else is hashed whole (a new id never meets an old entry).
+_KNOWN_IDS = {"fx": ("fx-graph-v1", "1"), "aot": ("autograd-experimental", "1")}
+_REMOTE_KEY = re.compile(r"^pt2:(?P<id>.*)::(?P<key>.+):c(?P<version>[0-9]+)$")
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+# Set the same way in every process, so that keys agree (see the module docstring).
+INDUCTOR_FLAGS: dict[str, Any] = {
+    "fx_graph_cache": True,
+    "fx_graph_remote_cache": True,
+    "autotune_local_cache": True,
+    "autotune_remote_cache": True,
+    "cpp_cache_precompile_headers": False,
+}
+FUNCTORCH_FLAGS: dict[str, Any] = {
+    "enable_autograd_cache": True,
+    "enable_remote_autograd_cache": True,
+}
+# Bounded: keys computed but not yet written (local hits never write; ~100 KB each).
+_MAX_PENDING = 64
+_MAX_READABLE = 300
+
+INDUCTOR_CONFIG = "torch._inductor.config"
+FUNCTORCH_CONFIG = "torch._functorch.config"
+REMOTE_CACHE = "torch._inductor.remote_cache"
+CPP_BUILDER = "torch._inductor.cpp_builder"
+CODECACHE = "torch._inductor.codecache"
+AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
+CPU_VEC_ISA = "torch._inductor.cpu_vec_isa"
+HOOKED_MODULES = (
+    INDUCTOR_CONFIG,
+    FUNCTORCH_CONFIG,
+    REMOTE_CACHE,
+    CPP_BUILDER,
+    CODECACHE,
+    AUTOGRAD_CACHE,
+    CPU_VEC_ISA,
+)
+
+
+def _private(name: str) -> Any:
+    """A torch module, typed ``Any``: private APIs, guarded at install time."""
+    return importlib.import_module(name)
+
+
+def store_key(layer: str, remote_key: str) -> str:
+    """``pt2:fx-graph-v1::<key>:c1`` -> ``torch/fx/<key>``; other shapes hash the whole key."""
+    match = _REMOTE_KEY.match(remote_key)
+    if match is not None and _KNOWN_IDS.get(layer) == (match["id"], match["version"]):
+        key = match["key"]
+        if _SAFE_KEY.match(key):
+            return f"torch/{layer}/{key}"
+    return f"torch/{layer}/{hashlib.sha256(remote_key.encode()).hexdigest()}"
+
+
+def torch_key_of(remote_key: str) -> str:
+    """The key torch computed (``fxyz...``) inside a remote key."""
+    match = _REMOTE_KEY.match(remote_key)
+    return match["key"] if match is not None else remote_key
+
+
+def parse_debug_lines(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``[hash] attr: value`` lines -> ({attr: hash}, {attr: value, truncated})."""
+    components: dict[str, str] = {}
+    readable: dict[str, str] = {}
+    for line in lines:
+        if not line.startswith("["):
+            continue
+        digest, sep, rest = line[1:].partition("] ")
+        if not sep:
+            continue
+        attr, _, value = rest.partition(": ")
+        components[attr] = digest
+        readable[attr] = value if len(value) <= _MAX_READABLE else value[:_MAX_READABLE] + "..."
+    return components, readable
+
+
+@dataclass
+class _Accounting:
+    """Exclusive compile times, so that an AOT entry, its FX graphs and their kernels do not
+    count the same seconds three times: torch's FX time includes the kernels built during it,
+    and the AOT time includes its FX graphs."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    kernel_s: float = 0.0  # kernel builds since the last FX write
+    fx_s: float = 0.0  # FX compile times since the last AOT write
+
+    def kernel_built(self, seconds: float) -> None:
+        with self.lock:
+            self.kernel_s += seconds
+
+    def exclusive(self, layer: str, seconds: float) -> float:
+        with self.lock:
+            if layer == "fx":
+                own = max(0.0, seconds - self.kernel_s)
+                self.kernel_s = 0.0
+                self.fx_s += seconds
+                return own
+            if layer == "aot":
+                own = max(0.0, seconds - self.fx_s)
+                self.fx_s = 0.0
+                return own
+            return seconds
+
+
+class _Pending:
+    """Key -> torch's debug lines, remembered between computing a key and writing its entry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lines: OrderedDict[str, list[str]] = OrderedDict()
+
+    def remember(self, key: str, lines: list[str]) -> None:
+        with self._lock:
+            self._lines[key] = lines
+            self._lines.move_to_end(key)
+            while len(self._lines) > _MAX_PENDING:
+                self._lines.popitem(last=False)
+
+    def pop(self, key: str) -> list[str] | None:
+        with self._lock:
+            return self._lines.pop(key, None)
+
+
+class Integration:
+    """Everything one ``install`` put in place, and how to take it out again."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.accounting = _Accounting()
+        self.pending = _Pending()
+        self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
+        self.build_hook = BuildHook(self.kernels)
+        self.saved_flags: dict[tuple[str, str], Any] = {}
+        self.saved_overrides: dict[str, Any] = {}
+        self.saved_functions: dict[tuple[str, str], Any] = {}
+        self.saved_probe_env: Any = None
+        self.applied: set[str] = set()
+        self.lock = threading.RLock()
+
+    # --- the remote-cache backend -------------------------------------------------------------
+
+    def get(self, layer: str, remote_key: str) -> bytes | None:
+        key = store_key(layer, remote_key)
+        found = self.cache.load(FRAMEWORK, key)
+        if found is None:
+            self.cache.stats.add(f"{FRAMEWORK}.{layer}.misses")
+            return None
+        self.cache.stats.add(f"{FRAMEWORK}.{layer}.hits")
+        self.pending.pop(torch_key_of(remote_key))
+        extra = found.header.extra
+        if extra.get("encoding") == "pickle":
+            wrapped = {
+                "data": base64.b64encode(found.payload).decode("ascii"),
+                "time_taken_ms": int(extra.get("time_taken_ms", 0)),
+            }
+            return json.dumps(wrapped).encode("ascii")
+        return found.payload
+
+    def put(self, layer: str, remote_key: str, data: bytes) -> None:
+        key = store_key(layer, remote_key)
+        payload, extra, taken_s = _unwrap(data, pickled=layer in ("fx", "aot"))
+        torch_key = torch_key_of(remote_key)
+        lines = self.pending.pop(torch_key) if layer in ("fx", "aot") else None
+        components, readable = parse_debug_lines(lines or [])
+        extra.update({"layer": layer, "remote_key": remote_key, "time_taken_s": taken_s})
+        if readable:
+            extra["readable"] = readable
+        header = EntryHeader(
+            framework=FRAMEWORK,
+            key=key,
+            name=_graph_name(layer),
+            compile_time_s=self.accounting.exclusive(layer, taken_s),
+            versions=_versions(),
+            components=components,
+            extra=extra,
+        )
+        self.cache.save(header, payload)
+
+    # --- hooks, applied as their modules are imported -----------------------------------------
+
+    def apply(self, module_name: str) -> None:
+        """Apply the hooks that live in ``module_name`` (already imported). Never raises."""
+        with self.lock:
+            if module_name in self.applied:
+                return
+            try:
+                _APPLY[module_name](self, _private(module_name))
+                self.applied.add(module_name)
+            except Exception as exc:
+                torch = sys.modules.get("torch")
+                version = getattr(torch, "__version__", "?")
+                self.cache.warn_once(
+                    f"torch:hook:{module_name}",
+                    f"torch {version}: could not hook {module_name} ({exc}); that part of "
+                    "torch.compile is not cached",
+                )
+
+    def _set_flags(self, module: Any, flags: dict[str, Any]) -> None:
+        missing = [name for name in flags if not hasattr(module, name)]
+        if missing:
+            raise AttributeError(f"{module.__name__} lacks {', '.join(missing)}")
+        for name, value in flags.items():
+            self.saved_flags.setdefault((module.__name__, name), getattr(module, name))
+            setattr(module, name, value)
+
+    def _hook_inductor_config(self, module: Any) -> None:
+        self._set_flags(module, INDUCTOR_FLAGS)
+
+    def _hook_functorch_config(self, module: Any) -> None:
+        self._set_flags(module, FUNCTORCH_FLAGS)
+
+    def _hook_remote_cache(self, module: Any) -> None:
+        missing = [
+            name
+            for name in REMOTE_CACHES
+            if not hasattr(getattr(module, name, None), "backend_override_cls")
+        ]
+        if missing:
+            raise AttributeError(f"no backend_override_cls on {', '.join(missing)}")
+        for name, layer in REMOTE_CACHES.items():
+            cls = getattr(module, name)
+            self.saved_overrides.setdefault(name, cls.__dict__.get("backend_override_cls"))
+            cls.backend_override_cls = functools.partial(StoreBackend, layer)
+
+    def _hook_cpp_builder(self, module: Any) -> None:
+        # Warns by itself when this torch lacks what it needs (FX and AOT entries still work).
+        self.build_hook.install()
+
+    def _wrap(self, module: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = getattr(module, name, None)
+        if original is None or not callable(original):
+            raise AttributeError(f"{module.__name__}.{name} is missing")
+        self.saved_functions.setdefault((module.__name__, name), original)
+        wrapper = make(original)
+        wrapper.__wrapped__ = original
+        setattr(module, name, wrapper)
+
+    def _remembering(self, original: Any) -> Any:
+        pending = self.pending
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                key, lines = result
+                pending.remember(str(key), list(lines))
+            except Exception as exc:  # a changed signature must not break the compile
+                log.debug("compilecache: torch key components not recorded: %s", exc)
+            return result
+
+        return wrapper
+
+    def _debug_lines(self, original: Any) -> Any:
+        pending = self.pending
+
+        def wrapper(pickler: Any, details: Any, key: str) -> Any:
+            lines = original(pickler, details, key)
+            try:
+                computed = lines or pickler.debug_lines(details)
+                pending.remember(str(key), list(computed))
+            except Exception as exc:
+                log.debug("compilecache: AOTAutograd key components not recorded: %s", exc)
+            return lines
+
+        return wrapper
+
+    def _hook_codecache(self, module: Any) -> None:
+        self._wrap(module, "compiled_fx_graph_hash", self._remembering)
+
+    def _hook_autograd_cache(self, module: Any) -> None:
+        if hasattr(module, "_get_debug_lines_for_cache_key"):
+            # torch computes the AOT debug lines only with debug logging on; compute them anyway
+            # (~30 ms per graph) while the graph is still sanitised for hashing.
+            self._wrap(module, "_get_debug_lines_for_cache_key", self._debug_lines)
+        else:
+            self._wrap(module, "autograd_cache_key", self._remembering)
+        cls = getattr(module, "AOTAutogradCache", None)
+        get_remote = getattr(cls, "get_remote_cache", None)
+        # functools.cache'd: drop a None (or a Redis cache) created before we were installed.
+        if get_remote is not None and hasattr(get_remote, "cache_clear"):
+            get_remote.cache_clear()
+
+    def _hook_cpu_vec_isa(self, module: Any) -> None:
+        """Inductor checks each vector ISA by loading a probe library in a child Python (six
+        of them per process on x86). Under ``compilecache run`` every Python child enables
+        compilecache at start-up, which costs more than the probe itself; the probe has nothing
+        to cache, so its environment says ``COMPILECACHE_DISABLE=1``. An optimisation only: a
+        torch without this hook is left alone, silently."""
+        cls = getattr(module, "VecISA", None)
+        original = getattr(cls, "__dict__", {}).get("_build_probe_env")
+        if cls is None or not isinstance(original, staticmethod):
+            log.debug("compilecache: no VecISA._build_probe_env in this torch; probes left alone")
+            return
+        build_env = original.__func__
+
+        def probe_env() -> Any:
+            env = build_env()
+            if isinstance(env, dict):
+                env["COMPILECACHE_DISABLE"] = "1"
+            return env
+
+        probe_env.__wrapped__ = build_env  # type: ignore[attr-defined]
+        self.saved_probe_env = original
+        cls._build_probe_env = staticmethod(probe_env)
+
+    def uninstall(self) -> None:
+        with self.lock:
+            for name in HOOKED_MODULES:
+                _importhook.cancel(name)
+            self.build_hook.uninstall()
+            remote = sys.modules.get(REMOTE_CACHE)
+            for name, previous in self.saved_overrides.items():
+                cls = getattr(remote, name, None)
+                if cls is not None:
+                    cls.backend_override_cls = previous
+            if self.saved_probe_env is not None:
+                cls = getattr(sys.modules.get(CPU_VEC_ISA), "VecISA", None)
+                if cls is not None:
+                    cls._build_probe_env = self.saved_probe_env
+                self.saved_probe_env = None
+            for (module_name, name), original in self.saved_functions.items():
+                module = sys.modules.get(module_name)
+                if module is not None:
+                    setattr(module, name, original)
+            for (module_name, name), value in self.saved_flags.items():
+                module = sys.modules.get(module_name)
+                if module is not None:
+                    try:
+                        setattr(module, name, value)
+                    except Exception as exc:
+                        log.debug("compilecache: torch flag %s not restored: %s", name, exc)
+            autograd = sys.modules.get(AUTOGRAD_CACHE)
+            get_remote = getattr(
+                getattr(autograd, "AOTAutogradCache", None), "get_remote_cache", None
+            )
+            if get_remote is not None and hasattr(get_remote, "cache_clear"):
+                get_remote.cache_clear()
+            self.applied.clear()
+
+    def hook_status(self) -> dict[str, bool]:
+        """Which hooks are in place now (imports the hooked modules, which is slow)."""
+        status: dict[str, bool] = {}
+        config = _private(INDUCTOR_CONFIG)
+        functorch = _private(FUNCTORCH_CONFIG)
+        for name, value in INDUCTOR_FLAGS.items():
+            status[f"inductor.{name}"] = getattr(config, name, None) == value
+        for name, value in FUNCTORCH_FLAGS.items():
+            status[f"functorch.{name}"] = getattr(functorch, name, None) == value
+        remote = _private(REMOTE_CACHE)
+        for name, layer in REMOTE_CACHES.items():
+            override = getattr(getattr(remote, name, None), "backend_override_cls", None)
+            status[f"remote.{name}"] = (
+                isinstance(override, functools.partial)
+                and override.func is StoreBackend
+                and override.args == (layer,)
+            )
+        _private(CPP_BUILDER)
+        status["kernel.CppBuilder.build"] = self.build_hook.live
+        vec_isa = getattr(_private(CPU_VEC_ISA), "VecISA", None)
+        probe_env = getattr(vec_isa, "_build_probe_env", None)
+        status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")
+        for label, module_name in (("fx", CODECACHE), ("aot", AUTOGRAD_CACHE)):
+            module = _private(module_name)
+            originals = {n: f for (m, n), f in self.saved_functions.items() if m == module_name}
+            status[f"components.{label}"] = bool(originals) and all(
+                getattr(getattr(module, name, None), "__wrapped__", None) is original
+                for name, original in originals.items()
+            )
+        return status
+
+
+_APPLY: dict[str, Callable[[Integration, Any], None]] = {
+    INDUCTOR_CONFIG: Integration._hook_inductor_config,
+    FUNCTORCH_CONFIG: Integration._hook_functorch_config,
+    REMOTE_CACHE: Integration._hook_remote_cache,
+    CPP_BUILDER: Integration._hook_cpp_builder,
+    CODECACHE: Integration._hook_codecache,
+    AUTOGRAD_CACHE: Integration._hook_autograd_cache,
+    CPU_VEC_ISA: Integration._hook_cpu_vec_isa,
+}
+
+
+class StoreBackend:
+    """A ``RemoteCacheBackend[bytes]`` for one layer, on the installed integration.
+
+    Built by torch through ``backend_override_cls`` (for the FX cache on every lookup, so it is
+    cheap). It looks the integration up at call time: AOTAutograd keeps its remote cache object
+    for the life of the process, and it must follow ``enable``/``disable``. Never raises.
+    """
+
+    def __init__(self, layer: str) -> None:
+        self.layer = layer
+        self._name = f"backend:compilecache:{layer}"
+
+    def get(self, key: str) -> bytes | None:
+        integration = _installed
+        if integration is None:
+            return None
+        try:
+            return integration.get(self.layer, key)
+        except Exception as exc:  # never raise into torch
+            integration.cache.warn_once(
+                f"torch:get:{self.layer}", f"{self.layer} lookup failed: {exc}"
+            )
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        integration = _installed
+        if integration is None:
+            return
+        try:
+            integration.put(self.layer, key, data)
+        except Exception as exc:  # never raise into torch: it would fail the user's compile
+            integration.cache.stats.add("errors", framework=FRAMEWORK)
+            integration.cache.warn_once(
+                f"torch:put:{self.layer}", f"{self.layer} write failed: {exc}"
+            )
+
+    # torch's RemoteCacheBackend spelling, for callers that use the underscored methods.
+    _get = get
+    _put = put
+
+
+def _unwrap(data: bytes, *, pickled: bool) -> tuple[bytes, dict[str, Any], float]:
+    """torch's ``{"data": base64(pickle), "time_taken_ms": N}`` -> (pickle, extra, seconds).
+
+    Anything else (autotune's JSON, a format a later torch may use) is stored as it came.
+    """
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return bytes(data), {"encoding": "raw"}, 0.0
+    if pickled and isinstance(value, dict) and isinstance(value.get("data"), str):
+        taken_ms = value.get("time_taken_ms", 0)
+        taken_ms = int(taken_ms) if isinstance(taken_ms, (int, float)) else 0
+        try:
+            payload = base64.b64decode(value["data"], validate=True)
+        except ValueError:
+            return bytes(data), {"encoding": "raw"}, taken_ms / 1000
+        return payload, {"encoding": "pickle", "time_taken_ms": taken_ms}, taken_ms / 1000
+    taken = value.get("time_taken_ms", 0) if isinstance(value, dict) else 0
+    seconds = float(taken) / 1000 if isinstance(taken, (int, float)) else 0.0
+    return bytes(data), {"encoding": "raw"}, seconds
+
+
+def _graph_name(layer: str) -> str:
+    """What torch knows of the graph being compiled: the traced function's qualified name, and
+    for ``fx`` the AOT graph (``MLP.forward:0_forward``). Empty outside a Dynamo compile."""
+    if layer not in ("fx", "aot"):
+        return ""
+    try:
+        guards = _private("torch._guards")
+        context = guards.TracingContext.try_get()
+        if context is None:
+            return ""
+        code = getattr(context, "traced_code", None) or []
+        name = ""
+        if code:
+            name = str(getattr(code[0], "co_qualname", "") or getattr(code[0], "co_name", ""))
+            name = name.replace(".<locals>.", ".").rsplit("<locals>.", 1)[-1]
+        graph = getattr(context, "aot_graph_name", None)
+        if layer == "fx" and graph:
+            graph_name = str(graph[0] if isinstance(graph, (list, tuple)) else graph)
+            name = f"{name}:{graph_name}" if name else graph_name
+        if not name:
+            compile_id = guards.CompileContext.current_compile_id()
+            name = f"compile {compile_id}" if compile_id is not None else ""
+        return name[:200]
+    except Exception:
+        return ""
+
+
+def _versions() -> dict[str, str]:
+    torch = _private("torch")
+    return {
+        "torch": str(torch.__version__),
+        "git": str(getattr(getattr(torch, "version", None), "git_version", "")),
+        "python": sys.version.split()[0],
+    }
+
+
+_installed: Integration | None = None
+
+
+def install(cache: Cache) -> bool:
+    """Route torch.compile's caches through ``cache``; hooks apply as torch's modules load."""
+    global _installed
+    torch = _private("torch")
+    if not hasattr(torch, "compile"):
+        cache.warn_once("torch:hook", f"torch {torch.__version__} has no torch.compile; left alone")
+        return False
+    if _installed is not None:
+        uninstall()
+    integration = Integration(cache)
+    _installed = integration
+    for name in HOOKED_MODULES:
+        _importhook.when_imported(name, _applier(integration, name))
+    log.info("compilecache: torch %s routed through %s", torch.__version__, cache.store.url)
+    return True
+
+
+def _applier(integration: Integration, name: str) -> Callable[[Any], None]:
+    def apply(_module: Any) -> None:
+        if _installed is integration:
+            integration.apply(name)
+
+    return apply
+
+
+def uninstall() -> None:
+    """Restore torch's classes, functions and flags."""
+    global _installed
+    if _installed is None:
+        return
+    integration, _installed = _installed, None
+    integration.uninstall()
+
+
+def active() -> Integration | None:
+    return _installed
+
+
+def hook_status() -> dict[str, bool]:
+    """Which hooks are live now; imports torch's compiler modules. Empty when not installed."""
+    integration = _installed
+    return integration.hook_status() if integration is not None else {}

@@ -1,0 +1,447 @@
+"""C++ kernel binaries for torch.compile on CPU: the ``kernel`` layer of the torch integration.
+
+Inductor's FX graph entries hold the C++ *source* of their CPU kernels. On a machine whose
+``TORCHINDUCTOR_CACHE_DIR`` is empty, loading such an entry runs the C++ compiler again for every
+kernel, plus one dry-run build per candidate vector ISA (the ``VecISA`` probes): on a small MLP
+that is most of a cold compile (torch.md: a remote FX hit saves almost nothing on CPU). So the
+binaries travel too, as separate entries.
+
+The hook is :meth:`torch._inductor.cpp_builder.CppBuilder.build`, the one method every
+``CppCodeCache`` compile and every ISA probe goes through, called only when the target file is
+missing. Wrapped, it first asks the store for the target's bytes and writes them into place
+atomically (a hit: no compiler runs); on a miss it builds as before, then stores the result.
+
+Never a wrong hit: the key is a SHA-256 over everything that decides the bytes gcc produces:
+
+- the full command line, with only the inductor cache directories replaced by placeholders (those
+  differ per process but name files whose *contents* are hashed separately);
+- the contents of every input file on that command line (sources, objects, headers);
+- the compiler's identity (``<cxx> -v``: version, target, configure flags; the same string
+  Inductor uses for its precompiled-header key);
+- the CPU target: with ``-march=native`` (Inductor's default) the vendor, family, model and
+  feature flags of this CPU, since ``native`` means something else on another CPU generation;
+  with a pinned ``TORCHINDUCTOR_CPP_MARCH`` only the machine architecture;
+- torch's version and git revision (its headers), the Python version (``Python.h``), the C
+  library, and torch's ``cache_key_tag``.
+
+Precompiled headers, preprocessing and fbcode remote builds are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import logging
+import os
+import platform
+import shlex
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from compilecache.cache import Cache
+from compilecache.entry import EntryHeader
+
+log = logging.getLogger("compilecache")
+
+FRAMEWORK = "torch"
+LAYER = "kernel"
+KEY_VERSION = "compilecache-torch-kernel-v1"
+_CACHE_DIR_MARK = "<inductor-cache>"
+_DEFAULT_DIR_MARK = "<inductor-default-cache>"
+# CPU properties that -march=native derives code generation from (x86 and Arm spellings).
+_CPU_FIELDS = (
+    "vendor_id",
+    "cpu family",
+    "model",
+    "flags",
+    "CPU implementer",
+    "CPU architecture",
+    "CPU variant",
+    "CPU part",
+    "Features",
+)
+_READABLE_CPU_FIELDS = ("model name", "vendor_id", "cpu family", "model", "CPU part")
+
+
+def _private(name: str) -> Any:
+    """A torch module, typed ``Any``: private APIs, guarded where they are used."""
+    return importlib.import_module(name)
+
+
+def store_key(digest: str) -> str:
+    return f"torch/kernel/{digest}"
+
+
+def read_cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor block of ``/proc/cpuinfo`` (empty where there is none)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                name, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+_cpu_lock = threading.Lock()
+_cpu_cached: tuple[str, str] | None = None
+
+
+def cpu_identity() -> tuple[str, str]:
+    """(digest, readable) of what ``-march=native`` resolves from on this CPU."""
+    global _cpu_cached
+    with _cpu_lock:
+        if _cpu_cached is None:
+            info = read_cpuinfo()
+            parts = [f"machine={platform.machine()}"]
+            for name in _CPU_FIELDS:
+                if name in info:
+                    value = info[name]
+                    if name in ("flags", "Features"):
+                        value = " ".join(sorted(set(value.split())))
+                    parts.append(f"{name}={value}")
+            if len(parts) == 1:
+                # No /proc/cpuinfo (macOS, containers that hide it): the best we can say.
+                parts.append(f"processor={platform.processor()}")
+            digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+            readable = (
+                ", ".join(f"{n}={info[n]}" for n in _READABLE_CPU_FIELDS if n in info)
+                or platform.processor()
+            )
+            _cpu_cached = (digest, f"{platform.machine()} {readable}".strip())
+        return _cpu_cached
+
+
+def _file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def normalize_command(command: str, dirs: Iterable[tuple[str, str]]) -> str:
+    """``command`` with each (directory, placeholder) replaced, longest directory first."""
+    for directory, mark in sorted(dirs, key=lambda d: -len(d[0])):
+        if directory:
+            command = command.replace(directory.rstrip("/") + "/", mark + "/")
+    return command
+
+
+def input_files(command: str, target: str) -> list[str]:
+    """The existing files named on ``command`` (sources, objects, ``-include`` headers)."""
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        tokens = command.split()
+    found: list[str] = []
+    for token in tokens[1:]:
+        if token == target or token.startswith("-"):
+            continue
+        if os.path.isfile(token) and token not in found:
+            found.append(token)
+    return found
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """A kernel's store key and the parts it was made from (kept in the entry's header)."""
+
+    digest: str
+    components: dict[str, str]
+    readable: dict[str, str]
+
+    @property
+    def store_key(self) -> str:
+        return store_key(self.digest)
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def kernel_key(
+    command: str,
+    target: str,
+    *,
+    compiler_info: str,
+    cache_dirs: Iterable[tuple[str, str]],
+    torch_version: str,
+    tag: str = "",
+) -> KernelKey:
+    """The key of the binary that ``command`` builds into ``target``."""
+    normalized = normalize_command(command, cache_dirs)
+    inputs = input_files(command, target)
+    sources = hashlib.sha256()
+    for path in inputs:
+        sources.update(normalize_command(path, cache_dirs).encode())
+        sources.update(_file_digest(path).encode())
+    native = "native" in normalized  # -march=native / -mcpu=native
+    if native:
+        cpu_digest, cpu_readable = cpu_identity()
+    else:
+        cpu_digest, cpu_readable = _hash(f"machine={platform.machine()}"), platform.machine()
+    libc = " ".join(platform.libc_ver())
+    components = {
+        "command": _hash(normalized),
+        "inputs": sources.hexdigest(),
+        "compiler": _hash(compiler_info),
+        "cpu": cpu_digest,
+        "torch": _hash(torch_version),
+        "python": _hash(sys.version),
+        "libc": _hash(libc),
+        "tag": _hash(tag),
+    }
+    chained = hashlib.sha256(KEY_VERSION.encode())
+    for name in sorted(components):
+        chained.update(f"{name}={components[name]}\n".encode())
+    readable = {
+        "command": normalized[:4000],
+        "compiler": compiler_info.split("_")[-1][:300] if compiler_info else "",
+        "cpu": cpu_readable if native else f"{cpu_readable} (no -march=native)",
+        "torch": torch_version,
+        "python": sys.version.split()[0],
+        "libc": libc,
+        "tag": tag,
+        "inputs": " ".join(os.path.basename(p) for p in inputs),
+    }
+    return KernelKey(chained.hexdigest(), components, readable)
+
+
+def write_into_place(path: str, data: bytes) -> None:
+    """Publish ``data`` at ``path`` atomically (unique temporary name, then rename)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class SharedTimer:
+    """Wall time of overlapping jobs, shared fairly: while n builds run at once, each is charged
+    1/n of the elapsed time. Inductor compiles kernels on a thread pool, and summing their
+    durations would claim more compile time than the wall clock saw."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._charged: dict[int, float] = {}
+        self._last = 0.0
+        self._next = 0
+
+    def _advance(self, now: float) -> None:
+        if self._charged:
+            share = (now - self._last) / len(self._charged)
+            for token in self._charged:
+                self._charged[token] += share
+        self._last = now
+
+    def start(self) -> int:
+        with self._lock:
+            self._advance(time.perf_counter())
+            self._next += 1
+            self._charged[self._next] = 0.0
+            return self._next
+
+    def stop(self, token: int) -> float:
+        with self._lock:
+            self._advance(time.perf_counter())
+            return self._charged.pop(token, 0.0)
+
+
+class KernelCache:
+    """Fetches and stores the binaries of ``CppBuilder.build`` through a :class:`Cache`."""
+
+    def __init__(self, cache: Cache, on_built: Callable[[float], None] | None = None) -> None:
+        self.cache = cache
+        self.on_built = on_built
+        self.timer = SharedTimer()
+
+    def _context(self) -> tuple[str, list[tuple[str, str]], str]:
+        torch = _private("torch")
+        codecache = _private("torch._inductor.codecache")
+        runtime_cache = _private("torch._inductor.runtime.cache_dir_utils")
+        dirs = [(str(runtime_cache.cache_dir()), _CACHE_DIR_MARK)]
+        default_dir = getattr(runtime_cache, "default_cache_dir", None)
+        if default_dir is not None:
+            dirs.append((str(default_dir()), _DEFAULT_DIR_MARK))
+        header_dir = getattr(codecache, "_HEADER_DIR", None)
+        if isinstance(header_dir, str):
+            dirs.append((os.path.dirname(header_dir), _DEFAULT_DIR_MARK))
+        git = getattr(getattr(torch, "version", None), "git_version", "")
+        tag = str(getattr(torch.compiler.config, "cache_key_tag", ""))
+        return f"{torch.__version__} {git}", dirs, tag
+
+    def key_for(self, builder: Any) -> tuple[KernelKey, str]:
+        cpp_builder = _private("torch._inductor.cpp_builder")
+        target = str(builder.get_target_file_path())
+        command = str(builder.get_command_line())
+        compiler = str(getattr(builder, "_compiler", "") or cpp_builder.get_cpp_compiler())
+        compiler_info = str(cpp_builder.get_compiler_version_info(compiler))
+        torch_version, dirs, tag = self._context()
+        key = kernel_key(
+            command,
+            target,
+            compiler_info=compiler_info,
+            cache_dirs=dirs,
+            torch_version=torch_version,
+            tag=tag,
+        )
+        return key, target
+
+    def build(self, builder: Any, original: Callable[[Any], None]) -> None:
+        """``CppBuilder.build`` through the store: fetch, else build and store."""
+        try:
+            handled = _cacheable(builder)
+            key, target = self.key_for(builder) if handled else (None, "")
+        except Exception as exc:  # computing a key must never stop a compile
+            self.cache.warn_once("torch:kernel-key", f"kernel key failed, not cached: {exc}")
+            key, target = None, ""
+        if key is not None and self._fetch(key, target):
+            return
+        token = self.timer.start()
+        try:
+            original(builder)
+        finally:
+            elapsed = self.timer.stop(token)
+        if self.on_built is not None:
+            self.on_built(elapsed)
+        if key is not None:
+            self._save(key, target, elapsed)
+
+    def _fetch(self, key: KernelKey, target: str) -> bool:
+        try:
+            found = self.cache.load(FRAMEWORK, key.store_key)
+            if found is None:
+                self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.misses")
+                return False
+            write_into_place(target, found.payload)
+        except Exception as exc:
+            self.cache.warn_once("torch:kernel-get", f"kernel fetch failed, compiling: {exc}")
+            return False
+        self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.hits")
+        log.debug("compilecache: kernel %s from %s", os.path.basename(target), key.store_key)
+        return True
+
+    def _save(self, key: KernelKey, target: str, elapsed: float) -> None:
+        try:
+            with open(target, "rb") as f:
+                payload = f.read()
+            header = EntryHeader(
+                framework=FRAMEWORK,
+                key=key.store_key,
+                name=os.path.basename(target),
+                compile_time_s=elapsed,
+                versions=_versions(),
+                components=key.components,
+                extra={"layer": LAYER, "readable": key.readable},
+            )
+            self.cache.save(header, payload)
+        except Exception as exc:
+            self.cache.warn_once("torch:kernel-put", f"kernel not stored: {exc}")
+
+
+def _cacheable(builder: Any) -> bool:
+    """Shared libraries and objects built locally; not headers, preprocessing or remote builds."""
+    if any(
+        getattr(builder, name, False)
+        for name in ("_precompiling", "_preprocessing", "_use_relative_path")
+    ):
+        return False
+    target = str(builder.get_target_file_path())
+    return target.endswith((".so", ".o", ".dylib", ".pyd", ".dll"))
+
+
+def _versions() -> dict[str, str]:
+    torch = _private("torch")
+    return {"torch": str(torch.__version__), "python": sys.version.split()[0]}
+
+
+_REQUIRED = ("build", "get_command_line", "get_target_file_path")
+
+
+def hook_available() -> tuple[bool, str]:
+    """Whether this torch has what the kernel hook needs; the reason when it does not."""
+    try:
+        cpp_builder = _private("torch._inductor.cpp_builder")
+        runtime_cache = _private("torch._inductor.runtime.cache_dir_utils")
+    except ImportError as exc:
+        return False, f"cannot import torch._inductor.cpp_builder: {exc}"
+    builder_cls = getattr(cpp_builder, "CppBuilder", None)
+    missing = [f"CppBuilder.{n}" for n in _REQUIRED if not hasattr(builder_cls, n)]
+    missing += [
+        n for n in ("get_compiler_version_info", "get_cpp_compiler") if not hasattr(cpp_builder, n)
+    ]
+    if not hasattr(runtime_cache, "cache_dir"):
+        missing.append("cache_dir_utils.cache_dir")
+    if missing:
+        return False, f"this torch lacks {', '.join(missing)}"
+    return True, ""
+
+
+class BuildHook:
+    """Installs :class:`KernelCache` as ``CppBuilder.build`` and restores the original."""
+
+    def __init__(self, kernels: KernelCache) -> None:
+        self.kernels = kernels
+        self.original: Callable[[Any], None] | None = None
+        self.wrapper: Callable[[Any], None] | None = None
+
+    def install(self) -> bool:
+        ok, reason = hook_available()
+        if not ok:
+            self.kernels.cache.warn_once(
+                "torch:kernel-hook", f"C++ kernels will not be cached ({reason})"
+            )
+            return False
+        builder_cls = _private("torch._inductor.cpp_builder").CppBuilder
+        original: Callable[[Any], None] = builder_cls.build
+        kernels = self.kernels
+
+        def build(builder: Any) -> None:
+            kernels.build(builder, original)
+
+        build.__wrapped__ = original  # type: ignore[attr-defined]
+        build.__compilecache__ = True  # type: ignore[attr-defined]
+        builder_cls.build = build
+        self.original, self.wrapper = original, build
+        return True
+
+    def uninstall(self) -> None:
+        if self.original is None:
+            return
+        try:
+            builder_cls = _private("torch._inductor.cpp_builder").CppBuilder
+            if builder_cls.build is self.wrapper:
+                builder_cls.build = self.original
+        except Exception as exc:
+            log.debug("compilecache: could not restore CppBuilder.build: %s", exc)
+        self.original = self.wrapper = None
+
+    @property
+    def live(self) -> bool:
+        if self.wrapper is None:
+            return False
+        try:
+            return bool(_private("torch._inductor.cpp_builder").CppBuilder.build is self.wrapper)
+        except ImportError:
+            return False

@@ -1,0 +1,533 @@
+"""torch.compile through compilecache: real compiles in fresh processes, and the kernel keys.
+
+The end-to-end tests run ``compilecache.workloads.torch_step`` (a tiny MLP, forward + backward) in
+fresh subprocesses that each get their own empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TMPDIR`` and
+share only the compilecache store, as two machines would. The C++ compiler on their ``PATH`` is a
+wrapper that logs every call and, in the second process, fails any call that is not a version
+query: a warm start that compiled anything would fail loudly.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import importlib
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+import types
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache import entry
+from compilecache.cache import Cache
+from compilecache.frameworks import torch_kernels
+from compilecache.stores.local import LocalStore
+from compilecache.stores.memory import MemoryStore
+from tests.conftest import clean_env, last_json, run_python
+from tests.servers import free_port
+
+torch = pytest.importorskip("torch")
+
+MODEL = "tiny"
+COMPILERS = ("g++", "gcc", "c++", "cc")
+VERSION_QUERIES = {"-v", "--version", "-dumpversion", "-dumpfullversion", "-dumpmachine"}
+
+# One process: optionally register a store that fails every call, enable compilecache, run the
+# workload once, report the result, the hooks and this process's counters.
+PROGRAM = r"""
+import json, sys
+url, model, salt = sys.argv[1], sys.argv[2], sys.argv[3]
+if url.startswith("broken://"):
+    from compilecache.stores.base import register_scheme
+
+    class Broken:
+        def __init__(self, url):
+            self.url = url
+        def _fail(self, *args, **kwargs):
+            raise RuntimeError("this store fails every call")
+        get = put = delete = stat = scan = _fail
+        def close(self):
+            pass
+
+    register_scheme("broken", lambda parsed: Broken(parsed.raw))
+import compilecache
+session = compilecache.enable(url)
+from compilecache.workloads import torch_step
+result = torch_step.run(model, salt=salt or None)
+from compilecache.frameworks import torch as integration
+result["hooks"] = integration.hook_status()
+result["stats"] = session.stats()
+print(json.dumps(result), flush=True)
+"""
+
+FAKE_COMPILER = """#!/bin/sh
+printf '%s\\n' "{name} $*" >> "$FAKE_CXX_LOG"
+case "$*" in
+  -v|--version|-dumpversion|-dumpfullversion|-dumpmachine) exec "{real}" "$@" ;;
+esac
+if [ "$FAKE_CXX_ALLOW" = "1" ]; then exec "{real}" "$@"; fi
+echo "fake {name}: the C++ compiler was called on a warm start: $*" >&2
+exit 97
+"""
+
+
+def fake_compilers(directory: Path) -> Path:
+    """``g++``, ``gcc``, ``c++``, ``cc`` that log and delegate (or refuse) to the real ones."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in COMPILERS:
+        real = shutil.which(name)
+        if real is None:
+            continue
+        path = directory / name
+        path.write_text(FAKE_COMPILER.format(name=name, real=real))
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return directory
+
+
+def compiler_calls(log: Path) -> list[str]:
+    """Logged compiler calls that were not version queries."""
+    if not log.exists():
+        return []
+    calls = []
+    for line in log.read_text().splitlines():
+        args = line.split(" ", 1)[1] if " " in line else ""
+        if args.strip() not in VERSION_QUERIES:
+            calls.append(line)
+    return calls
+
+
+class Machine:
+    """A fresh 'machine': its own inductor cache dir, TMPDIR and compiler log."""
+
+    def __init__(self, root: Path, fake_bin: Path) -> None:
+        self.root = root
+        self.inductor = root / "inductor"
+        self.tmp = root / "tmp"
+        self.log = root / "compiler.log"
+        self.fake_bin = fake_bin
+        for d in (self.inductor, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def run(
+        self, url: str, *, allow_compiler: bool, salt: str = "", inductor: Path | None = None
+    ) -> dict[str, Any]:
+        env = clean_env(
+            {
+                "TORCHINDUCTOR_CACHE_DIR": str(inductor or self.inductor),
+                "TMPDIR": str(self.tmp),
+                "PATH": f"{self.fake_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+                "FAKE_CXX_LOG": str(self.log),
+                "FAKE_CXX_ALLOW": "1" if allow_compiler else "0",
+            }
+        )
+        for name in list(env):
+            if name.startswith("TORCHINDUCTOR_") and name not in ("TORCHINDUCTOR_CACHE_DIR",):
+                del env[name]
+        proc = run_python(["-c", PROGRAM, url, MODEL, salt], env, timeout=420)
+        result: dict[str, Any] = last_json(proc.stdout)
+        result["stderr"] = proc.stderr
+        return result
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One cold compile on 'machine A', writing to a local-directory store."""
+    root = tmp_path_factory.mktemp("torch")
+    fake_bin = fake_compilers(root / "bin")
+    store = root / "store"
+    machine = Machine(root / "machine-a", fake_bin)
+    result = machine.run(str(store), allow_compiler=True)
+    yield {"result": result, "store": store, "machine": machine, "fake_bin": fake_bin}
+
+
+def store_entries(store: Path) -> dict[str, entry.EntryHeader]:
+    s = LocalStore(store)
+    try:
+        return {info.key: entry.decode(s.get(info.key) or b"").header for info in s.scan()}
+    finally:
+        s.close()
+
+
+def test_hooks_are_live_on_installed_torch() -> None:
+    """Fails loudly when a torch upgrade removes a private hook compilecache relies on."""
+    import compilecache
+    from compilecache.frameworks import torch as integration
+
+    importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
+    importlib.import_module("torch._inductor.codecache")
+
+    config = sys.modules["torch._inductor.config"]
+    functorch = sys.modules["torch._functorch.config"]
+    before = (config.fx_graph_remote_cache, functorch.enable_remote_autograd_cache)
+    pch_before = config.cpp_cache_precompile_headers
+    session = compilecache.enable(f"memory://torch-hooks-{uuid.uuid4().hex}")
+    assert session is not None
+    assert "torch" in session.installed
+    status = integration.hook_status()
+    assert status and all(status.values()), {k: v for k, v in status.items() if not v}
+    assert torch_kernels.hook_available() == (True, "")
+
+    remote = sys.modules["torch._inductor.remote_cache"]
+    builder = sys.modules["torch._inductor.cpp_builder"].CppBuilder
+    vec_isa = sys.modules["torch._inductor.cpu_vec_isa"].VecISA
+    # ISA probe children do not start compilecache (see Integration._hook_cpu_vec_isa).
+    assert vec_isa._build_probe_env()["COMPILECACHE_DISABLE"] == "1"
+    assert config.cpp_cache_precompile_headers is False
+    assert config.fx_graph_remote_cache is True and functorch.enable_remote_autograd_cache is True
+    compilecache.disable()
+    assert integration.active() is None
+    assert integration.hook_status() == {}
+    assert remote.RemoteFxGraphCache.backend_override_cls is None
+    assert not hasattr(builder.build, "__compilecache__")
+    assert "COMPILECACHE_DISABLE" not in vec_isa._build_probe_env()
+    assert (config.fx_graph_remote_cache, functorch.enable_remote_autograd_cache) == before
+    assert config.cpp_cache_precompile_headers == pch_before
+
+
+@pytest.mark.slow
+def test_second_machine_hits_every_layer_and_runs_no_compiler(
+    cold: dict[str, Any], tmp_path: Path
+) -> None:
+    first = cold["result"]
+    assert compiler_calls(cold["machine"].log), "the cold run must have used the logged compiler"
+    assert first["torch_counters"]["fxgraph_cache_miss"] == 2
+    assert first["stats"]["hits"] == 0 and first["stats"]["errors"] == 0
+    assert all(first["hooks"].values()), first["hooks"]
+
+    written = store_entries(cold["store"])
+    layers: dict[str, list[str]] = {}
+    for key in written:
+        layers.setdefault(key.split("/")[1], []).append(key)
+    assert sorted(layers) == ["aot", "fx", "kernel"]
+    assert len(layers["fx"]) == 2 and len(layers["aot"]) == 1
+    assert first["stats"]["writes"] == len(written)
+
+    second = Machine(tmp_path / "machine-b", cold["fake_bin"])
+    warm = second.run(str(cold["store"]), allow_compiler=False)
+
+    assert compiler_calls(second.log) == []
+    assert warm["digest"] == first["digest"] and warm["loss"] == first["loss"]
+    counters = warm["torch_counters"]
+    assert counters["fxgraph_cache_hit"] == 2 and counters["fxgraph_cache_miss"] == 0
+    assert counters["autograd_cache_hit"] == 1 and counters["autograd_cache_miss"] == 0
+    stats = warm["stats"]
+    assert stats["torch.fx.hits"] == 2
+    assert stats["torch.aot.hits"] == 1
+    assert stats["torch.kernel.hits"] == len(layers["kernel"])
+    assert stats["misses"] == 0 and stats["writes"] == 0 and stats["errors"] == 0
+    assert stats["torch.hits"] == len(written)
+    assert 0 < stats["compile_time_saved_s"] <= first["stats"]["compile_time_s"]
+    # The kernel binaries were written into machine B's own inductor directory.
+    assert len(list(second.inductor.rglob("c*.so"))) == len(layers["kernel"])
+
+
+@pytest.mark.slow
+def test_entries_describe_layer_name_time_and_key_components(cold: dict[str, Any]) -> None:
+    for key, header in store_entries(cold["store"]).items():
+        layer = key.split("/")[1]
+        assert header.framework == "torch"
+        assert header.extra["layer"] == layer
+        assert header.versions["torch"] == torch.__version__
+        if layer == "kernel":
+            assert header.name.endswith(".so")
+            assert header.compile_time_s > 0
+            assert set(header.components) >= {"command", "inputs", "compiler", "cpu", "torch"}
+            assert "<inductor-cache>/" in header.extra["readable"]["command"]
+        else:
+            assert header.extra["remote_key"].endswith(key.rsplit("/", 1)[1] + ":c1")
+            assert "forward" in header.name, header.name
+            assert header.extra["time_taken_s"] > 0
+            # torch's own "[hash] attr: value" components, e.g. the Inductor config values.
+            assert len(header.components) > 50
+            assert header.extra["readable"]
+    fx = [h for k, h in store_entries(cold["store"]).items() if k.startswith("torch/fx/")]
+    assert any(k.startswith("inductor_config[") for h in fx for k in h.components)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["raising", "unreachable"])
+def test_failing_store_compiles_normally_and_counts_errors(
+    cold: dict[str, Any], tmp_path: Path, kind: str
+) -> None:
+    """A store that raises on every call, or a Redis nobody listens on: torch.compile proceeds.
+
+    The cold run's inductor directory is reused (its kernels are there, so no C++ compiler runs
+    and the test stays fast) with a new ``cache_key_tag``, so that every FX and AOTAutograd
+    lookup misses locally and goes to the failing store, and every result is written to it.
+    """
+    url = "broken://x" if kind == "raising" else f"redis://127.0.0.1:{free_port()}/0?timeout=1"
+    machine = Machine(tmp_path / "machine", cold["fake_bin"])
+    result = machine.run(
+        url,
+        allow_compiler=False,
+        salt=f"failing-{uuid.uuid4().hex}",
+        inductor=cold["machine"].inductor,
+    )
+    assert result["digest"] == cold["result"]["digest"]
+    assert result["torch_counters"]["fxgraph_cache_miss"] == 2
+    stats = result["stats"]
+    assert stats["errors"] >= 1 and stats["torch.errors"] >= 1
+    assert stats["hits"] == 0 and stats["writes"] == 0
+    assert "Traceback" not in result["stderr"]
+
+
+# --- kernels: real C++ builds in this process, no torch.compile --------------------------------
+
+SOURCE = 'extern "C" int value() { return VALUE; }\n'
+
+
+@pytest.fixture
+def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    import compilecache
+
+    inductor = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    session = compilecache.enable(f"memory://kernels-{uuid.uuid4().hex}")
+    assert session is not None
+    cpp_builder = pytest.importorskip("torch._inductor.cpp_builder")
+    from compilecache.frameworks import torch as integration
+
+    assert integration.hook_status()["kernel.CppBuilder.build"]
+    yield {"session": session, "cpp_builder": cpp_builder, "inductor": inductor}
+    compilecache.disable()
+
+
+def build(cpp_builder: Any, directory: Path, value: int, *flags: str) -> int:
+    """Build ``value()`` returning VALUE into ``directory/kernel.so``; what the binary returns."""
+    directory.mkdir(parents=True, exist_ok=True)
+    source = directory / "kernel.cpp"
+    source.write_text(SOURCE)
+    target = directory / "kernel.so"
+    target.unlink(missing_ok=True)
+    options = cpp_builder.CppOptions(extra_flags=(f"-DVALUE={value}", *flags))
+    builder = cpp_builder.CppBuilder("kernel", [str(source)], options, str(directory))
+    assert builder.get_target_file_path() == str(target)
+    builder.build()
+    copy = directory / f"load-{uuid.uuid4().hex}.so"  # dlopen caches by path
+    shutil.copy(target, copy)
+    result = int(ctypes.CDLL(str(copy)).value())
+    return result
+
+
+def kernel_counts(session: Any) -> tuple[int, int]:
+    stats = session.stats()
+    return int(stats.get("torch.kernel.hits", 0)), int(stats.get("torch.kernel.misses", 0))
+
+
+@pytest.mark.slow
+def test_kernel_entry_is_never_served_to_other_flags_compiler_or_cpu(
+    kernel_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session, cpp_builder, inductor = (
+        kernel_env["session"],
+        kernel_env["cpp_builder"],
+        kernel_env["inductor"],
+    )
+    out = inductor / "ab"
+    assert build(cpp_builder, out, 1) == 1
+    assert kernel_counts(session) == (0, 1)
+
+    # The same build again: served from the store, the compiler is not run.
+    real_run = cpp_builder.run_compile_cmd
+
+    def no_compiler(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the C++ compiler ran on a hit")
+
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", no_compiler)
+    assert build(cpp_builder, out, 1) == 1
+    assert kernel_counts(session) == (1, 1)
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", real_run)
+
+    # Same source, same output path, other flags: a miss, and the right binary.
+    assert build(cpp_builder, out, 2) == 2
+    assert kernel_counts(session) == (1, 2)
+    assert build(cpp_builder, out, 1, "-O1") == 1
+    assert kernel_counts(session) == (1, 3)
+
+    # Another compiler answering to the same name: a miss.
+    real_version = cpp_builder.get_compiler_version_info
+    monkeypatch.setattr(cpp_builder, "get_compiler_version_info", lambda c: "g++ 99.1 (other)")
+    assert build(cpp_builder, out, 1) == 1
+    assert kernel_counts(session) == (1, 4)
+    monkeypatch.setattr(cpp_builder, "get_compiler_version_info", real_version)
+
+    # Another CPU: -march=native means something else there, so a miss.
+    options = cpp_builder.CppOptions(extra_flags=("-DVALUE=1",))
+    command = cpp_builder.CppBuilder("k", ["k.cpp"], options, "/x").get_command_line()
+    if "native" in command:
+        monkeypatch.setattr(torch_kernels, "_cpu_cached", ("0" * 64, "another CPU"))
+        assert build(cpp_builder, out, 1) == 1
+        assert kernel_counts(session) == (1, 5)
+        monkeypatch.setattr(torch_kernels, "_cpu_cached", None)
+
+    # Back on the original machine, from another inductor cache directory: a hit.
+    other = kernel_env["inductor"].parent / "inductor-2"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(other))
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", no_compiler)
+    hits_before = kernel_counts(session)[0]
+    assert build(cpp_builder, other / "ab", 1) == 1
+    assert kernel_counts(session)[0] == hits_before + 1
+
+
+# --- unit tests of the pieces ------------------------------------------------------------------
+
+
+class Failing:
+    url = "failing://"
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("down")
+
+    get = put = delete = stat = scan = _fail
+
+    def close(self) -> None:
+        pass
+
+
+def test_store_keys() -> None:
+    from compilecache.frameworks.torch import store_key
+
+    assert store_key("fx", "pt2:fx-graph-v1::fabc123:c1") == "torch/fx/fabc123"
+    assert store_key("aot", "pt2:autograd-experimental::aXyz:c1") == "torch/aot/aXyz"
+    hashed = store_key("fx", "pt2:fx-graph-v2::fabc123:c1")
+    assert hashed.startswith("torch/fx/") and len(hashed) == len("torch/fx/") + 64
+    assert store_key("autotune", "pt2:k1::k2:c1") != store_key("autotune", "pt2:k1::k3:c1")
+
+
+@pytest.fixture
+def integration_on_memory() -> Iterator[Any]:
+    from compilecache.frameworks import torch as integration
+
+    cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
+    integration.install(cache)
+    try:
+        yield integration
+    finally:
+        integration.uninstall()
+
+
+def test_backend_round_trips_torch_values_byte_for_byte(integration_on_memory: Any) -> None:
+    """FX entries (where Triton kernels are bundled on GPU) and autotune JSON come back intact."""
+    backend_fx = integration_on_memory.StoreBackend("fx")
+    pickled = bytes(range(256)) * 300  # arbitrary binary, like a pickled CompiledFxGraph
+    value = {"data": base64.b64encode(pickled).decode("ascii"), "time_taken_ms": 2500}
+    key = "pt2:fx-graph-v1::fkey:c1"
+    assert backend_fx.get(key) is None
+    backend_fx.put(key, json.dumps(value).encode("ascii"))
+    back = json.loads(backend_fx.get(key))
+    assert base64.b64decode(back["data"]) == pickled and back["time_taken_ms"] == 2500
+
+    backend_at = integration_on_memory.StoreBackend("autotune")
+    best = json.dumps({"XBLOCK": 128, "num_warps": 4, "time_taken_ms": 7}).encode()
+    backend_at.put("pt2:abc::def:c1", best)
+    assert backend_at.get("pt2:abc::def:c1") == best
+    stats = integration_on_memory.active().cache.stats.snapshot()
+    assert stats["torch.fx.hits"] == 1 and stats["torch.fx.misses"] == 1
+    assert stats["torch.autotune.hits"] == 1 and stats["writes"] == 2
+
+
+def test_backend_never_raises_into_torch() -> None:
+    from compilecache.frameworks import torch as integration
+
+    cache = Cache(Failing())  # type: ignore[arg-type]
+    integration.install(cache)
+    try:
+        backend = integration.StoreBackend("aot")
+        assert backend.get("pt2:autograd-experimental::akey:c1") is None
+        backend.put("pt2:autograd-experimental::akey:c1", b'{"data": "AAAA", "time_taken_ms": 1}')
+        backend.put("weird key", b"\xff not json")
+        assert cache.stats.snapshot()["errors"] == 3
+    finally:
+        integration.uninstall()
+    assert integration.StoreBackend("fx").get("pt2:fx-graph-v1::f:c1") is None  # uninstalled
+
+
+def test_a_missing_hook_warns_and_leaves_torch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch without the private names a hook needs: one warning, nothing changed, no raise."""
+    from compilecache.frameworks import torch as integration
+
+    cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
+    hooks = integration.Integration(cache)
+    fake_config = types.SimpleNamespace(__name__=integration.INDUCTOR_CONFIG, fx_graph_cache=True)
+    fake_builder = types.SimpleNamespace(__name__=integration.CPP_BUILDER)
+    fakes = {integration.INDUCTOR_CONFIG: fake_config, integration.CPP_BUILDER: fake_builder}
+
+    def fake_import(name: str) -> Any:
+        if name not in fakes:
+            raise ImportError(name)
+        return fakes[name]
+
+    monkeypatch.setattr(integration, "_private", fake_import)
+    monkeypatch.setattr(torch_kernels, "_private", fake_import)
+    hooks.apply(integration.INDUCTOR_CONFIG)
+    hooks.apply(integration.CPP_BUILDER)
+    assert hooks.applied == {integration.CPP_BUILDER}  # nothing to do there: no kernel hook
+    assert not hooks.build_hook.live
+    assert vars(fake_config) == {"__name__": integration.INDUCTOR_CONFIG, "fx_graph_cache": True}
+    assert not hasattr(fake_builder, "CppBuilder")
+    assert cache._warned == {f"torch:hook:{integration.INDUCTOR_CONFIG}", "torch:kernel-hook"}
+
+
+def test_debug_lines_become_components() -> None:
+    from compilecache.frameworks.torch import parse_debug_lines
+
+    lines = [
+        "[abc123] inductor_config[cpp.simdlen]: None",
+        "[def456] cpp_runtime_thread_count: 2",
+        "not a component line",
+    ]
+    components, readable = parse_debug_lines(lines)
+    assert components == {
+        "inductor_config[cpp.simdlen]": "abc123",
+        "cpp_runtime_thread_count": "def456",
+    }
+    assert readable["cpp_runtime_thread_count"] == "2"
+
+
+def test_kernel_key_parts(tmp_path: Path) -> None:
+    source = tmp_path / "cache-a" / "c1.cpp"
+    source.parent.mkdir()
+    source.write_text("int f() { return 1; }")
+
+    def key(command: str, cache: Path, **kw: Any) -> str:
+        args = {"compiler_info": "g++ 12", "torch_version": "2.13", "tag": ""}
+        args.update(kw)
+        return torch_kernels.kernel_key(
+            command, str(cache / "c1.so"), cache_dirs=[(str(cache), "<c>")], **args
+        ).digest
+
+    a = tmp_path / "cache-a"
+    base = key(f"g++ {source} -O3 -march=x86-64-v3 -o {a}/c1.so", a)
+    assert base == key(f"g++ {source} -O3 -march=x86-64-v3 -o {a}/c1.so", a)
+    assert base != key(f"g++ {source} -O2 -march=x86-64-v3 -o {a}/c1.so", a)
+    assert base != key(f"g++ {source} -O3 -march=x86-64-v3 -o {a}/c1.so", a, compiler_info="g++ 13")
+    assert base != key(f"g++ {source} -O3 -march=x86-64-v3 -o {a}/c1.so", a, tag="salt")
+    assert base != key(f"g++ {source} -O3 -march=x86-64-v3 -o {a}/c1.so", a, torch_version="2.14")
+    source.write_text("int f() { return 2; }")
+    assert base != key(f"g++ {source} -O3 -march=x86-64-v3 -o {a}/c1.so", a)
+    # The same build in another cache directory (another machine's TORCHINDUCTOR_CACHE_DIR).
+    b = tmp_path / "cache-b"
+    b.mkdir()
+    (b / "c1.cpp").write_text("int f() { return 1; }")
+    source.write_text("int f() { return 1; }")
+    assert base == key(f"g++ {b}/c1.cpp -O3 -march=x86-64-v3 -o {b}/c1.so", b)
+
+
+def test_shared_timer_charges_overlapping_builds_once() -> None:
+    timer = torch_kernels.SharedTimer()
+    a = timer.start()
+    b = timer.start()
+    time.sleep(0.2)
+    first = timer.stop(a)
+    time.sleep(0.1)
+    second = timer.stop(b)
+    assert 0.08 <= first <= 0.2
+    assert 0.17 <= first + second <= 0.45
