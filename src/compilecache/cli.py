@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=cmd_run)
 
-    p = command("demo", "compile a JAX transformer step cold, then warm, and compare")
+    p = command("demo", "compile JAX and torch.compile workloads cold, then warm, and compare")
     p.add_argument("--layers", type=int, default=8, help="transformer layers (default 8)")
     p.set_defaults(func=cmd_demo)
 

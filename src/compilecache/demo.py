@@ -7,6 +7,7 @@ cold run really cold without touching what the store already holds.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -49,51 +50,87 @@ def run_workload(module: str, args: list[str], url: str, timeout: float = 900) -
         return RunResult(json.loads(lines[-1]), runner.read_spool(Path(spool)))
 
 
-def main(url: str | None = None, layers: int = 8, json_output: bool = False) -> int:
-    url = url or config_mod.load().url
-    salt = f"compilecache-demo-{uuid.uuid4().hex}"
-    args = ["--layers", str(layers), "--salt", salt, "--json"]
-    module = "compilecache.workloads.jax_step"
-    print(
-        f"compilecache demo: JAX transformer train step, {layers} layers, store {url}",
-        file=sys.stderr,
-    )
-    print("  cold run (fresh process, empty cache for this program)...", file=sys.stderr)
-    cold = run_workload(module, args, url)
-    print("  warm run (fresh process, same store)...", file=sys.stderr)
-    warm = run_workload(module, args, url)
-    store = open_store(url)
-    infos = list(store.scan())
-    store.close()
-    same = cold.output["checksum"] == warm.output["checksum"]
-    report = {
-        "framework": "jax",
-        "workload": f"transformer train step, {layers} layers",
+@dataclass(frozen=True)
+class Workload:
+    """One demo program: how to run it and how to name it."""
+
+    label: str
+    module: str
+    args: tuple[str, ...]
+
+
+def _workloads(layers: int, salt: str, frameworks: tuple[str, ...]) -> list[Workload]:
+    workloads = [
+        Workload(
+            f"JAX transformer train step, {layers} layers",
+            "compilecache.workloads.jax_step",
+            ("--layers", str(layers), "--salt", salt, "--json"),
+        )
+    ]
+    if "torch" in frameworks and importlib.util.find_spec("torch") is not None:
+        # Fresh TORCHINDUCTOR_CACHE_DIR and TMPDIR in both runs: the warm run is a new machine
+        # that shares only the store.
+        workloads.append(
+            Workload(
+                "torch.compile MLP fwd+bwd, new machine",
+                "compilecache.workloads.torch_step",
+                ("--model", "mlp", "--salt", salt, "--fresh-dirs"),
+            )
+        )
+    return workloads
+
+
+def _measure(workload: Workload, url: str) -> dict[str, Any]:
+    print(f"  {workload.label}: cold run (fresh process, new keys)...", file=sys.stderr)
+    cold = run_workload(workload.module, list(workload.args), url)
+    print(f"  {workload.label}: warm run (fresh process, same store)...", file=sys.stderr)
+    warm = run_workload(workload.module, list(workload.args), url)
+    return {
+        "workload": workload.label,
         "cold_s": cold.output["first_step_s"],
         "warm_s": warm.output["first_step_s"],
         "speedup": cold.output["first_step_s"] / max(warm.output["first_step_s"], 1e-9),
         "cold_writes": int(cold.counters.get("writes", 0)),
         "warm_hits": int(warm.counters.get("hits", 0)),
         "warm_misses": int(warm.counters.get("misses", 0)),
-        "identical_results": same,
-        "store_entries": len(infos),
-        "store_bytes": sum(i.size for i in infos),
+        "identical_results": cold.output["digest"] == warm.output["digest"],
     }
+
+
+def main(url: str | None = None, layers: int = 8, json_output: bool = False) -> int:
+    cfg = config_mod.load(url=url)
+    url = cfg.url
+    salt = f"compilecache-demo-{uuid.uuid4().hex}"
+    print(f"compilecache demo: store {url}", file=sys.stderr)
+    rows = [_measure(workload, url) for workload in _workloads(layers, salt, cfg.frameworks)]
+    store = open_store(url)
+    infos = list(store.scan())
+    store.close()
+    same = all(row["identical_results"] for row in rows)
     if json_output:
-        print(json.dumps([report], indent=2))
-    else:
-        print()
         print(
-            f"| {'workload':<36} | {'cold':>8} | {'warm':>8} | {'speed-up':>8} | {'hits':>5} | {'misses':>6} |"
+            json.dumps(
+                {
+                    "workloads": rows,
+                    "store_entries": len(infos),
+                    "store_bytes": sum(i.size for i in infos),
+                },
+                indent=2,
+            )
         )
-        print(f"|{'-' * 38}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 7}|{'-' * 8}|")
+        return 0 if same else 1
+    print()
+    print(
+        f"| {'workload':<42} | {'cold':>8} | {'warm':>8} | {'speed-up':>8} | {'hits':>5} | {'misses':>6} | {'same results':>12} |"
+    )
+    print(f"|{'-' * 44}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 7}|{'-' * 8}|{'-' * 14}|")
+    for row in rows:
         print(
-            f"| {'JAX ' + report['workload']:<36} | {report['cold_s']:>7.2f}s | {report['warm_s']:>7.2f}s "
-            f"| {report['speedup']:>7.1f}x | {report['warm_hits']:>5} | {report['warm_misses']:>6} |"
+            f"| {row['workload']:<42} | {row['cold_s']:>7.2f}s | {row['warm_s']:>7.2f}s "
+            f"| {row['speedup']:>7.1f}x | {row['warm_hits']:>5} | {row['warm_misses']:>6} "
+            f"| {'yes' if row['identical_results'] else 'NO':>12} |"
         )
-        print()
-        print(f"results identical: {'yes' if same else 'NO'}")
-        print(
-            f"store: {url}: {report['store_entries']} entries, {format_size(report['store_bytes'])}"
-        )
+    print()
+    print("cold: first call with keys no earlier run wrote; warm: a fresh process, same store")
+    print(f"store: {url}: {len(infos)} entries, {format_size(sum(i.size for i in infos))}")
     return 0 if same else 1
