@@ -25,11 +25,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import sqlite3
-import struct
 import threading
 import time
 import uuid
@@ -42,16 +40,21 @@ from typing import Any, ParamSpec, TypeVar
 from compilecache.config import DEFAULT_MAX_SIZE, parse_size
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.frame import (
+    decode_frame,
+    encode_frame,
+    frame_length,
+    key_filename,
+    meta_of,
+    read_frame,
+)
 
-_FRAME_MAGIC = b"CCS1"
-_FRAME_PREFIX = struct.Struct(">4sI")
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
 _SMALL_FILE = 64 * 1024
 _FRAME_READ = 4096
 _MAX_PREAD = 1 << 30
 _TOUCH_INTERVAL = 1.0
 _TOUCH_BATCH = 256
-_MAX_FRAME_HEADER = 1024 * 1024
 _EVICT_BATCH = 16
 _STALE_TMP_SECONDS = 3600.0
 CACHEDIR_TAG = (
@@ -85,66 +88,12 @@ INSERT OR IGNORE INTO meta VALUES ('schema', 1);
 """
 
 
-def key_filename(key: str) -> str:
-    """The sharded relative path of ``key``'s file: a hash, so any key is a safe file name."""
-    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    return f"{digest[:2]}/{digest}.cce"
-
-
-def _encode_frame(key: str, meta: EntryMeta, created: float) -> bytes:
-    header = json.dumps(
-        {
-            "key": key,
-            "framework": meta.framework,
-            "name": meta.name,
-            "compile_time_s": meta.compile_time_s,
-            "created": created,
-        },
-        separators=(",", ":"),
-    ).encode()
-    return _FRAME_PREFIX.pack(_FRAME_MAGIC, len(header)) + header
-
-
-def _read_frame(f: Any) -> dict[str, Any]:
-    """Read the frame at the start of an open entry file; raises CorruptEntry when damaged."""
-    prefix = f.read(_FRAME_PREFIX.size)
-    if len(prefix) != _FRAME_PREFIX.size:
-        raise CorruptEntry("entry file truncated")
-    magic, length = _FRAME_PREFIX.unpack(prefix)
-    if magic != _FRAME_MAGIC or length > _MAX_FRAME_HEADER:
-        raise CorruptEntry("entry file has a bad frame")
-    raw = f.read(length)
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict) or not isinstance(header.get("key"), str):
-            raise ValueError("no key")
-    except ValueError:
-        raise CorruptEntry("entry file has an unreadable frame header") from None
-    return header
-
-
-def _parse_frame(head: bytes, fd: int) -> tuple[dict[str, Any], int]:
-    """Parse the frame from the first bytes of an entry file; returns it and the value offset."""
-    if len(head) < _FRAME_PREFIX.size:
-        raise CorruptEntry("entry file truncated")
-    magic, length = _FRAME_PREFIX.unpack_from(head)
-    if magic != _FRAME_MAGIC or length > _MAX_FRAME_HEADER:
-        raise CorruptEntry("entry file has a bad frame")
-    end = _FRAME_PREFIX.size + length
-    raw = (
-        head[_FRAME_PREFIX.size : end]
-        if end <= len(head)
-        else _pread_exact(fd, length, _FRAME_PREFIX.size)
-    )
-    if len(raw) != length:
-        raise CorruptEntry("entry file truncated")
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict) or not isinstance(header.get("key"), str):
-            raise ValueError("no key")
-    except ValueError:
-        raise CorruptEntry("entry file has an unreadable frame header") from None
-    return header, end
+def _frame_from_head(head: bytes, fd: int) -> tuple[dict[str, Any], int]:
+    """The frame of an entry file from its first bytes, reading the rest of a long header."""
+    end = frame_length(head)
+    if end > len(head):
+        head += _pread_exact(fd, end - len(head), len(head))
+    return decode_frame(head)
 
 
 def _pread_exact(fd: int, size: int, offset: int) -> bytes:
@@ -344,7 +293,7 @@ class LocalStore:
             stat = os.fstat(fd)
             small = stat.st_size <= _SMALL_FILE
             head = os.pread(fd, stat.st_size if small else _FRAME_READ, 0)
-            header, offset = _parse_frame(head, fd)
+            header, offset = _frame_from_head(head, fd)
             # Key collisions are astronomically unlikely, but a wrong hit is never acceptable.
             if header["key"] != key:
                 return None
@@ -411,7 +360,7 @@ class LocalStore:
         row = conn.execute("SELECT size FROM entries WHERE key = ?", (key,)).fetchone()
         if row is None:
             if current:
-                meta = _meta_from_frame(access.header)
+                meta = meta_of(access.header)
                 self._upsert_row(conn, key, access.size, meta, access.accessed)
             return
         conn.execute(
@@ -447,7 +396,7 @@ class LocalStore:
         meta = meta or EntryMeta()
         created = time.time()
         path = self.path_of(key)
-        frame = _encode_frame(key, meta, created)
+        frame = encode_frame(key, meta, created, len(value))
         try:
             path.parent.mkdir(exist_ok=True)
             self._write_atomic(path, frame, value)
@@ -616,7 +565,7 @@ class LocalStore:
         miss explanations, which read older entries' headers)."""
         try:
             with open(self.path_of(key), "rb") as f:
-                if _read_frame(f)["key"] != key:
+                if read_frame(f)[0]["key"] != key:
                     return None
                 return f.read()
         except (OSError, CorruptEntry):
@@ -630,7 +579,7 @@ class LocalStore:
         for path in self.entries_dir.glob("*/*.cce"):
             try:
                 with open(path, "rb") as f:
-                    header = _read_frame(f)
+                    header, _ = read_frame(f)
                     size = os.fstat(f.fileno()).st_size - f.tell()
             except (OSError, CorruptEntry):
                 with contextlib.suppress(OSError):
@@ -639,7 +588,7 @@ class LocalStore:
             if path != self.path_of(header["key"]):
                 continue
             created = float(header.get("created", 0.0))
-            meta = _meta_from_frame(header)
+            meta = meta_of(header)
             rows.append(
                 (
                     header["key"],
@@ -777,17 +726,6 @@ def _read_lease(path: Path) -> tuple[str | None, float | None]:
         return str(data["token"]), float(data["expires"])
     except (ValueError, KeyError, TypeError):
         return None, mtime + _LEASE_CREATE_GRACE
-
-
-def _meta_from_frame(header: Mapping[str, Any]) -> EntryMeta:
-    try:
-        return EntryMeta(
-            framework=str(header.get("framework", "")),
-            name=str(header.get("name", "")),
-            compile_time_s=float(header.get("compile_time_s", 0.0)),
-        )
-    except (TypeError, ValueError):
-        return EntryMeta()
 
 
 def _info(row: tuple[Any, ...]) -> EntryInfo:

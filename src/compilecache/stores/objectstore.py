@@ -39,8 +39,8 @@ import fsspec
 
 from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
 from compilecache.stores.base import NO_COORDINATION, EntryInfo, EntryMeta, StoreURL
-from compilecache.stores.sharedfs import decode_frame, encode_frame, frame_length, info_of, meta_of
-from compilecache.stores.sharedfs import key_filename as _key_filename
+from compilecache.stores.frame import decode_frame, encode_frame, frame_length, info_of, meta_of
+from compilecache.stores.frame import key_filename as _key_filename
 
 log = logging.getLogger("compilecache")
 

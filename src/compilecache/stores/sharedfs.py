@@ -30,24 +30,25 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import socket
-import struct
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_duration, parse_size
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.frame import (
+    encode_frame,
+    info_of,
+    key_filename,
+    meta_of,
+    read_frame,
+)
 
-FRAME_MAGIC = b"CCS1"
-_FRAME_PREFIX = struct.Struct(">4sI")
-_MAX_FRAME_HEADER = 1024 * 1024
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
 _STALE_LOCK_SECONDS = 3600.0
@@ -58,97 +59,6 @@ CACHEDIR_TAG = (
     "# This file is a cache directory tag created by compilecache.\n"
     "# For information about cache directory tags see https://bford.info/cachedir/\n"
 )
-
-
-# -- the entry frame (shared with the object store) ---------------------------------------------
-
-
-def key_digest(key: str) -> str:
-    """The file name stem of ``key``: a hash, so any key is a safe name."""
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def key_filename(key: str) -> str:
-    """``ab/abcdef....cce``: the sharded relative path, as the local store names it."""
-    digest = key_digest(key)
-    return f"{digest[:2]}/{digest}.cce"
-
-
-def encode_frame(key: str, meta: EntryMeta, created: float, size: int) -> bytes:
-    """The frame written before a value: magic, header length, JSON header."""
-    header = json.dumps(
-        {
-            "key": key,
-            "framework": meta.framework,
-            "name": meta.name,
-            "compile_time_s": meta.compile_time_s,
-            "created": created,
-            "size": size,
-        },
-        separators=(",", ":"),
-    ).encode()
-    return _FRAME_PREFIX.pack(FRAME_MAGIC, len(header)) + header
-
-
-def frame_length(prefix: bytes) -> int:
-    """Total frame length (prefix + header) from its first 8 bytes; CorruptEntry if foreign."""
-    if len(prefix) < _FRAME_PREFIX.size:
-        raise CorruptEntry("entry truncated before its frame")
-    magic, length = _FRAME_PREFIX.unpack_from(prefix)
-    if magic != FRAME_MAGIC or length > _MAX_FRAME_HEADER:
-        raise CorruptEntry("entry has a bad frame")
-    return int(_FRAME_PREFIX.size + length)
-
-
-def decode_frame(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
-    """The header of the frame at the start of ``data`` and the offset of the value."""
-    end = frame_length(bytes(data[: _FRAME_PREFIX.size]))
-    if len(data) < end:
-        raise CorruptEntry("entry truncated inside its frame")
-    try:
-        header = json.loads(bytes(data[_FRAME_PREFIX.size : end]))
-        if not isinstance(header, dict) or not isinstance(header.get("key"), str):
-            raise ValueError("no key")
-    except ValueError:
-        raise CorruptEntry("entry has an unreadable frame header") from None
-    return header, end
-
-
-def read_frame(f: BinaryIO) -> tuple[dict[str, Any], int]:
-    """Read the frame at the start of an open file; returns the header and the value offset."""
-    prefix = f.read(_FRAME_PREFIX.size)
-    end = frame_length(prefix)
-    return decode_frame(prefix + f.read(end - len(prefix)))
-
-
-def meta_of(header: Mapping[str, Any]) -> EntryMeta:
-    try:
-        return EntryMeta(
-            framework=str(header.get("framework", "")),
-            name=str(header.get("name", "")),
-            compile_time_s=float(header.get("compile_time_s", 0.0)),
-        )
-    except (TypeError, ValueError):
-        return EntryMeta()
-
-
-def info_of(header: Mapping[str, Any], size: int, accessed: float | None = None) -> EntryInfo:
-    created = _float(header.get("created"))
-    return EntryInfo(
-        key=str(header["key"]),
-        size=size,
-        created=created,
-        accessed=created if accessed is None else accessed,
-        hits=0,
-        meta=meta_of(header),
-    )
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
 
 
 # -- the store -------------------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""The frame in front of every stored value on disk and in object stores.
+
+The local store, the shared-filesystem store and the object store write the same layout, so a
+directory can change modes and a bucket can be read like a directory::
+
+    magic      4 bytes   b"CCS1"
+    length     u32       length of the JSON header (big-endian)
+    header     JSON      key, framework, name, compile time, created, size
+    value      bytes
+
+The frame lets the stores list metadata without reading values, rebuild an index from the files,
+and check that a file holds the key it was asked for (a wrong hit is never acceptable). The value
+itself is an entry with its own checksum (:mod:`compilecache.entry`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+from compilecache.errors import CorruptEntry
+from compilecache.stores.base import EntryInfo, EntryMeta
+
+FRAME_MAGIC = b"CCS1"
+_FRAME_PREFIX = struct.Struct(">4sI")
+_MAX_FRAME_HEADER = 1024 * 1024
+
+
+def key_digest(key: str) -> str:
+    """The file name stem of ``key``: a hash, so any key is a safe name."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def key_filename(key: str) -> str:
+    """``ab/abcdef....cce``: the sharded relative path, as the local store names it."""
+    digest = key_digest(key)
+    return f"{digest[:2]}/{digest}.cce"
+
+
+def encode_frame(key: str, meta: EntryMeta, created: float, size: int) -> bytes:
+    """The frame written before a value: magic, header length, JSON header."""
+    header = json.dumps(
+        {
+            "key": key,
+            "framework": meta.framework,
+            "name": meta.name,
+            "compile_time_s": meta.compile_time_s,
+            "created": created,
+            "size": size,
+        },
+        separators=(",", ":"),
+    ).encode()
+    return _FRAME_PREFIX.pack(FRAME_MAGIC, len(header)) + header
+
+
+def frame_length(prefix: bytes) -> int:
+    """Total frame length (prefix + header) from its first 8 bytes; CorruptEntry if foreign."""
+    if len(prefix) < _FRAME_PREFIX.size:
+        raise CorruptEntry("entry truncated before its frame")
+    magic, length = _FRAME_PREFIX.unpack_from(prefix)
+    if magic != FRAME_MAGIC or length > _MAX_FRAME_HEADER:
+        raise CorruptEntry("entry has a bad frame")
+    return int(_FRAME_PREFIX.size + length)
+
+
+def decode_frame(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
+    """The header of the frame at the start of ``data`` and the offset of the value."""
+    end = frame_length(bytes(data[: _FRAME_PREFIX.size]))
+    if len(data) < end:
+        raise CorruptEntry("entry truncated inside its frame")
+    try:
+        header = json.loads(bytes(data[_FRAME_PREFIX.size : end]))
+        if not isinstance(header, dict) or not isinstance(header.get("key"), str):
+            raise ValueError("no key")
+    except ValueError:
+        raise CorruptEntry("entry has an unreadable frame header") from None
+    return header, end
+
+
+def read_frame(f: BinaryIO) -> tuple[dict[str, Any], int]:
+    """Read the frame at the start of an open file; returns the header and the value offset."""
+    prefix = f.read(_FRAME_PREFIX.size)
+    end = frame_length(prefix)
+    return decode_frame(prefix + f.read(end - len(prefix)))
+
+
+def meta_of(header: Mapping[str, Any]) -> EntryMeta:
+    try:
+        return EntryMeta(
+            framework=str(header.get("framework", "")),
+            name=str(header.get("name", "")),
+            compile_time_s=float(header.get("compile_time_s", 0.0)),
+        )
+    except (TypeError, ValueError):
+        return EntryMeta()
+
+
+def info_of(header: Mapping[str, Any], size: int, accessed: float | None = None) -> EntryInfo:
+    created = _float(header.get("created"))
+    return EntryInfo(
+        key=str(header["key"]),
+        size=size,
+        created=created,
+        accessed=created if accessed is None else accessed,
+        hits=0,
+        meta=meta_of(header),
+    )
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
