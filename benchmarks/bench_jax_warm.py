@@ -293,10 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             "targets_met": ok,
             "layers": per_layers,
         }
-        # A quick run never replaces the full results.
-        name = f"{NAME}-quick" if args.quick else NAME
-        paths = common.write_results(name, data, markdown)
-        common.progress(f"wrote {paths[0]} and {paths[1]}")
+        common.save_results(NAME, args.quick, data, markdown)
     return 0
 
 

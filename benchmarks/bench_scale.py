@@ -240,10 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             "targets_met": all(v[2] == "met" for v in verdicts),
             "levels": results,
         }
-        # A quick run never replaces the full results.
-        name = f"{NAME}-quick" if args.quick else NAME
-        paths = common.write_results(name, data, markdown)
-        common.progress(f"wrote {paths[0]} and {paths[1]}")
+        common.save_results(NAME, args.quick, data, markdown)
     return 0
 
 

@@ -290,10 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             "targets_met": met,
             "sizes": blocks,
         }
-        # A quick run never replaces the full results.
-        name = f"{NAME}-quick" if args.quick else NAME
-        paths = common.write_results(name, data, markdown)
-        common.progress(f"wrote {paths[0]} and {paths[1]}")
+        common.save_results(NAME, args.quick, data, markdown)
     return 0
 
 

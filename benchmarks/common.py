@@ -213,6 +213,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
 
 
+def save_results(name: str, quick: bool, data: dict[str, Any], markdown: str) -> None:
+    """Write ``results/<name>.{json,md}``; a quick run writes ``<name>-quick`` and so never
+    replaces the full results."""
+    paths = write_results(f"{name}-quick" if quick else name, data, markdown)
+    progress(f"wrote {paths[0]} and {paths[1]}")
+
+
 def write_results(name: str, data: Mapping[str, Any], markdown: str) -> tuple[Path, Path]:
     """Write ``results/<name>.json`` and ``results/<name>.md``; return both paths."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
