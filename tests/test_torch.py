@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import time
 import types
 import uuid
@@ -138,14 +139,28 @@ class Machine:
 
 
 @pytest.fixture(scope="module")
-def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One cold compile on 'machine A', writing to a local-directory store."""
-    root = tmp_path_factory.mktemp("torch")
-    fake_bin = fake_compilers(root / "bin")
-    store = root / "store"
-    machine = Machine(root / "machine-a", fake_bin)
-    result = machine.run(str(store), allow_compiler=True)
-    yield {"result": result, "store": store, "machine": machine, "fake_bin": fake_bin}
+def cold(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> dict[str, Any]:
+    """One cold compile on 'machine A', writing to a local-directory store.
+
+    Under pytest-xdist the workers share it (the first one compiles, under a file lock, and the
+    others read its result): a cold compile is the most expensive step of this file.
+    """
+    from filelock import FileLock  # a dependency of torch
+
+    if worker_id == "master":
+        root = tmp_path_factory.mktemp("torch")
+    else:
+        root = tmp_path_factory.getbasetemp().parent / "torch-cold"
+    with FileLock(f"{root}.lock"):
+        fake_bin = root / "bin"
+        store = root / "store"
+        machine = Machine(root / "machine-a", fake_bin)
+        done = root / "result.json"
+        if not done.exists():
+            fake_compilers(fake_bin)
+            done.write_text(json.dumps(machine.run(str(store), allow_compiler=True)))
+        result = json.loads(done.read_text())
+    return {"result": result, "store": store, "machine": machine, "fake_bin": fake_bin}
 
 
 def store_entries(store: Path) -> dict[str, entry.EntryHeader]:
@@ -182,6 +197,18 @@ def test_hooks_are_live_on_installed_torch() -> None:
     assert vec_isa._build_probe_env()["COMPILECACHE_DISABLE"] == "1"
     assert config.cpp_cache_precompile_headers is False
     assert config.fx_graph_remote_cache is True and functorch.enable_remote_autograd_cache is True
+    # torch's config values are per thread: the flags must hold in other threads too.
+    seen: dict[str, Any] = {}
+
+    def read_flags() -> None:
+        seen["pch"] = config.cpp_cache_precompile_headers
+        seen["fx"] = config.fx_graph_remote_cache
+        seen["aot"] = functorch.enable_remote_autograd_cache
+
+    thread = threading.Thread(target=read_flags)
+    thread.start()
+    thread.join()
+    assert seen == {"pch": False, "fx": True, "aot": True}
     compilecache.disable()
     assert integration.active() is None
     assert integration.hook_status() == {}
@@ -375,6 +402,38 @@ def test_kernel_entry_is_never_served_to_other_flags_compiler_or_cpu(
     hits_before = kernel_counts(session)[0]
     assert build(cpp_builder, other / "ab", 1) == 1
     assert kernel_counts(session)[0] == hits_before + 1
+
+
+@pytest.mark.slow
+def test_kernel_key_has_the_compiling_threads_tag(
+    kernel_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inductor builds kernels on a thread pool, where torch's per-thread config shows no tag."""
+    cpp_builder, session = kernel_env["cpp_builder"], kernel_env["session"]
+    out = kernel_env["inductor"] / "tag"
+    out.mkdir(parents=True)
+    (out / "kernel.cpp").write_text(SOURCE)
+
+    def builder() -> Any:
+        options = cpp_builder.CppOptions(extra_flags=("-DVALUE=3",))
+        return cpp_builder.CppBuilder("kernel", [str(out / "kernel.cpp")], options, str(out))
+
+    def build_in_thread(made: Any) -> None:
+        (out / "kernel.so").unlink(missing_ok=True)
+        thread = threading.Thread(target=made.build)
+        thread.start()
+        thread.join()
+
+    build_in_thread(builder())
+    assert kernel_counts(session) == (0, 1)
+    torch.compiler.config.cache_key_tag = "other-tag"
+    try:
+        build_in_thread(builder())  # made in this thread: its tag counts
+    finally:
+        torch.compiler.config.cache_key_tag = ""
+    assert kernel_counts(session) == (0, 2)
+    build_in_thread(builder())
+    assert kernel_counts(session) == (1, 2)
 
 
 # --- unit tests of the pieces ------------------------------------------------------------------

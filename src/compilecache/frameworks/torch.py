@@ -28,8 +28,9 @@ functorch hashes its whole config into AOTAutograd keys (so ``enable_remote_auto
 matters) and Inductor hashes ``cpp_cache_precompile_headers``. Precompiled headers are turned off:
 the header lives in a machine-local directory (outside ``TORCHINDUCTOR_CACHE_DIR``), is rebuilt by
 the C++ compiler on every new machine even when every kernel binary is present (so a warm start
-could not avoid the compiler), and measured (benchmarks/bench_torch.py) it makes a warm start on
-a new machine 2.5x slower while saving at most a quarter of one cold compile.
+could not avoid the compiler). Measured (benchmarks/bench_torch.py, 2 cores): keeping them makes
+every warm start on a new machine 2.8-2.9x slower (+6 to +7 s), while turning them off costs the
+one cold compile nothing on the MLP and +35% (+12.5 s) on the transformer block.
 
 torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here is imported at
 ``install``: each hook is applied when its module is first imported (``_importhook``), which
@@ -211,6 +212,7 @@ class Integration:
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
         self.build_hook = BuildHook(self.kernels)
         self.saved_flags: dict[tuple[str, str], Any] = {}
+        self.saved_defaults: dict[tuple[str, str], Any] = {}
         self.saved_overrides: dict[str, Any] = {}
         self.saved_functions: dict[tuple[str, str], Any] = {}
         self.saved_probe_env: Any = None
@@ -276,11 +278,24 @@ class Integration:
                 )
 
     def _set_flags(self, module: Any, flags: dict[str, Any]) -> None:
+        """Set torch config values for every thread of the process.
+
+        Since torch 2.13 a config assignment is a per-thread override (a ``ContextVar``): it is
+        invisible to threads other than the one that imported the config module, and a model
+        compiled in another thread would compute other keys. So the entry's default, which every
+        thread without an override of its own sees, is set too (when this torch keeps its config
+        in ``_config`` entries; before 2.13 assignments were process-wide anyway).
+        """
         missing = [name for name in flags if not hasattr(module, name)]
         if missing:
             raise AttributeError(f"{module.__name__} lacks {', '.join(missing)}")
+        entries = getattr(module, "_config", None)
         for name, value in flags.items():
             self.saved_flags.setdefault((module.__name__, name), getattr(module, name))
+            entry = entries.get(name) if isinstance(entries, dict) else None
+            if entry is not None and hasattr(entry, "default"):
+                self.saved_defaults.setdefault((module.__name__, name), entry.default)
+                entry.default = value
             setattr(module, name, value)
 
     def _hook_inductor_config(self, module: Any) -> None:
@@ -401,6 +416,11 @@ class Integration:
                 module = sys.modules.get(module_name)
                 if module is not None:
                     setattr(module, name, original)
+            for (module_name, name), value in self.saved_defaults.items():
+                entries = getattr(sys.modules.get(module_name), "_config", None)
+                entry = entries.get(name) if isinstance(entries, dict) else None
+                if entry is not None:
+                    entry.default = value
             for (module_name, name), value in self.saved_flags.items():
                 module = sys.modules.get(module_name)
                 if module is not None:

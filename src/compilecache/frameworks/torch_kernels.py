@@ -69,6 +69,15 @@ _CPU_FIELDS = (
 _READABLE_CPU_FIELDS = ("model name", "vendor_id", "cpu family", "model", "CPU part")
 
 
+TAG_ATTRIBUTE = "_compilecache_tag"
+
+
+def current_tag() -> str:
+    """torch's ``cache_key_tag`` as this thread sees it."""
+    torch = _private("torch")
+    return str(getattr(torch.compiler.config, "cache_key_tag", ""))
+
+
 def _private(name: str) -> Any:
     """A torch module, typed ``Any``: private APIs, guarded where they are used."""
     return importlib.import_module(name)
@@ -276,7 +285,7 @@ class KernelCache:
         self.on_built = on_built
         self.timer = SharedTimer()
 
-    def _context(self) -> tuple[str, list[tuple[str, str]], str]:
+    def _context(self, builder: Any = None) -> tuple[str, list[tuple[str, str]], str]:
         torch = _private("torch")
         codecache = _private("torch._inductor.codecache")
         runtime_cache = _private("torch._inductor.runtime.cache_dir_utils")
@@ -288,8 +297,12 @@ class KernelCache:
         if isinstance(header_dir, str):
             dirs.append((os.path.dirname(header_dir), _DEFAULT_DIR_MARK))
         git = getattr(getattr(torch, "version", None), "git_version", "")
-        tag = str(getattr(torch.compiler.config, "cache_key_tag", ""))
-        return f"{torch.__version__} {git}", dirs, tag
+        # The tag of the thread that created the builder: builds run on Inductor's thread pool,
+        # and torch's config values are per thread (see BuildHook).
+        tag = getattr(builder, TAG_ATTRIBUTE, None)
+        if tag is None:
+            tag = current_tag()
+        return f"{torch.__version__} {git}", dirs, str(tag)
 
     def key_for(self, builder: Any) -> tuple[KernelKey, str]:
         cpp_builder = _private("torch._inductor.cpp_builder")
@@ -297,7 +310,7 @@ class KernelCache:
         command = str(builder.get_command_line())
         compiler = str(getattr(builder, "_compiler", "") or cpp_builder.get_cpp_compiler())
         compiler_info = str(cpp_builder.get_compiler_version_info(compiler))
-        torch_version, dirs, tag = self._context()
+        torch_version, dirs, tag = self._context(builder)
         key = kernel_key(
             command,
             target,
@@ -405,6 +418,8 @@ class BuildHook:
         self.kernels = kernels
         self.original: Callable[[Any], None] | None = None
         self.wrapper: Callable[[Any], None] | None = None
+        self.original_init: Callable[..., None] | None = None
+        self.wrapper_init: Callable[..., None] | None = None
 
     def install(self) -> bool:
         ok, reason = hook_available()
@@ -422,8 +437,22 @@ class BuildHook:
 
         build.__wrapped__ = original  # type: ignore[attr-defined]
         build.__compilecache__ = True  # type: ignore[attr-defined]
+        original_init: Callable[..., None] = builder_cls.__init__
+
+        def init(builder: Any, *args: Any, **kwargs: Any) -> None:
+            # Builders are made in the compiling thread and built on a pool thread; torch's
+            # config values are per thread, so remember the compiling thread's tag.
+            original_init(builder, *args, **kwargs)
+            try:
+                setattr(builder, TAG_ATTRIBUTE, current_tag())
+            except Exception as exc:
+                log.debug("compilecache: cache_key_tag not recorded: %s", exc)
+
+        init.__wrapped__ = original_init  # type: ignore[attr-defined]
         builder_cls.build = build
+        builder_cls.__init__ = init
         self.original, self.wrapper = original, build
+        self.original_init, self.wrapper_init = original_init, init
         return True
 
     def uninstall(self) -> None:
@@ -433,15 +462,19 @@ class BuildHook:
             builder_cls = _private("torch._inductor.cpp_builder").CppBuilder
             if builder_cls.build is self.wrapper:
                 builder_cls.build = self.original
+            if self.original_init is not None and builder_cls.__init__ is self.wrapper_init:
+                builder_cls.__init__ = self.original_init
         except Exception as exc:
-            log.debug("compilecache: could not restore CppBuilder.build: %s", exc)
+            log.debug("compilecache: could not restore CppBuilder: %s", exc)
         self.original = self.wrapper = None
+        self.original_init = self.wrapper_init = None
 
     @property
     def live(self) -> bool:
         if self.wrapper is None:
             return False
         try:
-            return bool(_private("torch._inductor.cpp_builder").CppBuilder.build is self.wrapper)
+            builder_cls = _private("torch._inductor.cpp_builder").CppBuilder
+            return builder_cls.build is self.wrapper and builder_cls.__init__ is self.wrapper_init
         except ImportError:
             return False
