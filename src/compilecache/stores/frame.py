@@ -15,10 +15,13 @@ itself is an entry with its own checksum (:mod:`compilecache.entry`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import struct
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from compilecache.errors import CorruptEntry
@@ -115,3 +118,21 @@ def _float(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return 0.0
+
+
+def write_atomic(tmp: Path, path: Path, chunks: tuple[bytes, ...], *, fsync: bool = False) -> None:
+    """Write ``chunks`` to the unique temporary file ``tmp``, then rename it over ``path``: a
+    reader sees the old file, the new one or none, never a partial one. ``fsync`` flushes the
+    data to the server first (shared filesystems, where a rename may outrun the data)."""
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

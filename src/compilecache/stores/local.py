@@ -47,6 +47,7 @@ from compilecache.stores.frame import (
     key_filename,
     meta_of,
     read_frame,
+    write_atomic,
 )
 
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
@@ -413,16 +414,7 @@ class LocalStore:
             raise StoreUnavailable(f"cannot update the index {self.index_path}: {exc}") from exc
 
     def _write_atomic(self, path: Path, *chunks: bytes) -> None:
-        tmp = self.tmp_dir / f"{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_atomic(self.tmp_dir / f"{uuid.uuid4().hex}.tmp", path, chunks)
 
     @_index_errors
     def delete(self, key: str) -> bool:

@@ -47,6 +47,7 @@ from compilecache.stores.frame import (
     key_filename,
     meta_of,
     read_frame,
+    write_atomic,
 )
 
 _READ_RETRIES = 3
@@ -154,18 +155,7 @@ class SharedFSStore:
     def _publish(self, path: Path, *chunks: bytes) -> None:
         """Write a unique temporary file, flush it to the server, rename it over ``path``."""
         tmp = self.tmp_dir / f"{self._ident}-{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_atomic(tmp, path, chunks, fsync=self.fsync)
 
     def _discard(self, path: Path) -> None:
         with contextlib.suppress(OSError):
