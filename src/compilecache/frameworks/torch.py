@@ -29,8 +29,9 @@ matters) and Inductor hashes ``cpp_cache_precompile_headers``. Precompiled heade
 the header lives in a machine-local directory (outside ``TORCHINDUCTOR_CACHE_DIR``), is rebuilt by
 the C++ compiler on every new machine even when every kernel binary is present (so a warm start
 could not avoid the compiler). Measured (benchmarks/bench_torch.py, 2 cores): keeping them makes
-every warm start on a new machine 2.8-2.9x slower (+6 to +7 s), while turning them off costs the
-one cold compile nothing on the MLP and +35% (+12.5 s) on the transformer block.
+every warm start on a new machine about 3x slower (+7 s), while turning them off costs the one
+cold compile nothing measurable on the MLP and +1 to +12 s wall (+10 s CPU) on the transformer
+block.
 
 torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here is imported at
 ``install``: each hook is applied when its module is first imported (``_importhook``), which
