@@ -97,6 +97,17 @@ def cpu_target() -> dict[str, Any]:
     return {"machine": platform.machine(), "features": features}
 
 
+def _version_problem(header: EntryHeader, package: str, framework: str) -> str | None:
+    """Why an entry built against ``package`` cannot run here: it is missing, or another version."""
+    local = _installed(package)
+    if local is None:
+        return f"{framework} is not installed here"
+    built = header.versions.get(package)
+    if built and built != local:
+        return f"built with {package} {built}; this host has {package} {local}"
+    return None
+
+
 def _installed(distribution: str) -> str | None:
     try:
         return metadata.version(distribution)
@@ -133,12 +144,9 @@ class HostCheck:
         return None
 
     def _jax(self, header: EntryHeader) -> str | None:
-        local = _installed("jaxlib")
-        if local is None:
-            return "jax is not installed here"
-        built = header.versions.get("jaxlib")
-        if built and built != local:
-            return f"built with jaxlib {built}; this host has jaxlib {local}"
+        problem = _version_problem(header, "jaxlib", "jax")
+        if problem:
+            return problem
         backend, kinds = _backend(header)
         if backend and backend != "cpu":
             devices = self.jax_devices()
@@ -155,12 +163,9 @@ class HostCheck:
         return self._cpu(header)
 
     def _torch(self, header: EntryHeader) -> str | None:
-        local = _installed("torch")
-        if local is None:
-            return "torch is not installed here"
-        built = header.versions.get("torch")
-        if built and built != local:
-            return f"built with torch {built}; this host has torch {local}"
+        problem = _version_problem(header, "torch", "torch")
+        if problem:
+            return problem
         python = header.versions.get("python", "")
         here = platform.python_version()
         if python and python.split(".")[:2] != here.split(".")[:2]:
