@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
+from compilecache import entry
+from compilecache.cli import main
+from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry
-from compilecache.stores import sharedfs
+from compilecache.stores import leasefile, sharedfs
 from compilecache.stores.base import EntryMeta, Store, open_url
 from compilecache.stores.local import LocalStore
 from compilecache.stores.sharedfs import SharedFSStore
@@ -148,3 +151,128 @@ def test_stats_from_several_processes_add_up(tmp_path: Path) -> None:
     assert a.read_stats() == {"hits": 13.0, "misses": 1.0}
     b.zero_stats()
     assert a.read_stats() == {}
+
+
+# -- leases (their shared behaviour is tested on every store in test_singleflight.py) ------------
+
+
+def test_lease_files_are_invisible_to_scan_prune_verify_and_clear(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{tmp_path / 'c'}?shared=1"
+    store = SharedFSStore(tmp_path / "c")
+    for i in range(3):
+        header = EntryHeader(framework="jax", key=f"jax/e{i}", name=f"jit_e{i}")
+        store.put(header.key, entry.encode(header, b"x" * 1000))
+    token = store.acquire_lease("jax/compiling", 60)
+    assert token
+    assert {i.key for i in store.scan()} == {"jax/e0", "jax/e1", "jax/e2"}
+    assert main(["verify", "--url", url]) == 0
+    assert "3 entries checked, 0 corrupt" in capsys.readouterr().out
+    assert main(["prune", "--url", url, "--max-size", "1"]) == 0
+    assert main(["clear", "--url", url, "--yes"]) == 0
+    assert list(store.scan()) == [] and store.total_size() == 0
+    store.evict(0)  # the eviction pass, with its housekeeping of stale files
+    # The lease of the compile in progress is untouched by all of it.
+    assert store.acquire_lease("jax/compiling", 60) is None
+    assert store.renew_lease("jax/compiling", token, 60)
+    store.release_lease("jax/compiling", token)
+    assert list((tmp_path / "c" / "leases").iterdir()) == []
+
+
+def test_a_lease_file_being_created_is_held_for_a_grace_period(tmp_path: Path) -> None:
+    """A creator between its O_EXCL create and its write leaves an empty file: held, unless
+    its mtime is older than the grace period (the creator died there)."""
+    store = SharedFSStore(tmp_path / "c")
+    path = store._leases.path_of("jax/k")
+    path.parent.mkdir()
+    path.touch()
+    assert store.acquire_lease("jax/k", 30) is None
+    old = time.time() - leasefile.LEASE_CREATE_GRACE - 1
+    os.utime(path, (old, old))
+    token = store.acquire_lease("jax/k", 30)
+    assert token and leasefile.read_lease(path)[0] == token
+
+
+def test_a_creator_that_writes_late_keeps_its_lease(tmp_path: Path) -> None:
+    """A breaker that set aside an empty file whose creator then wrote it puts it back."""
+    store = SharedFSStore(tmp_path / "c")
+    path = store._leases.path_of("jax/k")
+    path.parent.mkdir()
+    with open(path, "wb") as creator:  # created, not yet written, judged dead
+        old = time.time() - leasefile.LEASE_CREATE_GRACE - 1
+        os.utime(path, (old, old))
+        real_rename = os.rename
+
+        def rename_then_creator_writes(src: Any, dst: Any) -> None:
+            real_rename(src, dst)
+            creator.write(leasefile._lease_body("creator", 30))
+            creator.flush()
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(os, "rename", rename_then_creator_writes)
+            assert store.acquire_lease("jax/k", 30) is None
+    assert leasefile.read_lease(path)[0] == "creator"
+
+
+def test_clock_skew_between_hosts_only_shifts_expiry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expiry is the holder's wall clock, judged by the reader's: a few seconds of skew are
+    absorbed by the TTL; a skew larger than the TTL makes a reader break a live lease early,
+    which costs a duplicate compile and nothing else."""
+    holder = SharedFSStore(tmp_path / "c")
+    reader = SharedFSStore(tmp_path / "c")
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now - 5)  # the holder's clock is behind
+    token = holder.acquire_lease("jax/k", 30)
+    assert token
+    monkeypatch.setattr(time, "time", lambda: now + 5)  # the reader's is ahead
+    assert reader.acquire_lease("jax/k", 30) is None
+    monkeypatch.setattr(time, "time", lambda: now + 40)  # more than the TTL ahead
+    assert reader.acquire_lease("jax/k", 30)
+    monkeypatch.setattr(time, "time", lambda: now)
+    assert not holder.renew_lease("jax/k", token, 30)  # the holder learns it lost the lease
+
+
+def test_stale_lease_leftovers_are_cleaned_by_the_eviction_pass(tmp_path: Path) -> None:
+    """A process killed between setting a lease aside and removing it, or while holding a lease
+    nobody asked for again, leaves files that the eviction pass removes an hour later."""
+    store = SharedFSStore(tmp_path / "c")
+    leases = tmp_path / "c" / "leases"
+    assert store.acquire_lease("jax/dead", 0.01)
+    assert store.acquire_lease("jax/live", 60)
+    aside = leases / "0123.lease.abc.stale"
+    aside.write_bytes(b"{}")
+    recent_aside = leases / "4567.lease.def.release"
+    recent_aside.write_bytes(b"{}")
+    old = time.time() - 2 * 3600
+    os.utime(aside, (old, old))
+    dead = store._leases.path_of("jax/dead")
+    dead.write_bytes(leasefile._lease_body("dead", -2 * 3600))
+    store.evict(10**9)
+    assert sorted(p.name for p in leases.iterdir()) == sorted(
+        [recent_aside.name, store._leases.path_of("jax/live").name]
+    )
+
+
+def test_a_stale_handle_on_a_lease_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SharedFSStore(tmp_path / "c")
+    token = store.acquire_lease("jax/k", 30)
+    assert token
+    calls = 0
+    real_open = open
+
+    def flaky_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        if str(path).endswith(".lease"):
+            calls += 1
+            if calls == 1:
+                raise OSError(errno.ESTALE, "Stale file handle")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(leasefile, "open", flaky_open, raising=False)
+    assert store.renew_lease("jax/k", token, 30)
+    assert calls == 2

@@ -49,6 +49,7 @@ from compilecache.stores.frame import (
     read_frame,
     write_atomic,
 )
+from compilecache.stores.leasefile import LeaseFiles
 
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
 _SMALL_FILE = 64 * 1024
@@ -171,6 +172,7 @@ class LocalStore:
         self._pid = -1
         self._touches: dict[str, _Access] = {}
         self._last_touch_flush = time.monotonic()
+        self._leases = LeaseFiles(self.root / "leases", self._write_atomic)
         _open_stores.add(self)
         try:
             self.entries_dir.mkdir(parents=True, exist_ok=True)
@@ -604,82 +606,17 @@ class LocalStore:
 
     # -- leases (single-flight compiles among the processes of this host) ---------------------
     #
-    # leases/<digest>.lease, created with O_CREAT|O_EXCL (exactly one creator wins) and holding
-    # {"token", "expires"}. An expired lease is broken by renaming it aside first (only one
-    # breaker's rename succeeds) and checking that what was moved is the expired lease that was
-    # judged; a fresh lease moved by mistake is linked back. Release does the same
-    # rename-then-check, so a holder never removes a lease it no longer holds.
-
-    def _lease_path(self, key: str) -> Path:
-        return self.root / "leases" / key_filename(key).split("/")[1].replace(".cce", ".lease")
+    # leases/<digest>.lease, exclusively created files holding {"token", "expires"}: see
+    # compilecache.stores.leasefile, shared with the shared-filesystem store.
 
     def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        path = self._lease_path(key)
-        token = uuid.uuid4().hex
-        for _ in range(3):
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:
-                with contextlib.suppress(OSError):
-                    path.parent.mkdir(exist_ok=True)
-                continue
-            except FileExistsError:
-                if not self._break_expired_lease(path):
-                    return None
-                continue
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot create the lease {path}: {exc}") from exc
-            with os.fdopen(fd, "wb") as f:
-                f.write(_lease_body(token, ttl_s))
-            return token
-        return None
+        return self._leases.acquire(key, ttl_s)
 
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        path = self._lease_path(key)
-        if _read_lease(path)[0] != token:
-            return False
-        try:
-            self._write_atomic(path, _lease_body(token, ttl_s))
-        except OSError:
-            return False
-        return True
+        return self._leases.renew(key, token, ttl_s)
 
     def release_lease(self, key: str, token: str) -> None:
-        path = self._lease_path(key)
-        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.release")
-        try:
-            os.rename(path, aside)
-        except OSError:
-            return  # gone already (expired and broken, or never created)
-        if _read_lease(aside)[0] != token:
-            with contextlib.suppress(OSError):
-                os.link(aside, path)  # another holder's lease: put it back unless replaced
-        with contextlib.suppress(OSError):
-            aside.unlink()
-
-    def _break_expired_lease(self, path: Path) -> bool:
-        """Remove ``path`` if its lease has expired; ``True`` when the caller may create it."""
-        token, expires = _read_lease(path)
-        if expires is None:
-            return True  # vanished: try again
-        if time.time() < expires:
-            return False
-        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.stale")
-        try:
-            os.rename(path, aside)
-        except OSError:
-            return True  # someone else broke or released it first
-        moved, moved_expires = _read_lease(aside)
-        if moved != token and moved_expires is not None and time.time() < moved_expires:
-            # A fresh lease was created between our read and our rename: restore it.
-            with contextlib.suppress(OSError):
-                os.link(aside, path)
-            with contextlib.suppress(OSError):
-                aside.unlink()
-            return False
-        with contextlib.suppress(OSError):
-            aside.unlink()
-        return True
+        self._leases.release(key, token)
 
     def _clean_stale_tmp(self) -> None:
         """Remove temporary files that writers killed mid-put left behind long ago."""
@@ -691,33 +628,6 @@ class LocalStore:
                         tmp.unlink()
         except OSError:
             pass
-
-
-def _lease_body(token: str, ttl_s: float) -> bytes:
-    return json.dumps(
-        {"token": token, "expires": time.time() + ttl_s, "pid": os.getpid()},
-        separators=(",", ":"),
-    ).encode()
-
-
-# A lease file that exists but cannot be read yet (its creator is between the exclusive create
-# and the write, or died there) counts as held for this long after its modification time.
-_LEASE_CREATE_GRACE = 10.0
-
-
-def _read_lease(path: Path) -> tuple[str | None, float | None]:
-    """The token and expiry (wall clock) of a lease file; ``(None, None)`` when it is absent."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(4096)
-            mtime = os.fstat(f.fileno()).st_mtime
-    except OSError:
-        return None, None
-    try:
-        data = json.loads(raw)
-        return str(data["token"]), float(data["expires"])
-    except (ValueError, KeyError, TypeError):
-        return None, mtime + _LEASE_CREATE_GRACE
 
 
 def _info(row: tuple[Any, ...]) -> EntryInfo:

@@ -24,6 +24,13 @@ has no index at all: **the files are the truth**.
   approximate: it can be exceeded by what is written between two passes.
 - Persistent stats: one small file per host and process in ``stats/`` (written only by its
   owner, atomically), summed on read. No file is ever updated by two processes.
+- Single-flight leases: ``leases/<digest>.lease``, the local store's lease files
+  (:mod:`compilecache.stores.leasefile`), so processes on every host that mounts the directory
+  coordinate their compiles. A lease is taken with an ``O_EXCL`` create, atomic on NFSv3 and
+  later and on Lustre (on NFSv2, where it is not, two processes may both lead: a duplicate
+  compile, nothing worse), and written with the store's fsync policy; no ``flock``. Expiry
+  compares wall clocks across hosts: a small skew costs a duplicate compile or a longer wait,
+  never a wrong result. Leases are not entries: listings, sizes and eviction never see them.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from compilecache.stores.frame import (
     read_frame,
     write_atomic,
 )
+from compilecache.stores.leasefile import LeaseFiles
 
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
@@ -86,11 +94,13 @@ class SharedFSStore:
         self.entries_dir = self.root / "entries"
         self.tmp_dir = self.root / "tmp"
         self.stats_dir = self.root / "stats"
+        self.leases_dir = self.root / "leases"
         self.stamp_path = self.root / "evict.stamp"
         self.lock_path = self.root / "evict.lock"
         self._ident = f"{_hostname()}-{os.getpid()}"
         self._written_since_evict = 0
         self._next_evict_check = 0.0
+        self._leases = LeaseFiles(self.leases_dir, self._publish, fsync=fsync)
         try:
             for d in (self.entries_dir, self.tmp_dir, self.stats_dir):
                 d.mkdir(parents=True, exist_ok=True)
@@ -212,6 +222,17 @@ class SharedFSStore:
     def close(self) -> None:
         pass
 
+    # -- leases (single-flight compiles across every host that mounts the directory) -------------
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        return self._leases.acquire(key, ttl_s)
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        return self._leases.renew(key, token, ttl_s)
+
+    def release_lease(self, key: str, token: str) -> None:
+        self._leases.release(key, token)
+
     # -- eviction: one process at a time, at most once per interval ------------------------------
 
     def _maybe_evict(self) -> None:
@@ -298,6 +319,8 @@ class SharedFSStore:
                 with contextlib.suppress(OSError):
                     if tmp.stat().st_mtime < cutoff:
                         tmp.unlink()
+        # Leases of processes that died long ago, on keys nobody compiled again since.
+        self._leases.clean_stale(_STALE_TMP_SECONDS)
 
     # -- persistent stats: one file per host and process, each with a single writer --------------
 

@@ -1,0 +1,215 @@
+"""Single-flight leases as files in one directory, for the local store and ``?shared=1``.
+
+``<directory>/<digest>.lease`` (the digest of the key, as entry files are named) holds
+``{"token", "expires", "pid", "host"}``:
+
+- **Acquire**: create the file with ``O_CREAT | O_EXCL``, which exactly one creator wins, on a
+  local disk and on NFSv3 or later (an exclusive create is one operation on the server, with a
+  verifier for retransmissions) and Lustre (the MDS serialises creates). Neither ``flock`` nor
+  ``fcntl`` locks are used: network filesystems often do not honour them.
+- **Break an expired lease**: rename it aside to a unique name first (of several breakers, one
+  rename succeeds), then read what was moved: when it turns out to be fresh (created or renewed
+  between our read and our rename), link it back.
+- **Release**: the same rename-then-check, so a holder never removes a lease it no longer holds.
+- **Renew**: write a new body to a temporary file and rename it over the lease (atomic).
+
+Expiry is wall-clock time written in the file by the holder and compared with the reader's
+clock, because hosts sharing a mount share no other clock. A skew between hosts of ``d`` seconds
+shifts when others judge a lease expired by ``d``: a reader whose clock is ahead may break a live
+lease early (when ``d`` exceeds what remains of it: the heartbeat renews every third of the TTL),
+which costs a duplicate compile; a reader whose clock is behind waits up to ``d`` longer for a
+dead holder's lease (bounded by the wait timeout). Neither ever gives a wrong result: leases only
+decide who compiles, and entries are verified on every read and published atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from compilecache.errors import StoreUnavailable
+from compilecache.stores.frame import key_digest
+
+# A lease file that exists but cannot be parsed yet (its creator is between the exclusive create
+# and the write, or died there) counts as held for this long after its modification time. On a
+# network filesystem that mtime is the server's clock: a skew shifts the grace like an expiry.
+LEASE_CREATE_GRACE = 10.0
+
+_READ_RETRIES = 3
+_ASIDE_SUFFIXES = (".stale", ".release")
+
+
+class LeaseFiles:
+    """Expiring, exclusive leases on keys, one small file per held key in ``directory``.
+
+    ``publish(path, data)`` replaces a file atomically (the owning store's temporary-file-and-
+    rename, with its fsync policy); ``fsync`` also flushes a newly created lease to the disk or
+    server before it is reported taken.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        publish: Callable[[Path, bytes], None],
+        *,
+        fsync: bool = False,
+    ) -> None:
+        self.directory = directory
+        self._publish = publish
+        self._fsync = fsync
+
+    def path_of(self, key: str) -> Path:
+        return self.directory / f"{key_digest(key)}.lease"
+
+    def acquire(self, key: str, ttl_s: float) -> str | None:
+        """A new token when the lease was taken, ``None`` when another process holds it."""
+        path = self.path_of(key)
+        token = uuid.uuid4().hex
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:  # the directory is created on first use
+                with contextlib.suppress(OSError):
+                    self.directory.mkdir(parents=True, exist_ok=True)
+                continue
+            except FileExistsError:
+                if not self._break_expired(path):
+                    return None
+                continue
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot create the lease {path}: {exc}") from exc
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(_lease_body(token, ttl_s))
+                    if self._fsync:
+                        f.flush()
+                        os.fsync(f.fileno())
+            except OSError as exc:
+                # Created but not written (disk full, server gone): do not make the others wait
+                # out the grace period of an empty file.
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                raise StoreUnavailable(f"cannot write the lease {path}: {exc}") from exc
+            return token
+        return None
+
+    def renew(self, key: str, token: str, ttl_s: float) -> bool:
+        """Extend the lease if ``token`` still holds it; ``False`` when it was lost."""
+        path = self.path_of(key)
+        if read_lease(path)[0] != token:
+            return False
+        try:
+            self._publish(path, _lease_body(token, ttl_s))
+        except OSError:
+            return False
+        return True
+
+    def release(self, key: str, token: str) -> None:
+        """Remove the lease if ``token`` holds it; another holder's lease is left alone."""
+        path = self.path_of(key)
+        if read_lease(path)[0] != token:
+            return  # expired and taken over, or gone: nothing of ours to remove
+        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.release")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return  # broken by another process since we read it
+        if read_lease(aside)[0] != token:
+            with contextlib.suppress(OSError):
+                os.link(aside, path)  # another holder's lease: put it back unless replaced
+        with contextlib.suppress(OSError):
+            aside.unlink()
+
+    def _break_expired(self, path: Path) -> bool:
+        """Remove ``path`` if its lease has expired; ``True`` when the caller may create it."""
+        _, expires = read_lease(path)
+        if expires is None:
+            return True  # vanished: try again
+        if time.time() < expires:
+            return False
+        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.stale")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return True  # someone else broke or released it first
+        _, moved_expires = read_lease(aside)
+        if moved_expires is not None and time.time() < moved_expires:
+            # What we moved is fresh: a new lease created, or this one renewed (or written by
+            # its creator), between our read and our rename. Restore it.
+            with contextlib.suppress(OSError):
+                os.link(aside, path)
+            with contextlib.suppress(OSError):
+                aside.unlink()
+            return False
+        with contextlib.suppress(OSError):
+            aside.unlink()
+        return True
+
+    def clean_stale(self, older_than: float) -> int:
+        """Housekeeping: remove what processes killed mid-lease left behind more than
+        ``older_than`` seconds ago (files set aside by a break or a release, and leases that
+        expired and that nobody asked for again). Returns how many files were removed."""
+        cutoff = time.time() - older_than
+        removed = 0
+        try:
+            names = list(self.directory.iterdir())
+        except OSError:
+            return 0
+        for path in names:
+            with contextlib.suppress(OSError):
+                if path.name.endswith(_ASIDE_SUFFIXES):
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+                elif path.suffix == ".lease":
+                    _, expires = read_lease(path)
+                    if expires is not None and expires < cutoff and self._break_expired(path):
+                        removed += 1
+        return removed
+
+
+_HOST = socket.gethostname()
+
+
+def _lease_body(token: str, ttl_s: float) -> bytes:
+    return json.dumps(
+        {"token": token, "expires": time.time() + ttl_s, "pid": os.getpid(), "host": _HOST},
+        separators=(",", ":"),
+    ).encode()
+
+
+def read_lease(path: Path) -> tuple[str | None, float | None]:
+    """The token and expiry (wall clock) of a lease file; ``(None, None)`` when it is absent.
+
+    A file that exists but does not parse (being written) has no token and expires
+    ``LEASE_CREATE_GRACE`` seconds after its modification time.
+    """
+    found = _read_raw(path)
+    if found is None:
+        return None, None
+    raw, mtime = found
+    try:
+        data = json.loads(raw)
+        return str(data["token"]), float(data["expires"])
+    except (ValueError, KeyError, TypeError):
+        return None, mtime + LEASE_CREATE_GRACE
+
+
+def _read_raw(path: Path) -> tuple[bytes, float] | None:
+    for attempt in range(_READ_RETRIES):
+        try:
+            with open(path, "rb") as f:
+                return f.read(4096), os.fstat(f.fileno()).st_mtime
+        except OSError as exc:
+            # ESTALE: another host replaced (renewed) or moved the file under our open handle.
+            if exc.errno == errno.ESTALE and attempt + 1 < _READ_RETRIES:
+                continue
+            return None
+    return None
