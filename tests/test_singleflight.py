@@ -1,6 +1,6 @@
 """Single-flight compiles: leases in every store that has them, the waiting logic of the cache
-layer, and real JAX processes starting the same cold workload at once (local store and Redis),
-including a compiling process killed mid-compile."""
+layer, and real JAX processes starting the same cold workload at once (local store, shared
+filesystem store and Redis), including a compiling process killed mid-compile."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.sharedfs import SharedFSStore
 from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.conftest import clean_env
@@ -45,10 +46,13 @@ moto_server = servers.moto_server
 # -- leases in each store --------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["local", "redis", "s3"])
+@pytest.fixture(params=["local", "shared", "redis", "s3"])
 def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if request.param == "local":
         store: Any = LocalStore(tmp_path / "store")
+    elif request.param == "shared":
+        store = open_url(f"{tmp_path / 'store'}?shared=1")
+        assert isinstance(store, SharedFSStore)
     elif request.param == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")
         store = open_url(f"{server.url}/{namespace()}")
@@ -117,11 +121,14 @@ def test_racing_acquirers_get_one_lease(lease_store: LeaseStore) -> None:
     assert len(won) == 1
 
 
-def test_local_lease_files_are_not_entries(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "s")
+@pytest.mark.parametrize("query", ["", "?shared=1"], ids=["local", "shared"])
+def test_lease_files_are_not_entries(tmp_path: Path, query: str) -> None:
+    store: Any = open_url(f"{tmp_path / 's'}{query}")
     assert store.acquire_lease("jax/x", 30)
     assert list(store.scan()) == [] and store.get("jax/x") is None
+    assert store.total_size() == 0 and store.evict(0) == 0
     assert len(list((tmp_path / "s" / "leases").iterdir())) == 1
+    store.close()
 
 
 def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> None:
@@ -147,6 +154,24 @@ def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> 
     remote.close()
 
 
+def test_wrappers_delegate_leases_to_a_shared_mount(tmp_path: Path) -> None:
+    local = LocalStore(tmp_path / "local")
+    shared = open_url(f"{tmp_path / 'mount'}?shared=1")
+    assert supports_leases(shared) and supports_leases(Guarded(shared))
+    tiered = Tiered([local, Guarded(shared)])
+    assert supports_leases(tiered) and tiered._lease_level() is not local
+    token = tiered.acquire_lease("jax/k", 30)
+    assert token
+    # On the mount, where every host sees it; not on this host's disk.
+    assert isinstance(shared, LeaseStore) and shared.acquire_lease("jax/k", 30) is None
+    assert local.acquire_lease("jax/k", 30)
+    assert tiered.renew_lease("jax/k", token, 30)
+    tiered.release_lease("jax/k", token)
+    assert shared.acquire_lease("jax/k", 30)
+    assert not supports_leases(ReadOnly(shared))
+    local.close()
+
+
 # -- the waiting logic, with threads standing in for processes ------------------------------------
 
 
@@ -154,16 +179,27 @@ def header(key: str, seconds: float = 2.0) -> EntryHeader:
     return EntryHeader(framework="jax", key=key, name="jit_f", compile_time_s=seconds)
 
 
-def two_caches(root: Path, lease_ttl: float = 30.0) -> tuple[Cache, Cache]:
+DiskStore = Callable[[Path], Any]
+
+
+@pytest.fixture(params=["local", "shared"])
+def disk_store(request: pytest.FixtureRequest) -> DiskStore:
+    """Opens a directory as the local store or as the shared-filesystem store."""
+    return LocalStore if request.param == "local" else SharedFSStore
+
+
+def two_caches(
+    root: Path, lease_ttl: float = 30.0, opener: DiskStore = LocalStore
+) -> tuple[Cache, Cache]:
     """Two caches on one directory, as two processes would have."""
     return (
-        Cache(LocalStore(root), lease_ttl=lease_ttl),
-        Cache(LocalStore(root), lease_ttl=lease_ttl),
+        Cache(opener(root), lease_ttl=lease_ttl),
+        Cache(opener(root), lease_ttl=lease_ttl),
     )
 
 
-def test_a_waiter_gets_the_leaders_entry_as_a_hit(tmp_path: Path) -> None:
-    leader, waiter = two_caches(tmp_path)
+def test_a_waiter_gets_the_leaders_entry_as_a_hit(tmp_path: Path, disk_store: DiskStore) -> None:
+    leader, waiter = two_caches(tmp_path, opener=disk_store)
     assert leader.load_or_lead("jax", "jax/k") is None  # leads
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.append(waiter.load_or_lead("jax", "jax/k")))
@@ -180,7 +216,9 @@ def test_a_waiter_gets_the_leaders_entry_as_a_hit(tmp_path: Path) -> None:
     assert leader.stats.snapshot()["misses"] == 1
 
 
-def test_a_leader_that_does_not_write_hands_over(tmp_path: Path) -> None:
+def test_a_leader_that_does_not_write_lets_the_waiters_compile_at_once(tmp_path: Path) -> None:
+    """A compile that ends without an entry (host callbacks, a torch bypass) must not make the
+    waiters compile one after another, each holding the lease: they all go ahead at once."""
     leader, waiter = two_caches(tmp_path)
     assert leader.load_or_lead("jax", "jax/k") is None
     got: list[Any] = []
@@ -189,19 +227,49 @@ def test_a_leader_that_does_not_write_hands_over(tmp_path: Path) -> None:
     time.sleep(0.3)
     leader.finish_thread_leads()  # its compile ended without a save (e.g. host callbacks)
     t.join(10)
-    assert got == [None]  # the waiter compiles itself, now holding the lease
+    assert got == [None]  # the waiter compiles itself...
     stats = waiter.stats.snapshot()
-    assert stats["misses"] == 1 and stats["lease_takeovers"] == 1
+    assert stats["misses"] == 1 and stats["unwritten_skips"] == 1
+    assert stats.get("lease_takeovers", 0) == 0
     flight = waiter._flight
-    assert flight is not None and flight.held() == ["jax/k"]
-    waiter.finish_lead("jax/k")
-    assert flight.held() == []
+    assert flight is not None and flight.held() == []  # ...without a lease others would wait on
+    # A later process does not lead either while the mark lasts...
+    late = Cache(LocalStore(tmp_path))
+    assert late.load_or_lead("jax", "jax/k") is None
+    assert late._flight is not None and late._flight.held() == []
+    # ...but a key whose leader wrote its entry leaves no mark.
+    assert leader.load_or_lead("jax", "jax/w") is None
+    leader.save(EntryHeader("jax", "jax/w", "w", compile_time_s=1.0), b"x")
+    leader.finish_lead("jax/w")
+    assert late.store.acquire_lease("jax/w#unwritten", 1)  # no mark
 
 
-def test_a_dead_leaders_lease_expires(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+def test_a_deferred_lead_is_kept_until_its_write_or_its_grace(tmp_path: Path) -> None:
+    """torch writes an AOTAutograd entry at the first backward, after its compile returned."""
+    leader, _ = two_caches(tmp_path, lease_ttl=0.6)
+    flight = leader._flight
+    assert flight is not None
+    assert leader.load_or_lead("torch", "torch/aot/a") is None
+    assert leader.load_or_lead("torch", "torch/aot/b") is None
+    assert leader.load_or_lead("torch", "torch/fx/f") is None
+    leader.finish_thread_leads(lambda key: key.startswith("torch/aot/"), 0.5)
+    assert flight.held() == ["torch/aot/a", "torch/aot/b"]  # the FX lead ended
+    leader.save(EntryHeader("torch", "torch/aot/a", "a", compile_time_s=1.0), b"x")
+    leader.finish_lead("torch/aot/a")  # its write came
+    assert flight.held() == ["torch/aot/b"]
+    deadline = time.monotonic() + 5
+    while flight.held() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert flight.held() == []  # the heartbeat ended it at its grace: no backward came
+    other = LocalStore(tmp_path)
+    assert other.acquire_lease("torch/aot/b#unwritten", 1) is None  # marked unwritten
+    assert other.acquire_lease("torch/aot/a#unwritten", 1)  # written: not marked
+
+
+def test_a_dead_leaders_lease_expires(tmp_path: Path, disk_store: DiskStore) -> None:
+    store = disk_store(tmp_path)
     assert store.acquire_lease("jax/k", 0.8)  # a process that died mid-compile
-    waiter = Cache(LocalStore(tmp_path), lease_ttl=5)
+    waiter = Cache(disk_store(tmp_path), lease_ttl=5)
     start = time.monotonic()
     assert waiter.load_or_lead("jax", "jax/k") is None
     assert 0.6 < time.monotonic() - start < 5
@@ -210,11 +278,11 @@ def test_a_dead_leaders_lease_expires(tmp_path: Path) -> None:
     assert store.acquire_lease("jax/k", 1)  # close released it
 
 
-def test_the_heartbeat_keeps_a_long_compile_leased(tmp_path: Path) -> None:
-    leader, _ = two_caches(tmp_path, lease_ttl=0.6)
+def test_the_heartbeat_keeps_a_long_compile_leased(tmp_path: Path, disk_store: DiskStore) -> None:
+    leader, _ = two_caches(tmp_path, lease_ttl=0.6, opener=disk_store)
     assert leader.load_or_lead("jax", "jax/k") is None
     time.sleep(1.5)  # more than twice the TTL: only renewals keep it
-    other = LocalStore(tmp_path)
+    other = disk_store(tmp_path)
     assert other.acquire_lease("jax/k", 1) is None
     leader.finish_lead("jax/k")
     assert other.acquire_lease("jax/k", 1)
@@ -395,12 +463,16 @@ def stored_names(store: Store) -> set[str]:
 
 
 @pytest.mark.slow
-def test_four_cold_processes_compile_each_function_once_local(tmp_path: Path) -> None:
+@pytest.mark.parametrize("query", ["", "?shared=1"], ids=["local", "shared"])
+def test_four_cold_processes_compile_each_function_once_on_disk(tmp_path: Path, query: str) -> None:
     root = tmp_path / "store"
-    results = cold_start(tmp_path, str(root))
-    store = LocalStore(root)
+    results = cold_start(tmp_path, f"{root}{query}")
+    store = open_url(f"{root}{query}")
+    assert isinstance(store, SharedFSStore if query else LocalStore)
     check_compiled_once(results, stored_names(store))
     assert not any((root / "leases").iterdir())  # every lease was released
+    if query:
+        return
     # The control: without waiting, the same start compiles the slow functions four times.
     control = cold_start(tmp_path, str(tmp_path / "control"), COMPILECACHE_WAIT_TIMEOUT="0")
     compiled = totals(control)
@@ -419,11 +491,12 @@ def test_four_cold_processes_compile_each_function_once_redis(
 
 
 @pytest.mark.slow
-def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path) -> None:
+@pytest.mark.parametrize("query", ["", "?shared=1"], ids=["local", "shared"])
+def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path, query: str) -> None:
     script = tmp_path / "sf_program.py"
     script.write_text(PROGRAM)
     root = tmp_path / "store"
-    common = {"COMPILECACHE_URL": str(root), "COMPILECACHE_LEASE_TTL": "2"}
+    common = {"COMPILECACHE_URL": f"{root}{query}", "COMPILECACHE_LEASE_TTL": "2"}
     # The first process takes sf_a's lease and "compiles" for ten minutes.
     stuck = start(script, clean_env({**common, "SF_DELAY": "600"}))
     try:
@@ -448,5 +521,5 @@ def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path) ->
     assert sum(s.get("waited", 0) for s in stats) >= 2
     assert len({json.dumps(r["result"]) for r in results}) == 1
     assert elapsed < 60
-    names = stored_names(LocalStore(root))
+    names = stored_names(open_url(f"{root}{query}"))
     assert {"jit_sf_a", "jit_sf_b"} <= names

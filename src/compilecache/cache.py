@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from compilecache import entry
@@ -103,10 +104,13 @@ class Cache:
         if self._flight is not None:
             self._flight.finish(key)
 
-    def finish_thread_leads(self) -> None:
-        """Release the leases this thread still holds (its compiles ended without a save)."""
+    def finish_thread_leads(
+        self, defer: Callable[[str], bool] | None = None, grace: float = 0.0
+    ) -> None:
+        """Release the leases this thread still holds (its compiles ended without a save);
+        those for which ``defer(key)`` is true are kept until their save or ``grace`` seconds."""
         if self._flight is not None:
-            self._flight.finish_thread()
+            self._flight.finish_thread(defer, grace)
 
     def _load(self, framework: str, key: str, *, count_miss: bool) -> tuple[Entry | None, bool]:
         """:meth:`load`, also saying whether a ``None`` is a clean miss (the store answered that
@@ -181,11 +185,25 @@ class Cache:
             self.stats.add("errors", framework=framework)
             self.warn_once(f"put:{type(exc).__name__}", f"write to {self.store.url} failed: {exc}")
             return False
+        if self._flight is not None:
+            self._flight.wrote(header.key)
         self.stats.add("writes", framework=framework)
         self.stats.add("bytes_written", len(data), framework=framework)
         self.stats.add("compile_time_s", header.compile_time_s, framework=framework)
         self.stats.add(function_counter(framework, header.name, "writes"))
         return True
+
+    def skip_reason(self, compile_time_s: float) -> str:
+        """Why :meth:`save` stored nothing for a compile of ``compile_time_s`` seconds (for miss
+        explanations): read-only, below the minimum compile time, or a failed write."""
+        if self.read_only:
+            return "the store is read-only (COMPILECACHE_READ_ONLY)"
+        if compile_time_s < self.min_compile_time:
+            return (
+                f"compiled in {compile_time_s:.2f}s, below "
+                f"COMPILECACHE_MIN_COMPILE_TIME={self.min_compile_time:g}"
+            )
+        return "the write failed (see the warning)"
 
     def close(self) -> None:
         if self._flight is not None:

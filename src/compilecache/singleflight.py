@@ -12,9 +12,18 @@ The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_l
    dies (its heartbeat with it) blocks the others for at most one TTL.
 3. Held by another process: wait, polling the store with back-off (50 ms growing to 1 s) until
    - the entry appears: a hit, counted as a hit (and ``waited``), never as a miss;
-   - the lease is free again (its holder released it without writing, or died and the lease
-     expired): take it and lead (``lease_takeovers``);
+   - the lease is free again (its holder died and the lease expired): take it and lead
+     (``lease_takeovers``);
+   - the lease is free and its holder left an *unwritten* mark: compile without a lease (see
+     below);
    - the wait timeout passes: compile anyway, without the lease (``wait_timeouts``, one warning).
+
+Compiles that end without an entry (JAX functions with host callbacks, torch graphs torch
+declines to cache, compiles below the minimum time, failed writes) must not make the others
+compile one after another, each holding the lease in turn: a leader that finishes without writing
+marks the key *unwritten* (a second lease, ``<key>#unwritten``, left to expire after
+UNWRITTEN_TTL) before releasing its lease, and a process that takes a lease checks that mark
+first: when it is there, it compiles at once, without a lease, as if single-flight were off.
 
 Single-flight is an optimisation and nothing depends on it for correctness: entries are verified
 on every read and published atomically. Whenever coordination fails (a store error, a lease lost
@@ -46,6 +55,12 @@ FIRST_POLL = 0.05
 MAX_POLL = 1.0
 POLL_GROWTH = 1.5
 
+# How long a key stays marked unwritten: long enough for every waiter (polling at least every
+# MAX_POLL) and for processes starting a little later to see it; a key whose next compile is
+# written after all only loses single-flight for this long.
+UNWRITTEN_TTL = 120.0
+UNWRITTEN_SUFFIX = "#unwritten"
+
 # A lookup: the entry or None, and whether a None is a clean (not yet counted) miss.
 Lookup = Callable[[], "tuple[Entry | None, bool]"]
 
@@ -56,6 +71,10 @@ class _Lead:
     token: str
     thread: int
     since: float
+    written: bool = False
+    # Set when the compile returned before its entry could be written (torch writes an
+    # AOTAutograd entry at the first backward): the lease ends at this time at the latest.
+    deadline: float | None = None
 
 
 class SingleFlight:
@@ -91,6 +110,13 @@ class SingleFlight:
         hit) or ``None``: the caller compiles, holding the key's lease when it got one (never
         with ``lead=False``: a process that will not save its compile only waits)."""
         self._check_fork()
+        with self._lock:
+            ours = key in self._leads
+        if ours:
+            # This process already compiles the key (torch can look a graph up again inside its
+            # own compile): waiting would wait on ourselves until the timeout.
+            self.cache.stats.add("misses", framework=framework)
+            return None
         start = self._clock()
         deadline = start + self.wait_timeout
         delay = FIRST_POLL
@@ -111,6 +137,12 @@ class SingleFlight:
                     if waited:
                         self._count_wait(framework, found, start)
                     return found
+                if token and self._marked_unwritten(key):
+                    # The last compile of this key wrote nothing: no one would wait for ours.
+                    self._release(key, token)
+                    self.cache.stats.add("unwritten_skips", framework=framework)
+                    self._lead(framework, key, None, count_miss=clean_miss)
+                    return None
                 if not lead:
                     self._release(key, token)
                     token = None
@@ -161,24 +193,42 @@ class SingleFlight:
 
     # -- finishing ---------------------------------------------------------------------------
 
+    def wrote(self, key: str) -> None:
+        """The entry of ``key`` (led here) was written: its end needs no unwritten mark."""
+        with self._lock:
+            lead = self._leads.get(key)
+            if lead is not None:
+                lead.written = True
+
     def finish(self, key: str) -> None:
         """Release the lease on ``key`` if this process holds it. Never raises."""
         with self._lock:
             lead = self._leads.pop(key, None)
         if lead is not None:
-            self._release(lead.key, lead.token)
+            self._end(lead)
 
-    def finish_thread(self) -> None:
-        """Release the leases taken by this thread (its compile ended, written or not)."""
+    def finish_thread(self, defer: Callable[[str], bool] | None = None, grace: float = 0.0) -> None:
+        """Release the leases taken by this thread (its compile ended, written or not).
+
+        ``defer(key)`` true: the entry is written later (torch's AOTAutograd entry, at the first
+        backward); keep that lease until :meth:`finish` or ``grace`` seconds from now.
+        """
         if not self._leads:
             return
         me = threading.get_ident()
+        now = self._clock()
+        ending: list[_Lead] = []
         with self._lock:
-            mine = [lead for lead in self._leads.values() if lead.thread == me]
-            for lead in mine:
+            for lead in list(self._leads.values()):
+                if lead.thread != me or lead.deadline is not None:
+                    continue
+                if defer is not None and not lead.written and defer(lead.key):
+                    lead.deadline = now + grace
+                    continue
                 del self._leads[lead.key]
-        for lead in mine:
-            self._release(lead.key, lead.token)
+                ending.append(lead)
+        for lead in ending:
+            self._end(lead)
 
     def release_all(self) -> None:
         with self._lock:
@@ -186,12 +236,32 @@ class SingleFlight:
         if os.getpid() != self._pid:
             return  # a forked child does not own its parent's leases
         for lead in leads:
-            self._release(lead.key, lead.token)
+            self._end(lead)
 
     def held(self) -> list[str]:
         """Keys whose lease this process holds (for tests and diagnostics)."""
         with self._lock:
             return sorted(self._leads)
+
+    def _end(self, lead: _Lead) -> None:
+        """Give a lead's lease up; mark the key unwritten first when no entry was written."""
+        if not lead.written:
+            try:
+                self.store.acquire_lease(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
+            except Exception as exc:  # then the others may compile one after another: slower
+                log.debug("compilecache: could not mark %s unwritten: %s", lead.key, exc)
+        self._release(lead.key, lead.token)
+
+    def _marked_unwritten(self, key: str) -> bool:
+        """Whether the last compile of ``key`` ended without an entry (its mark is held)."""
+        try:
+            probe = self.store.acquire_lease(key + UNWRITTEN_SUFFIX, self.lease_ttl)
+        except Exception as exc:
+            log.debug("compilecache: could not read the unwritten mark of %s: %s", key, exc)
+            return False
+        if probe:
+            self._release(key + UNWRITTEN_SUFFIX, probe)
+        return probe is None
 
     def _release(self, key: str, token: str) -> None:
         try:
@@ -227,6 +297,10 @@ class SingleFlight:
                 leads = list(self._leads.values())
             now = self._clock()
             for lead in leads:
+                if lead.deadline is not None and now >= lead.deadline:
+                    # A deferred write that did not come (no backward call): let others compile.
+                    self.finish(lead.key)
+                    continue
                 if now - lead.since > self.wait_timeout:
                     # Everyone waiting has given up by now: stop renewing, let it expire.
                     self._drop(lead)

@@ -139,18 +139,8 @@ class JaxCacheAdapter:
         )
         # JAX already zstd-compressed the executable: do not compress it twice.
         stored = self.cache.save(header, value, compress=False)
-        reason = "" if stored else self._save_skip_reason(compile_time)
+        reason = "" if stored else self.cache.skip_reason(compile_time)
         self._explain(key, components, readable, compile_time, stored, reason)
-
-    def _save_skip_reason(self, compile_time: float) -> str:
-        if self.cache.read_only:
-            return "the store is read-only (COMPILECACHE_READ_ONLY)"
-        if compile_time < self.cache.min_compile_time:
-            return (
-                f"compiled in {compile_time:.2f}s, below "
-                f"COMPILECACHE_MIN_COMPILE_TIME={self.cache.min_compile_time:g}"
-            )
-        return "the write failed (see the warning)"
 
     def _explain(
         self,
