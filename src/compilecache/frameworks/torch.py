@@ -71,6 +71,10 @@ log = logging.getLogger("compilecache")
 
 FRAMEWORK = "torch"
 LAYERS = ("fx", "aot", "autotune", "kernel")
+# Layers whose lookups are single-flight and whose misses are explained: one compile each.
+# (Kernels are built inside an FX compile, which its lease already covers; autotune results are
+# small records, not compiles.)
+LEAD_LAYERS = ("fx", "aot")
 
 # RemoteCache subclass -> our layer name.
 REMOTE_CACHES = {
@@ -97,6 +101,8 @@ FUNCTORCH_FLAGS: dict[str, Any] = {
     "enable_autograd_cache": True,
     "enable_remote_autograd_cache": True,
 }
+# How long an AOTAutograd lease outlives its compile, waiting for the first backward call.
+AOT_WRITE_GRACE_S = 60.0
 # Bounded: keys computed but not yet written (local hits never write; ~100 KB each).
 _MAX_PENDING = 64
 _MAX_READABLE = 300
@@ -108,6 +114,7 @@ CPP_BUILDER = "torch._inductor.cpp_builder"
 CODECACHE = "torch._inductor.codecache"
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 CPU_VEC_ISA = "torch._inductor.cpu_vec_isa"
+COMPILE_FX = "torch._inductor.compile_fx"
 HOOKED_MODULES = (
     INDUCTOR_CONFIG,
     FUNCTORCH_CONFIG,
@@ -116,6 +123,7 @@ HOOKED_MODULES = (
     CODECACHE,
     AUTOGRAD_CACHE,
     CPU_VEC_ISA,
+    COMPILE_FX,
 )
 
 
@@ -224,7 +232,12 @@ class Integration:
 
     def get(self, layer: str, remote_key: str) -> bytes | None:
         key = store_key(layer, remote_key)
-        found = self.cache.load(FRAMEWORK, key)
+        if layer in LEAD_LAYERS:
+            # Single-flight: on a miss, wait for another process compiling the same graph, or
+            # lead (released in put, or when the outermost compile_fx returns without a put).
+            found = self.cache.load_or_lead(FRAMEWORK, key)
+        else:
+            found = self.cache.load(FRAMEWORK, key)
         if found is None:
             self.cache.stats.add(f"{FRAMEWORK}.{layer}.misses")
             return None
@@ -241,6 +254,12 @@ class Integration:
 
     def put(self, layer: str, remote_key: str, data: bytes) -> None:
         key = store_key(layer, remote_key)
+        try:
+            self._put(layer, key, remote_key, data)
+        finally:
+            self.cache.finish_lead(key)
+
+    def _put(self, layer: str, key: str, remote_key: str, data: bytes) -> None:
         payload, extra, taken_s = _unwrap(data, pickled=layer in ("fx", "aot"))
         torch_key = torch_key_of(remote_key)
         lines = self.pending.pop(torch_key) if layer in ("fx", "aot") else None
@@ -257,7 +276,29 @@ class Integration:
             components=components,
             extra=extra,
         )
-        self.cache.save(header, payload)
+        stored = self.cache.save(header, payload)
+        if layer in LEAD_LAYERS:
+            # torch writes only after its own lookup missed: every put here is a miss of ours.
+            self._explain(header, readable, stored)
+
+    def _explain(self, header: EntryHeader, readable: dict[str, str], stored: bool) -> None:
+        """Record why this graph missed: the nearest stored entry of the same name and layer,
+        and which of torch's hash components differ (``torch: thread count 2 -> 1``)."""
+        from compilecache import explain
+
+        layer = str(header.extra.get("layer", ""))
+        explain.record_miss(
+            self.cache,
+            framework=FRAMEWORK,
+            name=header.name,
+            key=header.key,
+            components=header.components,
+            readable=readable,
+            prefix=f"{FRAMEWORK}/{layer}/",
+            compile_time_s=header.compile_time_s,
+            stored=stored,
+            reason="" if stored else self.cache.skip_reason(header.compile_time_s),
+        )
 
     # --- hooks, applied as their modules are imported -----------------------------------------
 
@@ -398,6 +439,44 @@ class Integration:
         self.saved_probe_env = original
         cls._build_probe_env = staticmethod(probe_env)
 
+    def _hook_compile_fx(self, module: Any) -> None:
+        """End this thread's leases when an Inductor compile returns, written or not.
+
+        A lookup that missed leads its key until the entry is written (``put``). torch skips the
+        write for graphs it cannot cache (a bypass), and a compile can fail: without this, such
+        a lease would be renewed until the process ends and other processes would wait on it.
+        ``_compile_fx_inner`` is one FX graph's compile (forward, or a lazily compiled backward);
+        ``compile_fx``, Inductor's entry point for one Dynamo graph, also encloses the
+        AOTAutograd lookup. An AOTAutograd entry is written at the first backward call, after
+        both return: its lease is kept for AOT_WRITE_GRACE_S more (single-flight then marks it
+        unwritten, and the others trace it themselves and find the FX graphs stored).
+        An optimisation only: without these functions leases end with their writes.
+        """
+        wrapped = False
+        for name in ("compile_fx", "_compile_fx_inner"):
+            if callable(getattr(module, name, None)):
+                self._wrap(module, name, self._ending_leases)
+                wrapped = True
+        if not wrapped:
+            log.debug("compilecache: no compile_fx in this torch; leases end with their writes")
+
+    def _ending_leases(self, original: Any) -> Any:
+        cache = self.cache
+        local = threading.local()
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                local.depth = depth
+                if depth == 0:  # compile_fx calls itself for some graphs
+                    cache.finish_thread_leads(_written_later, AOT_WRITE_GRACE_S)
+
+        return wrapper
+
     def uninstall(self) -> None:
         with self.lock:
             for name in HOOKED_MODULES:
@@ -466,6 +545,13 @@ class Integration:
                 getattr(getattr(module, name, None), "__wrapped__", None) is original
                 for name, original in originals.items()
             )
+        compile_fx_module = _private(COMPILE_FX)
+        for name in ("compile_fx", "_compile_fx_inner"):
+            saved = self.saved_functions.get((COMPILE_FX, name))
+            function = getattr(compile_fx_module, name, None)
+            status[f"leases.{name}"] = saved is not None and (
+                getattr(function, "__wrapped__", None) is saved
+            )
         return status
 
 
@@ -477,6 +563,7 @@ _APPLY: dict[str, Callable[[Integration, Any], None]] = {
     CODECACHE: Integration._hook_codecache,
     AUTOGRAD_CACHE: Integration._hook_autograd_cache,
     CPU_VEC_ISA: Integration._hook_cpu_vec_isa,
+    COMPILE_FX: Integration._hook_compile_fx,
 }
 
 
@@ -519,6 +606,11 @@ class StoreBackend:
     # torch's RemoteCacheBackend spelling, for callers that use the underscored methods.
     _get = get
     _put = put
+
+
+def _written_later(key: str) -> bool:
+    """AOTAutograd entries are written at the first backward, after their compile returned."""
+    return key.startswith(f"{FRAMEWORK}/aot/")
 
 
 def _unwrap(data: bytes, *, pickled: bool) -> tuple[bytes, dict[str, Any], float]:

@@ -42,6 +42,7 @@ import time
 _T0 = time.perf_counter()  # before the heavy imports: total_s includes importing torch
 
 import argparse  # noqa: E402
+import ast  # noqa: E402
 import atexit  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -153,14 +154,20 @@ def run(
     salt: str | None = None,
     save_mega: str | None = None,
     load_mega: str | None = None,
+    inductor_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Import, build, compile (or load) and run forward+backward once; the result record."""
+    """Import, build, compile (or load) and run forward+backward once; the result record.
+
+    ``inductor_config``: ``torch._inductor.config`` values to set first (``{"cpp.simdlen": 256}``).
+    """
     import torch
     import torch._dynamo
     import torch._inductor.config
 
     if salt is not None:
         torch.compiler.config.cache_key_tag = salt
+    for name, value in (inductor_config or {}).items():
+        setattr(torch._inductor.config, name, value)
     import_s = time.perf_counter() - _T0
     module, x = build(model)
 
@@ -195,8 +202,20 @@ def run(
         "checksum": checksum,
         "digest": hexdigest,
         "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
         "torch_counters": torch_counters(),
     }
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``cpp.simdlen=256`` -> ``("cpp.simdlen", 256)``; a value that is not a literal stays text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--config wants NAME=VALUE, got {text!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,10 +232,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--save-mega", metavar="FILE", help="save_cache_artifacts() after")
     parser.add_argument("--load-mega", metavar="FILE", help="load_cache_artifacts() before")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a torch._inductor.config value first (cpp.simdlen=256); VALUE is a Python literal",
+    )
     parser.add_argument("--json", action="store_true", help="accepted for symmetry; always JSON")
     args = parser.parse_args(argv)
     dirs = make_fresh_dirs() if args.fresh_dirs else {}
-    result = run(args.model, args.salt, args.save_mega, args.load_mega)
+    config = dict(parse_setting(text) for text in args.config)
+    result = run(args.model, args.salt, args.save_mega, args.load_mega, config)
     result["dirs"] = dirs
     print(json.dumps(result), flush=True)
     return 0
