@@ -441,19 +441,42 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from compilecache import bundle
 
+    secret = config_mod.load().secret
+    if args.format == "torch":
+        # Late on purpose: only this path imports torch (seconds).
+        from compilecache import torch_artifacts
+
+        report = torch_artifacts.export_blob(
+            _store(args), args.file, select=_entry_filter(args), secret=secret
+        )
+        _print_transfer(report, args, f"wrote {args.file}:")
+        if not args.json:
+            print(
+                "compilecache: load it with torch.compiler.load_cache_artifacts() in a process "
+                f"with compilecache's torch flags ({torch_artifacts.ENV_HINT}, or compilecache "
+                "enabled); it holds no C++ kernels, which compile again there"
+            )
+        return 0
     report = bundle.export_bundle(
-        _store(args), args.file, select=_entry_filter(args), secret=config_mod.load().secret
+        _store(args), args.file, select=_entry_filter(args), secret=secret
     )
     _print_transfer(report, args, f"wrote {args.file}:")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from compilecache import bundle
+    from compilecache import bundle, torch_artifacts
 
-    report = bundle.import_bundle(
-        args.file, _store(args), secret=config_mod.load().secret, check=not args.no_check
-    )
+    secret = config_mod.load().secret
+    kind = torch_artifacts.sniff(args.file) if args.format == "auto" else args.format
+    if kind == "torch":
+        report = torch_artifacts.import_blob(
+            args.file, _store(args), secret=secret, check=not args.no_check
+        )
+    else:
+        report = bundle.import_bundle(
+            args.file, _store(args), secret=secret, check=not args.no_check
+        )
     _print_transfer(report, args, "imported")
     return 0
 
@@ -575,11 +598,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("export", "write entries to one portable bundle file")
     p.add_argument("file", help="the bundle to write, e.g. cache.ccb")
     filters(p)
+    p.add_argument(
+        "--format",
+        choices=("bundle", "torch"),
+        default="bundle",
+        help="bundle: compilecache's (every entry, C++ kernels included); torch: a blob for "
+        "torch.compiler.load_cache_artifacts() (torch FX and AOTAutograd entries only; on CPU "
+        "the loading process compiles every kernel again)",
+    )
     p.set_defaults(func=cmd_export)
 
     p = command("import", "add a bundle's entries (verified; what cannot run here is skipped)")
-    p.add_argument("file", help="a bundle written by export")
+    p.add_argument(
+        "file", help="a bundle written by export, or a torch.compiler.save_cache_artifacts() blob"
+    )
     p.add_argument("--no-check", action="store_true", help=no_check)
+    p.add_argument(
+        "--format",
+        choices=("auto", "bundle", "torch"),
+        default="auto",
+        help="auto (default): from the file's first bytes; torch: a save_cache_artifacts() blob, "
+        "whose compiled graphs become torch entries (it holds no C++ kernels: on CPU they "
+        "compile again on first use); graphs compiled with torch flags other than compilecache's "
+        "are skipped unless --no-check",
+    )
     p.set_defaults(func=cmd_import)
 
     p = command("warm", "copy entries from another store into the local level")
