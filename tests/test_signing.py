@@ -157,3 +157,50 @@ def test_entries_of_a_writer_without_the_secret_are_rejected(tmp_path: Path) -> 
     assert stats["corrupt"] == n and stats["misses"] == n and stats["hits"] == 0
     assert len(warnings) == 1 and "not signed" in warnings[0], warnings
     assert same_results(signed_reader, cold)
+
+
+# -- real torch.compile in fresh processes -----------------------------------------------------
+
+
+def run_torch(store: Path, secret: str, machine: Path) -> tuple[dict[str, Any], list[str]]:
+    """The tiny torch workload on a fresh machine (empty Inductor cache directory and TMPDIR)."""
+    from tests.test_torch import PROGRAM as TORCH_PROGRAM
+
+    (machine / "inductor").mkdir(parents=True)
+    (machine / "tmp").mkdir()
+    env = clean_env(
+        {
+            "COMPILECACHE_SECRET": secret,
+            "TORCHINDUCTOR_CACHE_DIR": str(machine / "inductor"),
+            "TMPDIR": str(machine / "tmp"),
+        }
+    )
+    proc = run_python(["-c", TORCH_PROGRAM, str(store), "tiny", ""], env, timeout=420)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
+    result: dict[str, Any] = last_json(proc.stdout)
+    return result, ours
+
+
+@pytest.mark.slow
+def test_tampered_torch_entries_are_rejected_and_results_stay_correct(tmp_path: Path) -> None:
+    """Every torch entry (FX graphs, AOTAutograd, C++ kernels) tampered with one of the three
+    variants: each is rejected, torch compiles again, and the outputs and gradients match."""
+    pytest.importorskip("torch")
+    store = tmp_path / "signed"
+    cold, _ = run_torch(store, SECRET, tmp_path / "a")
+    written = entries(store)
+    layers = {key.split("/")[1] for key in written}
+    assert {"fx", "aot", "kernel"} <= layers, layers
+    assert all(entry.decode(d, secret=SECRET.encode()).signed for d in written.values())
+
+    s = LocalStore(store)
+    variants = list(VARIANTS.values())
+    for i, (key, data) in enumerate(sorted(written.items())):
+        s.put(key, variants[i % len(variants)](data))
+    s.close()
+    tampered, warnings = run_torch(store, SECRET, tmp_path / "b")
+    stats = tampered["stats"]
+    assert stats["torch.corrupt"] >= len(layers) and stats.get("torch.hits", 0) == 0, stats
+    assert stats["errors"] == 0, stats
+    assert len(warnings) == 1 and "corrupt" in warnings[0], warnings
+    assert tampered["digest"] == cold["digest"]
