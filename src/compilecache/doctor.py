@@ -43,6 +43,9 @@ _TAIL_CHARS = 2000
 # -- the child side: facts about a process, written to the spool at exit -----------------------
 
 
+_GRAPH_PARTS = ("torch/kernel/", "torch/autotune/")
+
+
 def collect_facts() -> dict[str, Any]:
     """Framework versions and the settings that decide caching, for frameworks already imported
     by this process (nothing is imported here). Never raises."""
@@ -599,7 +602,8 @@ def analyze(
     second_hits = {
         str(e.get("name"))
         for e in (runs[1].events if len(runs) > 1 else ())
-        if e.get("event") == "hit"
+        # torch's kernel binaries and autotune records are parts of a graph, not functions.
+        if e.get("event") == "hit" and not str(e.get("key", "")).startswith(_GRAPH_PARTS)
     }
     unstable = {f.name for f in findings if f.kind == "unstable"}
     return DoctorReport(list(command), list(runs), findings, sorted(second_hits - unstable))
