@@ -18,6 +18,14 @@ Hooks (torch.md; each checked on the installed torch, with a warning and no chan
   ``[hash] attr: value`` lines torch computes with each key (AOTAutograd computes them only with
   debug logging on; we ask for them anyway); they are stored with the entry (``components`` and
   ``extra["readable"]``) for miss explanations.
+- **Single-flight.** FX and AOTAutograd lookups go through ``Cache.load_or_lead``: of several
+  processes missing the same graph, one compiles it and the others wait for its entry. A lease
+  ends with the graph's write, or when ``_compile_fx_inner`` / ``compile_fx`` returns without
+  one (a bypass, an error); AOTAutograd writes its entry at the first backward, so its lease is
+  kept up to ``AOT_WRITE_GRACE_S`` longer.
+- **Miss explanations.** torch writes to a remote cache only after its lookup missed, so each FX
+  or AOTAutograd ``put`` is a miss of ours: it is explained against the nearest stored entry of
+  the same graph name (``explain.record_miss``) from the components above.
 - **ISA probes.** ``VecISA._build_probe_env`` (optional): the child Pythons that dlopen the ISA
   probe libraries get ``COMPILECACHE_DISABLE=1``, so that ``compilecache run``'s bootstrap does
   not start compilecache in each of them (~0.15 s apiece, six per process on x86).
