@@ -243,3 +243,48 @@ def test_disabled_is_reported() -> None:
     assert [f.title for f in report.findings] == [
         "compilecache is disabled (COMPILECACHE_DISABLE=1)"
     ]
+
+
+# A torch program whose key moves every run: torch hashes cache_key_tag into FX and AOTAutograd
+# keys, and here it holds a fresh temporary path.
+TORCH_PROGRAM = """
+import tempfile, torch
+torch.compiler.config.cache_key_tag = tempfile.mkdtemp()
+f = torch.compile(lambda x: (x.sin() * 2).sum())
+print(float(f(torch.arange(8.0))))
+"""
+
+
+@pytest.mark.slow
+def test_doctor_finds_an_unstable_torch_key(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "prog.py"
+    script.write_text(TORCH_PROGRAM)
+    env = clean_env()
+    env.pop("OMP_NUM_THREADS", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compilecache",
+            "doctor",
+            "--json",
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    unstable = [f for f in report["findings"] if f["kind"] == "unstable"]
+    # The AOTAutograd entry and its FX graph, each with the component that moved.
+    assert len(unstable) >= 2, report["findings"]
+    for finding in unstable:
+        assert finding["components"] == ["cache_key_tag"], finding
+        assert "cache_key_tag changed: /tmp" in finding["detail"], finding
+    pitfalls = [f for f in report["findings"] if f["kind"] == "pitfall"]
+    assert any("OMP_NUM_THREADS" in f["detail"] + f.get("fix", "") for f in pitfalls), pitfalls
