@@ -375,6 +375,12 @@ if barrier:  # start the compiles together: imports take seconds on a loaded mac
 print(json.dumps({"ready": os.getpid()}), flush=True)
 a = float(sf_a(x))
 b = [round(float(t), 6) for t in sf_b(x)[:4]]
+if os.environ.get("SF_CALLBACK"):  # a function JAX never writes (it has a host callback)
+    @jax.jit
+    def sf_cb(v):
+        jax.debug.callback(lambda s: None, v.sum())
+        return v * 3.0
+    sf_cb(x).block_until_ready()
 print(json.dumps({"result": {"a": a, "b": b}, "compiles": compiles, "stats": session.stats()}))
 """
 
@@ -477,6 +483,19 @@ def test_four_cold_processes_compile_each_function_once_on_disk(tmp_path: Path, 
     control = cold_start(tmp_path, str(tmp_path / "control"), COMPILECACHE_WAIT_TIMEOUT="0")
     compiled = totals(control)
     assert compiled["jit_sf_a"] == 4 and compiled["jit_sf_b"] == 4, compiled
+
+
+@pytest.mark.slow
+def test_a_function_never_written_is_compiled_at_once_not_in_turn(tmp_path: Path) -> None:
+    """Host callbacks keep JAX from writing a function: after the first process's compile, the
+    three others must compile it at once, not take the lease one after another."""
+    results = cold_start(tmp_path, str(tmp_path / "store"), SF_CALLBACK="1")
+    compiled = totals(results)
+    assert compiled["jit_sf_cb"] == 4, compiled  # never stored: every process compiles it
+    assert compiled["jit_sf_a"] == 1 and compiled["jit_sf_b"] == 1, compiled
+    stats = [r["stats"] for r in results]
+    assert sum(s.get("unwritten_skips", 0) for s in stats) == 3, stats
+    assert sum(s.get("lease_takeovers", 0) for s in stats) == 0, stats
 
 
 @pytest.mark.slow
