@@ -101,6 +101,7 @@ def test_prometheus_text_format(tmp_path: Path, capsys: pytest.CaptureFixture[st
     _fill(cache)
     weird = EntryHeader("jax", 'jax/jit_"q\\-1', name='jit_"q\\', compile_time_s=1.0)
     assert cache.save(weird, b"x")
+    cache.stats.add("waited", 3, framework="torch")  # single-flight counters are exported too
     store.add_stats(cache.stats.snapshot())
     text = prometheus(stats_report(store))
     families: dict[str, str] = {}
@@ -122,6 +123,8 @@ def test_prometheus_text_format(tmp_path: Path, capsys: pytest.CaptureFixture[st
         'compilecache_function_hits_total{store="memory://prom",framework="jax",function="jit_a"} 2'
         in text
     )
+    assert 'compilecache_waited_total{store="memory://prom"} 3' in text
+    assert 'compilecache_framework_waited_total{store="memory://prom",framework="torch"} 3' in text
     assert 'function="jit_\\"q\\\\"' in text  # escaped quote and backslash
     assert text.endswith("\n")
 

@@ -43,6 +43,14 @@ _PROM_COUNTERS = {
     "compile_time_s": ("compile_seconds_total", "Compile time of the compiles that missed."),
     "compile_time_saved_s": ("compile_saved_seconds_total", "Compile time saved by hits."),
     "load_time_s": ("load_seconds_total", "Time spent loading hits."),
+    "waited": ("waited_total", "Hits received by waiting for another process's compile."),
+    "wait_time_s": ("wait_seconds_total", "Time spent waiting for other processes' compiles."),
+    "lease_takeovers": ("lease_takeovers_total", "Compiles taken over from an expired lease."),
+    "wait_timeouts": ("wait_timeouts_total", "Waits that gave up and compiled anyway."),
+    "unwritten_skips": (
+        "unwritten_skips_total",
+        "Compiles run without a lease because the last one wrote nothing.",
+    ),
 }
 _PROM_FUNCTION = ("hits", "misses", "writes", "compile_time_s", "compile_time_saved_s")
 _PROM_LEVEL = {

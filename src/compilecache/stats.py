@@ -29,6 +29,7 @@ COUNTERS = (
     "wait_time_s",
     "lease_takeovers",
     "wait_timeouts",
+    "unwritten_skips",
 )
 
 
