@@ -40,7 +40,12 @@ from compilecache.stores.local import LocalStore
 from compilecache.torch_artifacts import TORCH_ENV, import_blob, read_blob, write_blob
 from tests.conftest import clean_env, last_json, run_python
 from tests.servers import free_port
-from tests.test_torch import MODEL, Machine, compiler_calls, fake_compilers
+from tests.test_torch import (
+    MODEL,
+    Machine,
+    cold,  # noqa: F401  (the shared cold compile, a fixture)
+    compiler_calls,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -48,28 +53,6 @@ TORCH_VERSION = str(torch.__version__)
 
 
 # -- fixtures and helpers ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cold(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> dict[str, Any]:
-    """One cold compile on 'machine A' into store A, shared by the xdist workers (the first one
-    compiles under a file lock; the others read its result)."""
-    from filelock import FileLock  # a dependency of torch
-
-    if worker_id == "master":
-        root = tmp_path_factory.mktemp("torch-bundle")
-    else:
-        root = tmp_path_factory.getbasetemp().parent / "torch-bundle-cold"
-    with FileLock(f"{root}.lock"):
-        fake_bin = root / "bin"
-        machine = Machine(root / "machine-a", fake_bin)
-        done = root / "result.json"
-        if not done.exists():
-            fake_compilers(fake_bin)
-            done.write_text(json.dumps(machine.run(str(root / "store"), allow_compiler=True)))
-        result = json.loads(done.read_text())
-    assert result["stats"]["writes"] > 3 and result["stats"]["errors"] == 0
-    return {"result": result, "store": root / "store", "machine": machine, "fake_bin": fake_bin}
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
@@ -132,7 +115,9 @@ def plain_torch(machine: Machine, *args: str, inductor: Path | None = None) -> d
 
 @pytest.mark.slow
 def test_bundle_into_an_empty_store_serves_every_lookup_without_a_compiler(
-    cold: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cold: dict[str, Any],  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """compilecache's bundle carries the kernel binaries too: nothing compiles on machine B."""
     written = layers_of(cold["store"])
@@ -159,7 +144,9 @@ def test_bundle_into_an_empty_store_serves_every_lookup_without_a_compiler(
 
 @pytest.mark.slow
 def test_torch_blob_imported_serves_fx_and_aot_lookups_through_compilecache(
-    cold: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cold: dict[str, Any],  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A blob from ``save_cache_artifacts()`` in a process without compilecache, imported into
     an empty store: a compilecache process on a new machine finds every FX graph and AOTAutograd
@@ -209,7 +196,9 @@ def test_torch_blob_imported_serves_fx_and_aot_lookups_through_compilecache(
 
 @pytest.mark.slow
 def test_store_exported_as_torch_blob_hits_torchs_own_caches(
-    cold: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cold: dict[str, Any],  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``export --format torch``, loaded with ``--load-mega`` by a process without compilecache
     on a new machine: torch's own FX graph and AOTAutograd caches hit. Kernel entries are left

@@ -213,3 +213,19 @@ def _read_raw(path: Path) -> tuple[bytes, float] | None:
                 continue
             return None
     return None
+
+
+class LeaseFilesMixin:
+    """The :class:`~compilecache.stores.base.LeaseStore` methods of a store that keeps its leases
+    in a :class:`LeaseFiles` (``self._leases``): the local store and ``?shared=1``."""
+
+    _leases: LeaseFiles
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        return self._leases.acquire(key, ttl_s)
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        return self._leases.renew(key, token, ttl_s)
+
+    def release_lease(self, key: str, token: str) -> None:
+        self._leases.release(key, token)

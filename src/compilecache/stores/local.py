@@ -7,6 +7,7 @@ Layout of a store directory::
                                  persistent counters; capped miss and run history
     entries/ab/abcdef....cce     one file per key: a small frame (key and metadata) + the value
     tmp/                         files being written; renamed into entries/ when complete
+    leases/<digest>.lease        single-flight leases (compilecache.stores.leasefile)
 
 Crash safety comes from ordering, not locks (diskcache does the same): a value is written to a
 unique temporary file and renamed into place, so a reader sees the old file, the new file or
@@ -49,7 +50,7 @@ from compilecache.stores.frame import (
     read_frame,
     write_atomic,
 )
-from compilecache.stores.leasefile import LeaseFiles
+from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
 
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
 _SMALL_FILE = 64 * 1024
@@ -156,7 +157,7 @@ def _flush_open_stores() -> None:
             store.flush_access()
 
 
-class LocalStore:
+class LocalStore(LeaseFilesMixin):
     """A bounded, multi-process-safe store in one directory."""
 
     def __init__(self, root: str | os.PathLike[str], max_size: int = DEFAULT_MAX_SIZE) -> None:
@@ -603,20 +604,6 @@ class LocalStore:
                 "WHERE name = 'total_size'"
             )
         return len(rows)
-
-    # -- leases (single-flight compiles among the processes of this host) ---------------------
-    #
-    # leases/<digest>.lease, exclusively created files holding {"token", "expires"}: see
-    # compilecache.stores.leasefile, shared with the shared-filesystem store.
-
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        return self._leases.acquire(key, ttl_s)
-
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        return self._leases.renew(key, token, ttl_s)
-
-    def release_lease(self, key: str, token: str) -> None:
-        self._leases.release(key, token)
 
     def _clean_stale_tmp(self) -> None:
         """Remove temporary files that writers killed mid-put left behind long ago."""

@@ -56,7 +56,7 @@ from compilecache.stores.frame import (
     read_frame,
     write_atomic,
 )
-from compilecache.stores.leasefile import LeaseFiles
+from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
 
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
@@ -73,7 +73,7 @@ CACHEDIR_TAG = (
 # -- the store -------------------------------------------------------------------------------------
 
 
-class SharedFSStore:
+class SharedFSStore(LeaseFilesMixin):
     """An index-free store in a directory that several hosts mount."""
 
     def __init__(
@@ -221,17 +221,6 @@ class SharedFSStore:
 
     def close(self) -> None:
         pass
-
-    # -- leases (single-flight compiles across every host that mounts the directory) -------------
-
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        return self._leases.acquire(key, ttl_s)
-
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        return self._leases.renew(key, token, ttl_s)
-
-    def release_lease(self, key: str, token: str) -> None:
-        self._leases.release(key, token)
 
     # -- eviction: one process at a time, at most once per interval ------------------------------
 
