@@ -49,26 +49,33 @@ late(x)
 """
 
 
-@pytest.mark.slow
-def test_doctor_finds_planted_problems(tmp_path: Path) -> None:
-    script = tmp_path / "prog.py"
-    script.write_text(PROGRAM)
-    proc = subprocess.run(
+def run_doctor(
+    script: Path, *options: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """``compilecache doctor [OPTIONS] -- python SCRIPT`` in a fresh process."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "compilecache",
             "doctor",
-            "--json",
+            *options,
             "--",
             sys.executable,
             str(script),
         ],
-        env=clean_env(),
+        env=clean_env() if env is None else env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
     )
+
+
+@pytest.mark.slow
+def test_doctor_finds_planted_problems(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    proc = run_doctor(script, "--json")
     assert proc.returncode == 1, proc.stderr  # problems found
     report = json.loads(proc.stdout)
     findings = {(f["kind"], f["name"]): f for f in report["findings"]}
@@ -98,13 +105,7 @@ def test_doctor_finds_planted_problems(tmp_path: Path) -> None:
 def test_doctor_text_on_a_healthy_program(tmp_path: Path) -> None:
     script = tmp_path / "ok.py"
     script.write_text("import jax, jax.numpy as jnp\nprint(jax.jit(jnp.sin)(1.0))\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "compilecache", "doctor", "--", sys.executable, str(script)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    proc = run_doctor(script)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No problems found" in proc.stdout
     assert "run 2: exit 0" in proc.stdout
@@ -262,22 +263,7 @@ def test_doctor_finds_an_unstable_torch_key(tmp_path: Path) -> None:
     script.write_text(TORCH_PROGRAM)
     env = clean_env()
     env.pop("OMP_NUM_THREADS", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compilecache",
-            "doctor",
-            "--json",
-            "--",
-            sys.executable,
-            str(script),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    proc = run_doctor(script, "--json", env=env, timeout=420)
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     unstable = [f for f in report["findings"] if f["kind"] == "unstable"]
