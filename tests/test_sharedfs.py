@@ -111,23 +111,29 @@ def test_eviction_is_amortised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert passes == 1  # another process (or host) sees the shared stamp too
 
 
-def test_stale_handle_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = SharedFSStore(tmp_path / "c")
-    store.put("k", b"value")
-    calls = 0
+def stale_once(monkeypatch: pytest.MonkeyPatch, module: Any, suffix: str) -> list[str]:
+    """Make ``module``'s first ``open`` of a ``*suffix`` file fail with ESTALE, as NFS does after
+    a file was replaced on the server; the returned list records each such open."""
+    calls: list[str] = []
     real_open = open
 
     def flaky_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        if str(path).endswith(".cce"):
-            calls += 1
-            if calls == 1:
+        if str(path).endswith(suffix):
+            calls.append(suffix)
+            if len(calls) == 1:
                 raise OSError(errno.ESTALE, "Stale file handle")
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(sharedfs, "open", flaky_open, raising=False)
+    monkeypatch.setattr(module, "open", flaky_open, raising=False)
+    return calls
+
+
+def test_stale_handle_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SharedFSStore(tmp_path / "c")
+    store.put("k", b"value")
+    calls = stale_once(monkeypatch, sharedfs, ".cce")
     assert store.get("k") == b"value"
-    assert calls == 2
+    assert calls == [".cce", ".cce"]
 
 
 def test_truncated_file_is_corrupt_and_removed(tmp_path: Path) -> None:
@@ -262,17 +268,6 @@ def test_a_stale_handle_on_a_lease_is_retried(
     store = SharedFSStore(tmp_path / "c")
     token = store.acquire_lease("jax/k", 30)
     assert token
-    calls = 0
-    real_open = open
-
-    def flaky_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        if str(path).endswith(".lease"):
-            calls += 1
-            if calls == 1:
-                raise OSError(errno.ESTALE, "Stale file handle")
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(leasefile, "open", flaky_open, raising=False)
+    calls = stale_once(monkeypatch, leasefile, ".lease")
     assert store.renew_lease("jax/k", token, 30)
-    assert calls == 2
+    assert calls == [".lease", ".lease"]
