@@ -45,24 +45,43 @@ def explained(store: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str,
 
 
 @pytest.fixture(scope="module")
-def changed(cold: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
-    """A copy of the cold store after a simdlen run and then a one-thread run."""
-    store = tmp_path_factory.mktemp("torch-explain") / "store"
-    shutil.copytree(cold["store"], store)
-    before = explained_records(store)
-    simd = run_changed(store, ["--config", "cpp.simdlen=256"], {})
-    after_simd = explained_records(store)
-    threads = run_changed(store, [], {"OMP_NUM_THREADS": "1"})
-    after_threads = explained_records(store)
-    return {
-        "cold": cold["result"],
-        "store": store,
-        "before": before,
-        "simd": simd,
-        "threads": threads,
-        "simd_records": after_simd[: len(after_simd) - len(before)],
-        "thread_records": after_threads[: len(after_threads) - len(after_simd)],
-    }
+def changed(
+    cold: dict[str, Any],  # noqa: F811  (the fixture imported above)
+    tmp_path_factory: pytest.TempPathFactory,
+    worker_id: str,
+) -> dict[str, Any]:
+    """A copy of the cold store after a simdlen run and then a one-thread run.
+
+    Under pytest-xdist the workers share it, like ``cold``: the first one runs the two changed
+    compiles under a file lock, the others read its result.
+    """
+    from filelock import FileLock  # a dependency of torch
+
+    if worker_id == "master":
+        root = tmp_path_factory.mktemp("torch-explain")
+    else:
+        root = tmp_path_factory.getbasetemp().parent / "torch-explain"
+    store = root / "store"
+    done = root / "result.json"
+    with FileLock(f"{root}.lock"):
+        if not done.exists():
+            shutil.copytree(cold["store"], store)
+            before = explained_records(store)
+            simd = run_changed(store, ["--config", "cpp.simdlen=256"], {})
+            after_simd = explained_records(store)
+            threads = run_changed(store, [], {"OMP_NUM_THREADS": "1"})
+            after_threads = explained_records(store)
+            result = {
+                "cold": cold["result"],
+                "before": before,
+                "simd": simd,
+                "threads": threads,
+                "simd_records": after_simd[: len(after_simd) - len(before)],
+                "thread_records": after_threads[: len(after_threads) - len(after_simd)],
+            }
+            done.write_text(json.dumps(result))
+        loaded: dict[str, Any] = json.loads(done.read_text())
+    return {**loaded, "store": store}
 
 
 def explained_records(store: Path) -> list[dict[str, Any]]:
