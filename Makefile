@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_jax_warm.py
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_torch.py
+	$(PY) benchmarks/bench_singleflight.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
