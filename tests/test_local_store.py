@@ -13,6 +13,7 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -302,6 +303,69 @@ def test_index_garbage_is_rebuilt(tmp_path: Path, garbage: str) -> None:
     else:
         index.write_bytes(b"SQLite format 3\x00" + os.urandom(50))
     _assert_rebuilt(root, values)
+
+
+def test_a_busy_index_is_not_taken_for_a_corrupt_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "database is locked" while opening the index (other processes busy with it) must not set
+    the index aside: that would pull it from under every other process sharing the store."""
+    root = tmp_path / "c"
+    store = LocalStore(root)
+    values = _populate(store)
+    store.close()
+    busy = LocalStore(root)
+    real_connect = busy._connect
+
+    def locked() -> Any:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(busy, "_connect", locked)
+    with pytest.raises(StoreUnavailable):
+        busy.put("jax/new", b"x")
+    assert not list(root.glob("index.sqlite.corrupt-*")), "a busy index was set aside"
+    monkeypatch.setattr(busy, "_connect", real_connect)
+    busy.put("jax/new", b"x")
+    assert {i.key for i in busy.scan()} == {*values, "jax/new"}
+    busy.close()
+
+
+class _FlakyPragma:
+    """A connection whose first ``n`` journal-mode statements fail with ``error``."""
+
+    def __init__(self, n: int, error: sqlite3.OperationalError) -> None:
+        self.n, self.error, self.statements = n, error, []
+
+    def execute(self, sql: str) -> Any:
+        self.statements.append(sql)
+        if self.n > 0:
+            self.n -= 1
+            raise self.error
+        return self
+
+    def fetchone(self) -> tuple[str]:
+        return ("delete",)
+
+
+def test_switching_to_wal_waits_out_a_busy_moment() -> None:
+    """``PRAGMA journal_mode`` can answer "database is locked" at once, without the busy
+    timeout, while another process closes its last connection (seen in the 8-process stress
+    test): opening the index retries instead of failing (or, before, of taking the index for a
+    corrupt one and setting it aside from under every other process)."""
+    from compilecache.stores import local
+
+    conn = _FlakyPragma(3, sqlite3.OperationalError("database is locked"))
+    local._use_wal(conn, patience_s=5)  # type: ignore[arg-type]
+    assert conn.statements[-1] == "PRAGMA journal_mode=WAL" and len(conn.statements) == 5
+    # Not busy (a read-only or unreadable file): no retry.
+    io_error = _FlakyPragma(1, sqlite3.OperationalError("attempt to write a readonly database"))
+    with pytest.raises(sqlite3.OperationalError):
+        local._use_wal(io_error, patience_s=5)  # type: ignore[arg-type]
+    assert len(io_error.statements) == 1
+    # Busy for longer than the patience: the error, not a hang.
+    stuck = _FlakyPragma(10**6, sqlite3.OperationalError("database is locked"))
+    with pytest.raises(sqlite3.OperationalError):
+        local._use_wal(stuck, patience_s=0.2)  # type: ignore[arg-type]
 
 
 def test_index_deleted_under_an_open_store(tmp_path: Path) -> None:

@@ -118,6 +118,46 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
     return data
 
 
+def _use_wal(conn: sqlite3.Connection, patience_s: float = 10.0) -> None:
+    """Put the index in WAL mode (a persistent property of the file: usually it already is).
+
+    ``PRAGMA journal_mode=WAL`` can answer "database is locked" at once, without waiting out the
+    busy timeout, while another process closes its last connection (and checkpoints); so it is
+    only issued when the mode is not WAL yet, and retried for a while when busy.
+    """
+    deadline = time.monotonic() + patience_s
+    delay = 0.005
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode").fetchone()
+            if row is not None and str(row[0]).lower() == "wal":
+                return
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED: another connection holds a lock; trying again may work."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name:
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite says the file is damaged or not a database at all, as opposed to busy,
+    locked or out of space (``OperationalError``, also a ``DatabaseError``)."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is not None:
+        return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT_")
+    return not isinstance(exc, sqlite3.OperationalError)
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -193,7 +233,11 @@ class LocalStore(LeaseFilesMixin):
             return self._conn
         try:
             conn, fresh = self._connect()
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as exc:
+            if not _is_corruption(exc):
+                # Busy or locked (other processes checkpointing, a slow disk): not corrupt.
+                # Setting the index aside here would pull it from under every other process.
+                raise
             # A corrupt index is only a lost cache of the files' metadata: set it aside, rebuild.
             self._set_aside_index()
             conn, fresh = self._connect()
@@ -208,7 +252,7 @@ class LocalStore(LeaseFilesMixin):
             self.index_path, timeout=30.0, isolation_level=None, check_same_thread=False
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            _use_wal(conn)
             # NORMAL is safe with WAL: a power loss may drop recent index rows, which the files
             # can always restore; it never corrupts the database.
             conn.execute("PRAGMA synchronous=NORMAL")
