@@ -481,7 +481,10 @@ class Integration:
             finally:
                 local.depth = depth
                 if depth == 0:  # compile_fx calls itself for some graphs
-                    cache.finish_thread_leads(_written_later, AOT_WRITE_GRACE_S)
+                    try:
+                        cache.finish_thread_leads(_written_later, AOT_WRITE_GRACE_S)
+                    except Exception as exc:  # never raise into torch; leases expire anyway
+                        log.debug("compilecache: could not end torch leases: %s", exc)
 
         return wrapper
 
