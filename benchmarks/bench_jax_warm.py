@@ -258,11 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", help="layer counts (default 4 12)")
     parser.add_argument("--cold-runs", type=int, help="cold runs per layer count (default 3)")
     parser.add_argument("--warm-runs", type=int, help="warm runs per variant (default 15)")
-    parser.add_argument(
-        "--no-write",
-        action="store_true",
-        help="do not write results/ (a --quick run writes <name>-quick.*)",
-    )
+    common.add_no_write(parser)
     args = parser.parse_args(argv)
     layers = args.layers or ([4] if args.quick else [4, 12])
     cold_runs = args.cold_runs or (1 if args.quick else 3)
@@ -284,15 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         for b in per_layers
     )
     if not args.no_write:
-        data = {
-            "benchmark": NAME,
-            "command": command,
-            "machine": info,
-            "quick": args.quick,
-            "target": {"compilecache_warm_over_jax_warm_max": TARGET_RATIO},
-            "targets_met": ok,
-            "layers": per_layers,
-        }
+        data = common.results_record(
+            NAME,
+            info,
+            args.quick,
+            target={"compilecache_warm_over_jax_warm_max": TARGET_RATIO},
+            targets_met=ok,
+            layers=per_layers,
+        )
         common.save_results(NAME, args.quick, data, markdown)
     return 0
 

@@ -200,11 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "--jax-put-budget", type=float, help="seconds of JAX puts per level (default 30; quick 5)"
     )
     parser.add_argument("--dir", help="where to create the stores (default: a temporary dir)")
-    parser.add_argument(
-        "--no-write",
-        action="store_true",
-        help="do not write results/ (a --quick run writes <name>-quick.*)",
-    )
+    common.add_no_write(parser)
     args = parser.parse_args(argv)
     levels = sorted(args.levels or ([1000, 10000] if args.quick else [1000, 10000, 100000]))
     ops = args.ops or (200 if args.quick else 1000)
@@ -230,16 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     markdown = render(info, results, verdicts, command)
     print(markdown)
     if not args.no_write:
-        data = {
-            "benchmark": NAME,
-            "command": command,
-            "machine": info,
-            "quick": args.quick,
-            "value_size": VALUE_SIZE,
-            "target": {"rate_largest_over_1k_min": TARGET_RATE_100K_OVER_1K},
-            "targets_met": all(v[2] == "met" for v in verdicts),
-            "levels": results,
-        }
+        data = common.results_record(
+            NAME,
+            info,
+            args.quick,
+            value_size=VALUE_SIZE,
+            target={"rate_largest_over_1k_min": TARGET_RATE_100K_OVER_1K},
+            targets_met=all(v[2] == "met" for v in verdicts),
+            levels=results,
+        )
         common.save_results(NAME, args.quick, data, markdown)
     return 0
 

@@ -207,9 +207,8 @@ def main() -> int:
         ]
     )
     print(table)
-    common.save_results(
-        NAME, args.quick, {"machine": info, "summary": summary, "runs": runs}, markdown
-    )
+    data = common.results_record(NAME, info, args.quick, summary=summary, runs=runs)
+    common.save_results(NAME, args.quick, data, markdown)
     return 0
 
 

@@ -254,11 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), help="value sizes")
     parser.add_argument("--dir", help="where to create the stores (default: a temporary dir)")
-    parser.add_argument(
-        "--no-write",
-        action="store_true",
-        help="do not write results/ (a --quick run writes <name>-quick.*)",
-    )
+    common.add_no_write(parser)
     args = parser.parse_args(argv)
     reps = REPS_QUICK if args.quick else REPS_FULL
     info = common.machine_info()
@@ -281,15 +277,14 @@ def main(argv: list[str] | None = None) -> int:
             if b["bytes"] >= 1000 * 1000
             for n in ("local_get", "cache_load")
         )
-        data = {
-            "benchmark": NAME,
-            "command": command,
-            "machine": info,
-            "quick": args.quick,
-            "target": {"get_over_raw_read_max_for_1MB_and_more": TARGET_GET_OVER_RAW},
-            "targets_met": met,
-            "sizes": blocks,
-        }
+        data = common.results_record(
+            NAME,
+            info,
+            args.quick,
+            target={"get_over_raw_read_max_for_1MB_and_more": TARGET_GET_OVER_RAW},
+            targets_met=met,
+            sizes=blocks,
+        )
         common.save_results(NAME, args.quick, data, markdown)
     return 0
 

@@ -448,18 +448,17 @@ def main(argv: list[str] | None = None) -> int:
         for b in blocks
     )
     if not args.no_write:
-        data = {
-            "benchmark": NAME,
-            "command": command,
-            "machine": info,
-            "quick": args.quick,
-            "targets": {
+        data = common.results_record(
+            NAME,
+            info,
+            args.quick,
+            targets={
                 "compilecache_hit_over_torch_warm_local_max": TARGET_OVER_WARM_LOCAL,
                 "torch_remote_and_mega_over_compilecache_hit_min": TARGET_SPEEDUP_OVER_TORCH_REMOTE,
             },
-            "targets_met": ok,
-            "models": blocks,
-        }
+            targets_met=ok,
+            models=blocks,
+        )
         paths = common.write_results(NAME, data, markdown)
         common.progress(f"wrote {paths[0]} and {paths[1]}")
     return 0

@@ -7,6 +7,7 @@ drift between runs while ratios of interleaved medians hold.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import json
@@ -211,6 +212,29 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
 
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
+
+
+def add_no_write(parser: argparse.ArgumentParser) -> None:
+    """The ``--no-write`` option of the benchmarks whose quick runs write ``<name>-quick``."""
+    parser.add_argument(
+        "--no-write",
+        action="store_true",
+        help="do not write results/ (a --quick run writes <name>-quick.*)",
+    )
+
+
+def results_record(
+    name: str, machine: Mapping[str, Any], quick: bool, **fields: Any
+) -> dict[str, Any]:
+    """A results file's JSON: which benchmark, how it was invoked, on what machine, then
+    ``fields``."""
+    return {
+        "benchmark": name,
+        "command": command_line(),
+        "machine": machine,
+        "quick": quick,
+        **fields,
+    }
 
 
 def save_results(name: str, quick: bool, data: dict[str, Any], markdown: str) -> None:
