@@ -146,6 +146,10 @@ class LeaseStore(Protocol):
 # What acquire_lease returns when the store cannot coordinate: lead, with nothing to release.
 NO_COORDINATION = ""
 
+# URL options every level takes, handled by the wrappers (ReadOnly, Guarded) and the session,
+# never by a backend: backends leave them out of what they pass on to their client libraries.
+WRAPPER_PARAMS = frozenset({"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size"})
+
 
 def supports_leases(store: object) -> bool:
     """Whether ``store`` (through its wrappers) can coordinate compiles with leases."""

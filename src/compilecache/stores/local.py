@@ -666,15 +666,22 @@ def _info(row: tuple[Any, ...]) -> EntryInfo:
     return EntryInfo(key, size, created, accessed, hits, EntryMeta(framework, name, compile_time))
 
 
-def from_url(url: StoreURL) -> Any:
-    if url.params.get("shared", "").strip().lower() in ("1", "true", "yes", "on"):
-        from compilecache.stores.sharedfs import from_url as shared_from_url
-
-        return shared_from_url(url)  # NFS/Lustre: no SQLite index, no flock
+def directory_and_size(url: StoreURL) -> tuple[str, int]:
+    """The directory and size bound of a directory URL (``/path``, ``~/path``, ``file:///path``,
+    ``?max_size=``), for the local and the shared-filesystem store."""
     path = url.path if url.scheme == "file" and not url.netloc else url.netloc + url.path
     if not path:
         raise StoreUnavailable(f"no directory in store URL {url.raw!r}")
     size = url.max_size or DEFAULT_MAX_SIZE
     if "max_size" in url.params:
         size = parse_size(url.params["max_size"], "max_size")
+    return path, size
+
+
+def from_url(url: StoreURL) -> Any:
+    if url.params.get("shared", "").strip().lower() in ("1", "true", "yes", "on"):
+        from compilecache.stores.sharedfs import from_url as shared_from_url
+
+        return shared_from_url(url)  # NFS/Lustre: no SQLite index, no flock
+    path, size = directory_and_size(url)
     return LocalStore(path, max_size=size)

@@ -38,7 +38,13 @@ from typing import Any
 import fsspec
 
 from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
-from compilecache.stores.base import NO_COORDINATION, EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import (
+    NO_COORDINATION,
+    WRAPPER_PARAMS,
+    EntryInfo,
+    EntryMeta,
+    StoreURL,
+)
 from compilecache.stores.frame import decode_frame, encode_frame, frame_length, info_of, meta_of
 from compilecache.stores.frame import key_filename as _key_filename
 
@@ -65,19 +71,7 @@ INSTALL_HINTS = {
     "abfs": "adlfs (pip install adlfs)",
     "abfss": "adlfs (pip install adlfs)",
 }
-_OWN_PARAMS = frozenset(
-    {
-        "timeout",
-        "retries",
-        "conditional",
-        "readonly",
-        "backoff",
-        "max_backoff",
-        "deadline",
-        "guard",
-        "max_size",
-    }
-)
+_OWN_PARAMS = frozenset({"timeout", "retries", "conditional"}) | WRAPPER_PARAMS
 
 
 class ObjectStore:

@@ -61,7 +61,14 @@ from redis.retry import Retry
 
 from compilecache.config import parse_duration, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable
-from compilecache.stores.base import HISTORY_KINDS, HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import (
+    HISTORY_KINDS,
+    HISTORY_LIMIT,
+    WRAPPER_PARAMS,
+    EntryInfo,
+    EntryMeta,
+    StoreURL,
+)
 
 DEFAULT_NAMESPACE = "compilecache"
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
@@ -83,23 +90,19 @@ _META_FIELDS = (
     "compile_time",
 )
 _ENTRY_META = ("framework", "name", "compile_time")
-_OWN_PARAMS = frozenset(
-    {
-        "prefix",
-        "namespace",
-        "ttl",
-        "chunk_size",
-        "timeout",
-        "connect_timeout",
-        "max_connections",
-        # generic options handled by wrappers
-        "readonly",
-        "backoff",
-        "max_backoff",
-        "deadline",
-        "guard",
-        "max_size",
-    }
+_OWN_PARAMS = (
+    frozenset(
+        {
+            "prefix",
+            "namespace",
+            "ttl",
+            "chunk_size",
+            "timeout",
+            "connect_timeout",
+            "max_connections",
+        }
+    )
+    | WRAPPER_PARAMS
 )
 
 # KEYS[1] = hash. ARGV: base, ver, n, ttl_ms, grace_ms, then field/value pairs.

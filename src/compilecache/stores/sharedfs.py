@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from compilecache.config import DEFAULT_MAX_SIZE, parse_duration, parse_size
+from compilecache.config import DEFAULT_MAX_SIZE, parse_duration
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
 from compilecache.stores.frame import (
@@ -57,6 +57,7 @@ from compilecache.stores.frame import (
     write_atomic,
 )
 from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
+from compilecache.stores.local import directory_and_size
 
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
@@ -358,12 +359,7 @@ def from_url(url: StoreURL) -> SharedFSStore:
 
     Options: ``max_size``, ``touch_interval`` and ``evict_interval`` (durations), ``fsync=0``.
     """
-    path = url.path if url.scheme == "file" and not url.netloc else url.netloc + url.path
-    if not path:
-        raise StoreUnavailable(f"no directory in store URL {url.raw!r}")
-    size = url.max_size or DEFAULT_MAX_SIZE
-    if "max_size" in url.params:
-        size = parse_size(url.params["max_size"], "max_size")
+    path, size = directory_and_size(url)
     touch = url.params.get("touch_interval")
     evict = url.params.get("evict_interval")
     return SharedFSStore(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 from compilecache.errors import ConfigError, ReadOnlyStore, StoreUnavailable
 from compilecache.stores.base import (
@@ -47,16 +47,22 @@ log = logging.getLogger("compilecache")
 
 WritePolicy = Literal["all", "local"]
 _COUNTERS = ("hits", "misses", "errors", "skipped", "writes", "write_errors", "backfills")
+W = TypeVar("W")
+
+
+def _wrapper(store: Store, kind: type[W]) -> W | None:
+    """The ``kind`` wrapper in ``store``'s chain of wrappers (each exposing ``inner``), if any."""
+    seen: Store | None = store
+    while seen is not None:
+        if isinstance(seen, kind):
+            return seen
+        seen = getattr(seen, "inner", None)
+    return None
 
 
 def is_read_only(store: Store) -> bool:
     """Whether ``store`` (through any wrappers exposing ``inner``) refuses writes."""
-    seen: Store | None = store
-    while seen is not None:
-        if isinstance(seen, ReadOnly):
-            return True
-        seen = getattr(seen, "inner", None)
-    return False
+    return _wrapper(store, ReadOnly) is not None
 
 
 class Tiered:
@@ -214,7 +220,7 @@ class Tiered:
             with self._lock:
                 counts: dict[str, float] = dict(self._counts[depth])
             counts["writable"] = 1.0 if self._writable[depth] else 0.0
-            guarded = _find_guard(level)
+            guarded = _wrapper(level, Guarded)
             if guarded is not None:
                 # The guard sees every skipped call (a skipped read is also a miss here).
                 for name, value in guarded.stats().items():
@@ -250,7 +256,7 @@ class Tiered:
     def _history_level(self) -> HistoryStore | None:
         for depth, level in enumerate(self.levels):
             if self._writable[depth] and isinstance(_innermost(level), HistoryStore):
-                guarded = _find_guard(level)
+                guarded = _wrapper(level, Guarded)
                 if guarded is not None and guarded.down:
                     return None  # in back-off: no history rather than a timeout per miss
                 return level  # type: ignore[return-value]
@@ -302,15 +308,6 @@ def _innermost(store: Store) -> Store:
     while (inner := getattr(store, "inner", None)) is not None:
         store = inner
     return store
-
-
-def _find_guard(store: Store) -> Guarded | None:
-    seen: Store | None = store
-    while seen is not None:
-        if isinstance(seen, Guarded):
-            return seen
-        seen = getattr(seen, "inner", None)
-    return None
 
 
 def open_level(url: str, max_size: int | None = None, *, read_only: bool = False) -> Store:
