@@ -23,6 +23,14 @@ class CorruptEntry(CompileCacheError):
     """Bytes that should hold a cache entry do not: truncated, bit-flipped or foreign."""
 
 
+class ForeignEntry(CompileCacheError):
+    """An intact entry signed with another key (or unsigned where a key is set).
+
+    Not a :class:`CorruptEntry` on purpose: it is a miss, but it is left where it is, because
+    the entry may be valid for the clients that hold the right key.
+    """
+
+
 class ReadOnlyStore(CompileCacheError):
     """A write was attempted on a store opened read-only."""
 
