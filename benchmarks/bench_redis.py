@@ -38,10 +38,11 @@ import common
 
 sys.path.insert(0, str(common.REPO_ROOT))  # tests.servers starts the Redis server
 
-from compilecache.stores.base import EntryMeta, open_url
+from compilecache.stores.base import EntryMeta
 from compilecache.stores.local import LocalStore
 from compilecache.stores.redis import RedisStore
-from compilecache.stores.tiered import Tiered, from_urls
+from compilecache.stores.registry import from_urls, open_url
+from compilecache.stores.tiered import Tiered
 
 NAME = "bench_redis"
 TARGET_GET_OVER_RAW = 1.3  # for values of 1 MB and more

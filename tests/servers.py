@@ -324,7 +324,7 @@ def moto_server() -> Iterator[MotoServer]:
 # check that everything they get is one whole value. Prints one JSON line of counts.
 RACE_WORKER = r"""
 import hashlib, json, os, sys, time
-from compilecache.stores.base import open_url
+from compilecache.stores.registry import open_url
 role, url, key, seconds, size, ident, barrier, total = sys.argv[1:9]
 store = open_url(url)
 # Start together: imports take seconds on a loaded machine, the race itself must not.
@@ -369,7 +369,7 @@ def run_race(
     import json
     import tempfile
 
-    from compilecache.stores.base import open_url
+    from compilecache.stores.registry import open_url
     from tests.conftest import clean_env
 
     seed = open_url(url)

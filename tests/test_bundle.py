@@ -26,8 +26,9 @@ from compilecache.cache import Cache
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError
-from compilecache.stores.base import EntryInfo, EntryMeta, Store, open_url
+from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.local import LocalStore
+from compilecache.stores.registry import open_url
 from tests import servers
 from tests.conftest import TESTS, clean_env, last_json, run_python
 from tests.servers import RedisServer, namespace

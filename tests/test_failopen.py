@@ -19,7 +19,8 @@ from compilecache.errors import CorruptEntry, ReadOnlyStore, StoreUnavailable
 from compilecache.stores.base import EntryMeta
 from compilecache.stores.guarded import DeadlineExceeded, Guarded, LevelSkipped
 from compilecache.stores.memory import MemoryStore
-from compilecache.stores.tiered import Tiered, from_urls
+from compilecache.stores.registry import from_urls
+from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.servers import RedisServer, free_port, namespace
 

@@ -14,8 +14,9 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from compilecache.errors import CorruptEntry, StoreUnavailable
-from compilecache.stores.base import EntryMeta, Store, open_url
+from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.objectstore import ObjectStore
+from compilecache.stores.registry import open_url
 from tests import servers
 from tests.servers import MotoServer, run_race
 from tests.stores.conformance import StoreConformance

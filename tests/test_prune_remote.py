@@ -14,11 +14,12 @@ import pytest
 import redis
 
 from compilecache.cli import main
-from compilecache.stores.base import EntryMeta, Store, open_url
+from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.frame import encode_frame
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.redis import RedisStore
+from compilecache.stores.registry import open_url
 from tests import servers
 from tests.servers import MotoServer, RedisServer, namespace
 

@@ -17,8 +17,9 @@ from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry
 from compilecache.stores import leasefile, sharedfs
-from compilecache.stores.base import EntryMeta, Store, open_url
+from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.local import LocalStore
+from compilecache.stores.registry import open_url
 from compilecache.stores.sharedfs import SharedFSStore
 from tests.servers import run_race
 from tests.stores.conformance import StoreConformance

@@ -22,17 +22,12 @@ import pytest
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
-from compilecache.stores.base import (
-    NO_COORDINATION,
-    LeaseStore,
-    Store,
-    open_url,
-    supports_leases,
-)
+from compilecache.stores.base import NO_COORDINATION, Store
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.registry import open_url
 from compilecache.stores.sharedfs import SharedFSStore
 from compilecache.stores.tiered import Tiered
 from tests import servers
@@ -60,12 +55,12 @@ def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
         moto: MotoServer = request.getfixturevalue("moto_server")
         store = open_url(moto.url(moto.create_bucket(), "leases"))
         assert isinstance(store, ObjectStore) and store.conditional
-    assert supports_leases(store)
+    assert store.supports_leases()
     yield store
     store.close()
 
 
-def test_one_holder_at_a_time(lease_store: LeaseStore) -> None:
+def test_one_holder_at_a_time(lease_store: Store) -> None:
     first = lease_store.acquire_lease("jax/jit_f-1", 30)
     assert first
     assert lease_store.acquire_lease("jax/jit_f-1", 30) is None
@@ -83,7 +78,7 @@ def test_one_holder_at_a_time(lease_store: LeaseStore) -> None:
     assert lease_store.renew_lease("jax/jit_f-1", again, 30)
 
 
-def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(lease_store: LeaseStore) -> None:
+def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(lease_store: Store) -> None:
     # Object store requests are slow on a loaded machine: give them a longer lease.
     ttl = 4.0 if isinstance(lease_store, ObjectStore) else 1.5
     start = time.monotonic()
@@ -103,7 +98,7 @@ def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(lease_store: LeaseS
     assert lease_store.acquire_lease("k", 5) is None
 
 
-def test_racing_acquirers_get_one_lease(lease_store: LeaseStore) -> None:
+def test_racing_acquirers_get_one_lease(lease_store: Store) -> None:
     won: list[str] = []
     start = threading.Barrier(8)
 
@@ -134,12 +129,12 @@ def test_lease_files_are_not_entries(tmp_path: Path, query: str) -> None:
 def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> None:
     local = LocalStore(tmp_path / "local")
     remote = open_url(f"{redis_server.url}/{namespace()}")
-    assert isinstance(remote, (Guarded, LeaseStore))
+    assert remote.supports_leases()
     tiered = Tiered([local, Guarded(remote)])
     token = tiered.acquire_lease("jax/k", 30)
     assert token
     # The lease lives on the shared (last written) level, so other hosts see it...
-    assert isinstance(remote, LeaseStore) and remote.acquire_lease("jax/k", 30) is None
+    assert remote.acquire_lease("jax/k", 30) is None
     # ... and not on this host's disk.
     assert local.acquire_lease("jax/k", 30)
     tiered.release_lease("jax/k", token)
@@ -147,8 +142,8 @@ def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> 
     # With writes to the local level only, the local level coordinates.
     assert Tiered([local, Guarded(remote)], writes="local")._lease_level() is local
     # Read-only stores and stores without leases cannot lead anything.
-    assert not supports_leases(ReadOnly(local))
-    assert not supports_leases(open_url("memory://no-leases"))
+    assert not ReadOnly(local).supports_leases()
+    assert not open_url("memory://no-leases").supports_leases()
     assert Tiered([ReadOnly(local)]).acquire_lease("x", 1) == NO_COORDINATION
     local.close()
     remote.close()
@@ -157,18 +152,18 @@ def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> 
 def test_wrappers_delegate_leases_to_a_shared_mount(tmp_path: Path) -> None:
     local = LocalStore(tmp_path / "local")
     shared = open_url(f"{tmp_path / 'mount'}?shared=1")
-    assert supports_leases(shared) and supports_leases(Guarded(shared))
+    assert shared.supports_leases() and Guarded(shared).supports_leases()
     tiered = Tiered([local, Guarded(shared)])
-    assert supports_leases(tiered) and tiered._lease_level() is not local
+    assert tiered.supports_leases() and tiered._lease_level() is not local
     token = tiered.acquire_lease("jax/k", 30)
     assert token
     # On the mount, where every host sees it; not on this host's disk.
-    assert isinstance(shared, LeaseStore) and shared.acquire_lease("jax/k", 30) is None
+    assert shared.acquire_lease("jax/k", 30) is None
     assert local.acquire_lease("jax/k", 30)
     assert tiered.renew_lease("jax/k", token, 30)
     tiered.release_lease("jax/k", token)
     assert shared.acquire_lease("jax/k", 30)
-    assert not supports_leases(ReadOnly(shared))
+    assert not ReadOnly(shared).supports_leases()
     local.close()
 
 

@@ -20,10 +20,11 @@ from compilecache.errors import StoreUnavailable
 from compilecache.report import prometheus
 from compilecache.session import Session, _open
 from compilecache.stats import function_counter, split_counters
-from compilecache.stores.base import HISTORY_LIMIT, EntryMeta, open_url
+from compilecache.stores.base import HISTORY_LIMIT, EntryMeta
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
+from compilecache.stores.registry import open_url
 from tests import servers
 from tests.conftest import TESTS, clean_env, last_json
 

@@ -19,7 +19,8 @@ from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.readonly import ReadOnly
 from compilecache.stores.redis import RedisStore
-from compilecache.stores.tiered import Tiered, from_urls
+from compilecache.stores.registry import from_urls
+from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.servers import RedisServer, namespace
 from tests.stores.conformance import StoreConformance

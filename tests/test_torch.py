@@ -47,7 +47,7 @@ PROGRAM = r"""
 import json, sys
 url, model, salt = sys.argv[1], sys.argv[2], sys.argv[3]
 if url.startswith("broken://"):
-    from compilecache.stores.base import register_scheme
+    from compilecache.stores.registry import register_scheme
 
     class Broken:
         def __init__(self, url):

@@ -24,7 +24,7 @@ from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import CorruptEntry
 from compilecache.singleflight import SingleFlight
 from compilecache.stats import Stats, function_counter
-from compilecache.stores.base import EntryMeta, LeaseStore, Store, supports_leases
+from compilecache.stores.base import EntryMeta, Store
 
 log = logging.getLogger("compilecache")
 # Per-compile events kept in memory for ``compilecache run`` and ``doctor`` (a bound on a run).
@@ -58,7 +58,7 @@ class Cache:
         self.events: list[dict[str, Any]] | None = None
         # Single-flight compiles (load_or_lead): only where the store can coordinate.
         self._flight: SingleFlight | None = None
-        leases = store if isinstance(store, LeaseStore) and supports_leases(store) else None
+        leases = store if store.supports_leases() else None
         if not read_only and wait_timeout > 0 and leases is not None:
             self._flight = SingleFlight(
                 self, leases, lease_ttl=lease_ttl, wait_timeout=wait_timeout

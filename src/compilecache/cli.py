@@ -19,8 +19,7 @@ from compilecache.config import format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry
 from compilecache.session import open_store
 from compilecache.stats import COUNTERS, split_counters
-from compilecache.stores.base import EntryInfo, StatsStore, Store
-from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.base import EntryInfo, Store
 
 HEADLINE = ("hits", "misses", "writes", "errors", "compile_time_saved_s")
 FUNCTION_COUNTERS = ("hits", "misses", "writes", "compile_time_s", "compile_time_saved_s")
@@ -30,9 +29,8 @@ def _store(args: argparse.Namespace) -> Store:
     return open_store(args.url)
 
 
-def _stats_backend(store: Store) -> StatsStore | None:
-    inner = store.inner if isinstance(store, ReadOnly) else store
-    return inner if isinstance(inner, StatsStore) else None
+def _stats_backend(store: Store) -> Store | None:
+    return store if store.keeps_stats() else None
 
 
 def _print_json(data: Any) -> None:
@@ -162,7 +160,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         _print_json(records)
         return 0
     if not records:
-        if history.backend(store) is None:
+        if not history.keeps(store):
             print(f"compilecache: {store.url} keeps no miss history (local, memory and Redis do)")
         else:
             print(
@@ -371,11 +369,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     backend = _stats_backend(store)
     if backend is not None:
         backend.zero_stats()
-    from compilecache import history
-
-    kept = history.backend(store)
-    if kept is not None:
-        kept.clear_history()  # explanations name entries that are gone now
+    store.clear_history()  # explanations name entries that are gone now
     print(f"compilecache: removed {removed} entries")
     return 0
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from compilecache import entry, history
 from compilecache.entry import EntryHeader
+from compilecache.errors import CorruptEntry
 from compilecache.stats import function_counter
 from compilecache.stores.base import EntryInfo, Store
 
@@ -346,29 +347,6 @@ _slow_levels: set[str] = set()
 _slow_lock = threading.Lock()
 
 
-def _levels(store: Store) -> list[Store]:
-    """The levels of a tiered store (fastest first), else the store itself."""
-    from compilecache.stores.tiered import Tiered
-
-    seen: Store | None = store
-    while seen is not None:
-        if isinstance(seen, Tiered):
-            return list(seen.levels)
-        seen = getattr(seen, "inner", None)
-    return [store]
-
-
-def _reader(level: Store) -> Callable[[str], bytes | None]:
-    """``peek`` (no hit counted, LRU order untouched) where a store in the chain has it."""
-    seen: Store | None = level
-    while seen is not None:
-        if callable(getattr(type(seen), "peek", None)):
-            peek: Callable[[str], bytes | None] = seen.peek  # type: ignore[attr-defined]
-            return peek
-        seen = getattr(seen, "inner", None)
-    return level.get
-
-
 def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo]:
     if level.url in _slow_levels:
         return []
@@ -386,10 +364,10 @@ def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo
 
 
 def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
-    read = _reader(level)
     for info in sorted(infos, key=lambda i: -i.created)[:MAX_CANDIDATES]:
         try:
-            data = read(info.key)
+            # peek: reading a neighbour to explain a miss counts no hit and touches nothing.
+            data = level.peek(info.key)
             if data is not None:
                 yield entry.read_header(data)
         except Exception as exc:  # a damaged or vanished candidate is skipped
@@ -409,7 +387,7 @@ def nearest_entry(
     (those agreeing on the ``identity`` components first), the newest on ties; and how many
     same-name entries were seen. The first level holding any same-name entry is searched
     (normally the local disk)."""
-    for level in _levels(store):
+    for level in store.levels:
         infos = _same_name(level, prefix, name, key)
         if not infos:
             continue
@@ -486,7 +464,10 @@ def _readable(header: EntryHeader) -> dict[str, Any]:
 def explain_stored(store: Store, key: str) -> Explanation | None:
     """How the stored entry ``key`` differs from its nearest same-name neighbour (for
     ``compilecache explain KEY`` when no miss of it was recorded)."""
-    data = _reader(store)(key)
+    try:
+        data = store.peek(key)
+    except CorruptEntry:
+        return None
     if data is None:
         return None
     header = entry.read_header(data)

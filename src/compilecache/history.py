@@ -23,8 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache.stores.base import HISTORY_LIMIT, HistoryStore, Store
-from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.base import HISTORY_LIMIT, Store
 
 log = logging.getLogger("compilecache")
 
@@ -32,20 +31,18 @@ MISS = "miss"
 RUN = "run"
 
 
-def backend(store: Store) -> HistoryStore | None:
-    """The part of ``store`` that keeps history, if any. A read-only wrapper is looked through:
-    a session that may not write entries still records why it missed."""
-    inner = store.inner if isinstance(store, ReadOnly) else store
-    return inner if isinstance(inner, HistoryStore) else None
+def keeps(store: Store) -> bool:
+    """Whether ``store`` keeps history. A read-only store does too: a session that may not
+    write entries still records why it missed."""
+    return store.keeps_history()
 
 
 def append(store: Store, kind: str, record: Mapping[str, Any]) -> bool:
     """Add ``record`` to ``store``'s ``kind`` log. Never raises; ``False`` when not kept."""
-    target = backend(store)
-    if target is None:
+    if not store.keeps_history():
         return False
     try:
-        target.add_history(kind, record)
+        store.add_history(kind, record)
     except Exception as exc:  # history is a convenience: it must never fail a compile
         log.debug("compilecache: could not record %s history: %s", kind, exc)
         return False
@@ -54,10 +51,7 @@ def append(store: Store, kind: str, record: Mapping[str, Any]) -> bool:
 
 def read(store: Store, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
     """The newest ``limit`` records of ``kind``, newest first (``[]`` without history)."""
-    target = backend(store)
-    if target is None:
-        return []
-    return [dict(r) for r in target.read_history(kind, limit)]
+    return [dict(r) for r in store.read_history(kind, limit)]
 
 
 def origin(run_id: str = "") -> dict[str, Any]:

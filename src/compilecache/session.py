@@ -23,8 +23,8 @@ from compilecache.cache import Cache
 from compilecache.config import Config
 from compilecache.errors import StoreUnavailable
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
-from compilecache.stores.base import EntryInfo, EntryMeta, StatsStore, Store, open_url
-from compilecache.stores.readonly import ReadOnly
+from compilecache.stores import registry
+from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 log = logging.getLogger("compilecache")
 
@@ -32,37 +32,27 @@ _lock = threading.RLock()
 _active: Session | None = None
 
 
-def open_store(url: str | None = None, *, max_size: int | str | None = None) -> Store:
+def open_store(
+    url: str | None = None, *, max_size: int | str | None = None, create: bool = True
+) -> Store:
     """Open the storage layer on its own: one URL, or several comma-separated (tiers, fastest
-    first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``."""
+    first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``.
+    ``create=False``: only open a store that exists (a missing directory is an error)."""
     cfg = config_mod.load(url=url, max_size=max_size)
-    return _open(cfg)
+    return _open(cfg, create=create)
 
 
-def _open(cfg: Config) -> Store:
-    from compilecache.stores.base import parse_url
-    from compilecache.stores.guarded import guard
-    from compilecache.stores.tiered import from_urls
-
-    urls = [u.strip() for u in cfg.url.split(",") if u.strip()]
-    if len(urls) > 1:
-        # Read-only reaches every level, so that a read-only session does not backfill either.
-        store: Store = from_urls(
-            urls,
-            cfg.max_size,
-            writes=cfg.tier_writes,
-            read_only=cfg.read_only,
-        )
-    else:
-        url = urls[0] if urls else cfg.url
-        # Remote stores fail open: a failure costs its timeout once, then a back-off period.
-        store = guard(open_url(url, cfg.max_size), parse_url(url, cfg.max_size))
-    if cfg.read_only:
-        store = ReadOnly(store)
-    return store
+def _open(cfg: Config, *, create: bool = True) -> Store:
+    return registry.open_store(
+        cfg.url,
+        cfg.max_size,
+        read_only=cfg.read_only,
+        tier_writes=cfg.tier_writes,
+        create=create,
+    )
 
 
-class UnavailableStore:
+class UnavailableStore(Store):
     """Stands in for a store that could not be opened: every call fails, so the Cache layer
     counts each lookup as an error and a miss, warns once, and the program runs uncached."""
 
@@ -140,13 +130,10 @@ class Session:
             self._write_spool(Path(spool), current)
         if not delta:
             return
-        store = self.store
-        inner = store.inner if isinstance(store, ReadOnly) else store
-        if isinstance(inner, StatsStore):
-            try:
-                inner.add_stats(delta)
-            except Exception as exc:
-                log.debug("compilecache: could not save stats: %s", exc)
+        try:
+            self.store.add_stats(delta)
+        except Exception as exc:
+            log.debug("compilecache: could not save stats: %s", exc)
 
     def _write_spool(self, spool: Path, current: dict[str, float]) -> None:
         """``<pid>.json``: this process's counters (summed by ``run``); ``<pid>.events.jsonl``:
@@ -163,15 +150,9 @@ class Session:
 
     def _level_counters(self) -> dict[str, float]:
         """Per-level counters of a tiered store, as ``level.<url>.<counter>``."""
-        from compilecache.stores.tiered import Tiered
-
-        store = self.store
-        inner = store.inner if isinstance(store, ReadOnly) else store
-        if not isinstance(inner, Tiered):
-            return {}
         return {
             level_counter(url, name): value
-            for url, counts in inner.level_stats().items()
+            for url, counts in self.store.level_stats().items()
             for name, value in counts.items()
             if name not in ("writable", "down")  # states, not counts
         }

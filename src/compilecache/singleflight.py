@@ -3,7 +3,7 @@ the others wait for its entry instead of compiling the same function N times.
 
 The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_lead`):
 
-1. Try to take the key's lease in the store (:class:`~compilecache.stores.base.LeaseStore`:
+1. Try to take the key's lease in the store (:meth:`~compilecache.stores.base.Store.acquire_lease`:
    an exclusively created lock file, a Redis ``SET NX PX``, a conditional object create).
 2. Taken: look once more (the previous holder may have published its entry and released the
    lease between our lookup and our acquire). Still nothing: this process leads. It compiles,
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compilecache.stores.base import LeaseStore
+from compilecache.stores.base import Store
 
 if TYPE_CHECKING:
     from compilecache.cache import Cache
@@ -83,7 +83,7 @@ class SingleFlight:
     def __init__(
         self,
         cache: Cache,
-        store: LeaseStore,
+        store: Store,
         *,
         lease_ttl: float,
         wait_timeout: float,

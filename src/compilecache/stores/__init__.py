@@ -1,5 +1,7 @@
-"""Storage backends behind one :class:`~compilecache.stores.base.Store` protocol."""
+"""The storage layer: bytes in, bytes out, behind one :class:`~compilecache.stores.base.Store`
+base; :mod:`compilecache.stores.registry` opens stores from URLs."""
 
-from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL, open_url
+from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL, StoreWrapper
+from compilecache.stores.registry import open_store, open_url
 
-__all__ = ["EntryInfo", "EntryMeta", "Store", "StoreURL", "open_url"]
+__all__ = ["EntryInfo", "EntryMeta", "Store", "StoreURL", "StoreWrapper", "open_store", "open_url"]

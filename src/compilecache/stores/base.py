@@ -1,22 +1,19 @@
-"""The Store protocol every backend implements, its records, and the URL scheme registry.
+"""The bottom of the storage layer: the :class:`Store` base every backend subclasses, the
+:class:`StoreWrapper` every wrapper subclasses, and the records they pass around.
 
-A store is bytes in, bytes out. It knows nothing about JAX, torch or the entry format: wrappers
-(tiers, read-only, the integrity-checking :class:`compilecache.cache.Cache`) add behaviour on top.
-
-``get`` never raises for a missing key (a miss is ``None``); errors that a store cannot recover
-from raise :class:`compilecache.errors.CompileCacheError` subclasses and are turned into counted
-misses by the cache layer.
+A store is bytes in, bytes out. It knows nothing about JAX, torch or the entry format: the
+integrity-checking :class:`compilecache.cache.Cache` sits on top. This module imports nothing
+from the rest of ``stores/``; the one place that puts stores together from URLs is
+:mod:`compilecache.stores.registry`.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator, Mapping
+import abc
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
-from urllib.parse import parse_qsl, urlsplit
 
-from compilecache.errors import ConfigError, StoreUnavailable
+from compilecache.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -52,116 +49,270 @@ class EntryInfo:
         return self.meta.compile_time_s
 
 
-@runtime_checkable
-class Store(Protocol):
-    """The storage layer: six methods, bytes in and bytes out."""
-
-    url: str
-
-    def get(self, key: str) -> bytes | None:
-        """The value stored under ``key``, or ``None``."""
-        ...
-
-    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
-        """Store ``value`` under ``key``, replacing any earlier value atomically."""
-        ...
-
-    def delete(self, key: str) -> bool:
-        """Remove ``key``; ``True`` when something was removed."""
-        ...
-
-    def stat(self, key: str) -> EntryInfo | None:
-        """Metadata of ``key`` without reading its value."""
-        ...
-
-    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
-        """Metadata of every key starting with ``prefix`` (no payload reads)."""
-        ...
-
-    def close(self) -> None:
-        """Release connections and files. Idempotent."""
-        ...
-
-
-@runtime_checkable
-class StatsStore(Protocol):
-    """Optional: a store that keeps persistent counters shared by every process using it."""
-
-    def add_stats(self, counters: Mapping[str, float]) -> None: ...
-
-    def read_stats(self) -> dict[str, float]: ...
-
-    def zero_stats(self) -> None: ...
-
-
 # How many records of each kind a history keeps (the oldest are dropped first).
 HISTORY_LIMIT = 1000
 # The kinds of history records compilecache writes.
 HISTORY_KINDS = ("miss", "run")
 
-
-@runtime_checkable
-class HistoryStore(Protocol):
-    """Optional: a store that keeps a short, capped log of JSON records beside its entries.
-
-    ``kind`` separates the logs (``"miss"``: explained cache misses, ``"run"``: per-process
-    totals). History is never an entry: it does not appear in ``scan``, sizes or pruning.
-    """
-
-    def add_history(self, kind: str, record: Mapping[str, object]) -> None: ...
-
-    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
-        """The newest ``limit`` records of ``kind``, newest first."""
-        ...
-
-    def clear_history(self) -> None: ...
-
-
-@runtime_checkable
-class LeaseStore(Protocol):
-    """Optional: short-lived, expiring locks on keys, for single-flight compiles.
-
-    When several processes miss the same key at once, the one that takes the key's lease
-    compiles and the others wait for its entry (:mod:`compilecache.singleflight`). A lease
-    expires ``ttl_s`` seconds after it was taken or last renewed, so a holder that dies blocks
-    nobody for longer than that. Leases are an optimisation, never a correctness device: two
-    holders at once (a holder stalled past its expiry) cost a duplicate compile, nothing more.
-
-    ``acquire_lease`` returns a token when the lease was taken, ``None`` when another process
-    holds it, and ``""`` (NO_COORDINATION) when this store cannot coordinate (go ahead and
-    compile, nothing to release).
-    """
-
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None: ...
-
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        """Extend a lease still held with ``token``; ``False`` when it was lost."""
-        ...
-
-    def release_lease(self, key: str, token: str) -> None:
-        """Give up a lease if ``token`` still holds it (never removes another holder's)."""
-        ...
-
-
 # What acquire_lease returns when the store cannot coordinate: lead, with nothing to release.
 NO_COORDINATION = ""
 
-# URL options every level takes, handled by the wrappers (ReadOnly, Guarded) and the session,
-# never by a backend: backends leave them out of what they pass on to their client libraries.
+
+class Store(abc.ABC):
+    """The storage layer: bytes in, bytes out, plus optional capabilities with safe defaults.
+
+    A backend implements the five abstract methods. Every optional capability is a method here
+    whose default answers "not supported" harmlessly (sccache's ``Storage`` trait does the same
+    with its optional calls), so a caller always asks the store and never unwraps or probes it:
+
+    - ``peek``: a read that changes nothing (no hit counted, no access time, no backfill, no
+      repair). The default is ``get``: a backend whose ``get`` records anything overrides it.
+    - counters (``keeps_stats``, ``add_stats``, ``read_stats``, ``zero_stats``): persistent
+      counters shared by every process using the store.
+    - history (``keeps_history``, ``add_history``, ``read_history``, ``clear_history``): a capped
+      log of JSON records beside the entries (``"miss"``: explained misses, ``"run"``: per-process
+      totals). History is never an entry: it is not in ``scan``, sizes or pruning.
+    - leases (``supports_leases``, ``acquire_lease``, ``renew_lease``, ``release_lease``):
+      short-lived, expiring locks on keys for single-flight compiles
+      (:mod:`compilecache.singleflight`). A lease expires ``ttl_s`` seconds after it was taken or
+      last renewed, so a holder that dies blocks nobody for longer. Leases are an optimisation,
+      never a correctness device. ``acquire_lease`` returns a token when taken, ``None`` when
+      another process holds it, and ``""`` (:data:`NO_COORDINATION`) when the store cannot
+      coordinate (go ahead and compile, nothing to release).
+    - shape: ``read_only``, ``levels`` (the tiers, fastest first), ``available`` (False while a
+      remote level is in back-off), ``health`` (a guard's counters), ``level_stats``.
+
+    ``get`` never raises for a missing key (a miss is ``None``); errors a store cannot recover
+    from raise :class:`~compilecache.errors.CompileCacheError` subclasses.
+    """
+
+    url: str
+
+    # -- the required protocol -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The value stored under ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        """Store ``value`` under ``key``, replacing any earlier value atomically."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; ``True`` when something was removed."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> EntryInfo | None:
+        """Metadata of ``key`` without reading its value."""
+
+    @abc.abstractmethod
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        """Metadata of every key starting with ``prefix`` (no payload reads)."""
+
+    def close(self) -> None:
+        """Release connections and files. Idempotent."""
+        return None  # a safe default, not an abstract method
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def peek(self, key: str) -> bytes | None:
+        """The value under ``key`` for looking at it (ls, show, verify, export, explain): no hit
+        counted, no access time refreshed, nothing backfilled, nothing removed. Damaged bytes
+        raise :class:`~compilecache.errors.CorruptEntry` and stay where they are."""
+        return self.get(key)
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
+        """``get`` and the entry's metadata (for a tier's backfill): in one read where the
+        backend can (Redis, object stores, shared mounts), else a ``get`` and a ``stat``."""
+        value = self.get(key)
+        if value is None:
+            return None
+        try:
+            info = self.stat(key)
+        except Exception:  # the value is what matters; metadata only labels a backfilled copy
+            info = None
+        return value, info.meta if info is not None else None
+
+    # -- shape -----------------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused (``?readonly=1``, ``COMPILECACHE_READ_ONLY=1``)."""
+        return False
+
+    @property
+    def levels(self) -> list[Store]:
+        """The levels of a tiered store, fastest first; a single store is its own level."""
+        return [self]
+
+    def available(self) -> bool:
+        """False while calls are being skipped (a remote level in back-off after a failure)."""
+        return True
+
+    def health(self) -> dict[str, float]:
+        """Counters of a fail-open guard (errors, timeouts, skipped, outages, recoveries, down)."""
+        return {}
+
+    def level_stats(self) -> dict[str, dict[str, float]]:
+        """Per-level counters of a tiered store, keyed by level URL."""
+        return {}
+
+    # -- persistent counters ---------------------------------------------------------------------
+
+    def keeps_stats(self) -> bool:
+        return False
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        """Add ``counters`` to the persistent totals (nothing, where none are kept)."""
+        return None  # a safe default, not an abstract method
+
+    def read_stats(self) -> dict[str, float]:
+        return {}
+
+    def zero_stats(self) -> None:
+        """Reset the persistent totals."""
+        return None  # a safe default, not an abstract method
+
+    # -- history ---------------------------------------------------------------------------------
+
+    def keeps_history(self) -> bool:
+        return False
+
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        """Append ``record`` to the capped log of ``kind`` (nothing, where none is kept)."""
+        return None  # a safe default, not an abstract method
+
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        """The newest ``limit`` records of ``kind``, newest first."""
+        return []
+
+    def clear_history(self) -> None:
+        """Remove every history record."""
+        return None  # a safe default, not an abstract method
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def supports_leases(self) -> bool:
+        return False
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        return NO_COORDINATION
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        """Extend a lease still held with ``token``; ``False`` when it was lost."""
+        return False
+
+    def release_lease(self, key: str, token: str) -> None:
+        """Give up a lease if ``token`` still holds it (never removes another holder's)."""
+        return None  # a safe default, not an abstract method
+
+
+class StoreWrapper(Store):
+    """A store around another one that forwards every call, capabilities included.
+
+    Wrappers (:class:`~compilecache.stores.guarded.Guarded`,
+    :class:`~compilecache.stores.readonly.ReadOnly`) override only what they change, so a
+    capability added to :class:`Store` reaches through every wrapper without further code.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def get(self, key: str) -> bytes | None:
+        return self.inner.get(key)
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self.inner.put(key, value, meta)
+
+    def delete(self, key: str) -> bool:
+        return self.inner.delete(key)
+
+    def stat(self, key: str) -> EntryInfo | None:
+        return self.inner.stat(key)
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        return self.inner.scan(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def peek(self, key: str) -> bytes | None:
+        return self.inner.peek(key)
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
+        return self.inner.get_with_meta(key)
+
+    @property
+    def read_only(self) -> bool:
+        return self.inner.read_only
+
+    @property
+    def levels(self) -> list[Store]:
+        inner_levels = self.inner.levels
+        # A single store wrapped is one level: this wrapper, not the store inside it.
+        return [self] if len(inner_levels) == 1 and inner_levels[0] is self.inner else inner_levels
+
+    def available(self) -> bool:
+        return self.inner.available()
+
+    def health(self) -> dict[str, float]:
+        return self.inner.health()
+
+    def level_stats(self) -> dict[str, dict[str, float]]:
+        return self.inner.level_stats()
+
+    def keeps_stats(self) -> bool:
+        return self.inner.keeps_stats()
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        self.inner.add_stats(counters)
+
+    def read_stats(self) -> dict[str, float]:
+        return self.inner.read_stats()
+
+    def zero_stats(self) -> None:
+        self.inner.zero_stats()
+
+    def keeps_history(self) -> bool:
+        return self.inner.keeps_history()
+
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        self.inner.add_history(kind, record)
+
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        return self.inner.read_history(kind, limit)
+
+    def clear_history(self) -> None:
+        self.inner.clear_history()
+
+    def supports_leases(self) -> bool:
+        return self.inner.supports_leases()
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        return self.inner.acquire_lease(key, ttl_s)
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        return self.inner.renew_lease(key, token, ttl_s)
+
+    def release_lease(self, key: str, token: str) -> None:
+        self.inner.release_lease(key, token)
+
+
+# URL options every level takes, handled by the composition root and the wrappers (ReadOnly,
+# Guarded), never by a backend: backends leave them out of what they pass on to their clients.
 WRAPPER_PARAMS = frozenset({"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size"})
-
-
-def supports_leases(store: object) -> bool:
-    """Whether ``store`` (through its wrappers) can coordinate compiles with leases."""
-    probe = getattr(store, "supports_leases", None)
-    if callable(probe):
-        return bool(probe())
-    return isinstance(store, LeaseStore)
 
 
 @dataclass(frozen=True)
 class StoreURL:
-    """A parsed store URL plus the settings a backend may need."""
+    """One parsed store level: its URL, options and the settings a backend may need.
+
+    ``create`` is False for commands that only read a store (``stats``, ``ls``, ``verify``...):
+    a backend that would create something (a directory) then refuses with a clear error, so a
+    mistyped path is reported instead of becoming a new, empty store.
+    """
 
     raw: str
     scheme: str
@@ -169,127 +320,22 @@ class StoreURL:
     path: str
     params: dict[str, str]
     max_size: int | None = None
+    create: bool = True
 
 
-def parse_url(url: str, max_size: int | None = None) -> StoreURL:
-    """Split ``url``; a bare path (``~/cache``, ``/mnt/c``, ``C:\\c``) means the local store."""
-    text = url.strip()
-    if not text:
-        raise ConfigError("empty store URL")
-    parts = urlsplit(text)
-    scheme = parts.scheme.lower()
-    if len(scheme) <= 1:  # a bare path (or a Windows drive letter)
-        path, _, query = text.partition("?")
-        return StoreURL(text, "file", "", path, dict(parse_qsl(query)), max_size)
-    return StoreURL(
-        raw=text,
-        scheme=scheme,
-        netloc=parts.netloc,
-        path=parts.path,
-        params=dict(parse_qsl(parts.query)),
-        max_size=max_size,
-    )
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
-StoreFactory = Callable[[StoreURL], Store]
-
-# scheme -> ("module:function", what to install when the import fails). Lazy: nothing heavy is
-# imported until a URL with that scheme is opened (the fsspec registry does the same).
-_BUILTIN: dict[str, tuple[str, str]] = {
-    "file": ("compilecache.stores.local:from_url", ""),
-    "memory": ("compilecache.stores.memory:from_url", ""),
-    "redis": ("compilecache.stores.redis:from_url", "redis (pip install 'compilecache[redis]')"),
-    "rediss": ("compilecache.stores.redis:from_url", "redis (pip install 'compilecache[redis]')"),
-    "redis+cluster": (
-        "compilecache.stores.redis:from_url",
-        "redis (pip install 'compilecache[redis]')",
-    ),
-    "rediss+cluster": (
-        "compilecache.stores.redis:from_url",
-        "redis (pip install 'compilecache[redis]')",
-    ),
-    "s3": (
-        "compilecache.stores.objectstore:from_url",
-        "fsspec and s3fs (pip install 'compilecache[s3]')",
-    ),
-    "gs": (
-        "compilecache.stores.objectstore:from_url",
-        "fsspec and gcsfs (pip install 'compilecache[gcs]')",
-    ),
-}
-_REGISTERED: dict[str, StoreFactory] = {}
-
-
-def register_scheme(scheme: str, factory: StoreFactory) -> None:
-    """Register a store factory for ``scheme`` (for third-party stores and tests)."""
-    _REGISTERED[scheme.lower()] = factory
-
-
-def register_builtin(scheme: str, target: str, install_hint: str = "") -> None:
-    """Declare a lazily imported built-in backend (``"module:function"``)."""
-    _BUILTIN[scheme.lower()] = (target, install_hint)
-
-
-def known_schemes() -> list[str]:
-    return sorted({*_BUILTIN, *_REGISTERED})
-
-
-def _entry_point_factory(scheme: str) -> StoreFactory | None:
-    from importlib import metadata  # slow to import: only when a scheme is unknown
-
-    for ep in metadata.entry_points(group="compilecache.stores"):
-        if ep.name.lower() == scheme:
-            factory: StoreFactory = ep.load()
-            return factory
-    return None
-
-
-def resolve_factory(scheme: str) -> StoreFactory:
-    """The factory for ``scheme``, importing its module on first use."""
-    if scheme in _REGISTERED:
-        return _REGISTERED[scheme]
-    if scheme in _BUILTIN:
-        target, hint = _BUILTIN[scheme]
-        module_name, _, attr = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            advice = f": install {hint} to use {scheme}://" if hint else ""
-            raise StoreUnavailable(f"cannot load the {scheme}:// store ({exc}){advice}") from exc
-        factory: StoreFactory = getattr(module, attr)
-        return factory
-    found = _entry_point_factory(scheme)
-    if found is not None:
-        _REGISTERED[scheme] = found
-        return found
-    if _fsspec_knows(scheme):  # any other fsspec protocol: the generic object store
-        from compilecache.stores.objectstore import from_url as fsspec_factory
-
-        return fsspec_factory
-    raise ConfigError(
-        f"unknown store URL scheme {scheme!r}; known: {', '.join(known_schemes())} "
-        "(third-party stores register in the 'compilecache.stores' entry-point group)"
-    )
-
-
-def _fsspec_knows(scheme: str) -> bool:
-    try:
-        from compilecache.stores.objectstore import known_protocol
-    except ImportError:  # fsspec is not installed
+def flag(params: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """The boolean URL option ``name`` (``1/true/yes/on``, ``0/false/no/off``): the one parser
+    of boolean options, so that every backend and wrapper reads them the same way."""
+    text = params.get(name)
+    value = "" if text is None else text.strip().lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
         return False
-    return known_protocol(scheme)
-
-
-def open_url(url: str, max_size: int | None = None) -> Store:
-    """Open one store level (no commas) and apply the generic ``?readonly=1`` option."""
-    parsed = parse_url(url, max_size)
-    store = resolve_factory(parsed.scheme)(parsed)
-    if _truthy(parsed.params.get("readonly")):
-        from compilecache.stores.readonly import ReadOnly
-
-        store = ReadOnly(store)
-    return store
-
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"store URL option {name}={text!r} is not a boolean (use 1 or 0)")

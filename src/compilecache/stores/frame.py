@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from compilecache.errors import CorruptEntry
-from compilecache.stores.base import EntryInfo, EntryMeta
+from compilecache.config import DEFAULT_MAX_SIZE, parse_size
+from compilecache.errors import CorruptEntry, StoreUnavailable
+from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
 
 FRAME_MAGIC = b"CCS1"
 _FRAME_PREFIX = struct.Struct(">4sI")
@@ -136,3 +137,21 @@ def write_atomic(tmp: Path, path: Path, chunks: tuple[bytes, ...], *, fsync: boo
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def directory_and_size(url: StoreURL) -> tuple[str, int]:
+    """The directory and size bound of a directory URL (``/path``, ``~/path``, ``file:///path``,
+    ``?max_size=``), for the local and the shared-filesystem store.
+
+    With ``url.create`` False (a command that only reads), a directory that does not exist is
+    an error naming it, instead of a new, empty store.
+    """
+    path = url.path if url.scheme == "file" and not url.netloc else url.netloc + url.path
+    if not path:
+        raise StoreUnavailable(f"no directory in store URL {url.raw!r}")
+    if not url.create and not os.path.isdir(os.path.expanduser(path)):
+        raise StoreUnavailable(f"no compilecache store at {path} (the directory does not exist)")
+    size = url.max_size or DEFAULT_MAX_SIZE
+    if "max_size" in url.params:
+        size = parse_size(url.params["max_size"], "max_size")
+    return path, size

@@ -31,14 +31,14 @@ from typing import Any, TypeVar
 
 from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore, StoreUnavailable
 from compilecache.stores.base import (
+    HISTORY_LIMIT,
     NO_COORDINATION,
     EntryInfo,
     EntryMeta,
-    LeaseStore,
-    StatsStore,
     Store,
     StoreURL,
-    supports_leases,
+    StoreWrapper,
+    flag,
 )
 
 log = logging.getLogger("compilecache")
@@ -71,8 +71,13 @@ def _warn_once(url: str, message: str) -> None:
     log.log(logging.WARNING if first else logging.DEBUG, "compilecache: %s", message)
 
 
-class Guarded:
-    """Wrap ``inner`` so that failures turn into a bounded, backed-off cost."""
+class Guarded(StoreWrapper):
+    """Wrap ``inner`` so that failures turn into a bounded, backed-off cost.
+
+    Every call that may reach the network goes through :meth:`_call`, capabilities included
+    (counters, history, leases); a capability the inner store lacks answers its safe default
+    without a call.
+    """
 
     def __init__(
         self,
@@ -87,8 +92,7 @@ class Guarded:
             raise ConfigError(f"backoff must be 0 <= backoff <= max_backoff, got {backoff}")
         if deadline is not None and deadline <= 0:
             raise ConfigError(f"deadline must be positive, got {deadline}")
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.deadline = deadline
@@ -190,13 +194,22 @@ class Guarded:
             return exc
         return StoreUnavailable(f"{self.url}: {what} failed: {exc}")
 
+    def available(self) -> bool:
+        return not self.down
+
+    def health(self) -> dict[str, float]:
+        return self.stats()
+
     # -- the Store protocol --------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
         return self._call("get", self.inner.get, key, miss=_none)
 
+    def peek(self, key: str) -> bytes | None:
+        return self._call("get", self.inner.peek, key, miss=_none)
+
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
-        return self._call("get", fetch_with_meta, self.inner, key, miss=_none)
+        return self._call("get", self.inner.get_with_meta, key, miss=_none)
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         self._call("put", self.inner.put, key, value, meta)
@@ -218,74 +231,53 @@ class Guarded:
         except Exception as exc:
             log.debug("compilecache: closing %s failed: %s", self.url, exc)
 
-    # -- persistent stats, when the inner store keeps them -------------------------------------
+    # -- capabilities: asked of the inner store under the guard, when it has them ---------------
 
     def add_stats(self, counters: Mapping[str, float]) -> None:
-        if isinstance(self.inner, StatsStore):
+        if self.inner.keeps_stats():
             self._call("add_stats", self.inner.add_stats, counters)
 
     def read_stats(self) -> dict[str, float]:
-        if isinstance(self.inner, StatsStore):
-            return self._call("read_stats", self.inner.read_stats)
-        return {}
+        if not self.inner.keeps_stats():
+            return {}
+        return self._call("read_stats", self.inner.read_stats)
 
     def zero_stats(self) -> None:
-        if isinstance(self.inner, StatsStore):
+        if self.inner.keeps_stats():
             self._call("zero_stats", self.inner.zero_stats)
 
-    # -- leases, when the inner store has them (a level in back-off cannot coordinate) ---------
+    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        if self.inner.keeps_history():
+            self._call("add_history", self.inner.add_history, kind, record)
 
-    def supports_leases(self) -> bool:
-        return supports_leases(self.inner)
+    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        if not self.inner.keeps_history():
+            return []
+        return self._call("read_history", self.inner.read_history, kind, limit)
 
+    def clear_history(self) -> None:
+        if self.inner.keeps_history():
+            self._call("clear_history", self.inner.clear_history)
+
+    # A level in back-off cannot coordinate: acquire fails at once (LevelSkipped), and the
+    # single-flight layer compiles without a lease.
     def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        if not isinstance(self.inner, LeaseStore):
+        if not self.inner.supports_leases():
             return NO_COORDINATION
         return self._call("acquire_lease", self.inner.acquire_lease, key, ttl_s)
 
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        if not isinstance(self.inner, LeaseStore):
+        if not self.inner.supports_leases():
             return False
         return self._call("renew_lease", self.inner.renew_lease, key, token, ttl_s)
 
     def release_lease(self, key: str, token: str) -> None:
-        if isinstance(self.inner, LeaseStore):
+        if self.inner.supports_leases():
             self._call("release_lease", self.inner.release_lease, key, token)
-
-    def __getattr__(self, name: str) -> Any:
-        # Backend-specific helpers (evict, total_size, ...) stay reachable through the wrapper.
-        if name == "inner":
-            raise AttributeError(name)
-        target = getattr(self.inner, name)
-        if name in _GUARDED_EXTRAS:
-            # Optional network calls (history) obey the back-off like every other call.
-            return lambda *args: self._call(name, target, *args)
-        return target
-
-
-# Optional methods of some backends that reach the network: routed through ``_call``.
-_GUARDED_EXTRAS = frozenset({"add_history", "read_history", "clear_history"})
 
 
 def _none() -> None:
     return None
-
-
-def fetch_with_meta(store: Store, key: str) -> tuple[bytes, EntryMeta | None] | None:
-    """``store.get(key)`` and the entry's metadata, in one read where the store offers
-    ``get_with_meta`` (Redis, object stores, shared mounts), else a ``get`` and a ``stat``."""
-    both = getattr(store, "get_with_meta", None)
-    if both is not None:
-        found: tuple[bytes, EntryMeta | None] | None = both(key)
-        return found
-    value = store.get(key)
-    if value is None:
-        return None
-    try:
-        info = store.stat(key)
-    except Exception:  # the value is what matters; metadata only labels a backfilled copy
-        info = None
-    return value, info.meta if info is not None else None
 
 
 def _is_timeout(exc: BaseException | None) -> bool:
@@ -308,8 +300,8 @@ def guard(store: Store, url: StoreURL) -> Store:
     out. A local directory is guarded too when it is a shared mount (``?shared=1``).
     """
     params = url.params
-    local = url.scheme in LOCAL_SCHEMES and not _truthy(params.get("shared"))
-    if local or params.get("guard", "1").strip() in ("0", "false", "no", "off"):
+    local = url.scheme in LOCAL_SCHEMES and not flag(params, "shared")
+    if local or not flag(params, "guard", default=True):
         return store
     backoff = _seconds(params, "backoff", DEFAULT_BACKOFF)
     return Guarded(
@@ -318,10 +310,6 @@ def guard(store: Store, url: StoreURL) -> Store:
         max_backoff=max(backoff, _seconds(params, "max_backoff", DEFAULT_MAX_BACKOFF)),
         deadline=_seconds(params, "deadline", None),
     )
-
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _seconds(params: Mapping[str, str], name: str, default: float | None) -> Any:

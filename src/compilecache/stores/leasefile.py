@@ -221,6 +221,9 @@ class LeaseFilesMixin:
 
     _leases: LeaseFiles
 
+    def supports_leases(self) -> bool:
+        return True
+
     def acquire_lease(self, key: str, ttl_s: float) -> str | None:
         return self._leases.acquire(key, ttl_s)
 

@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from compilecache.config import DEFAULT_MAX_SIZE, parse_size
-from compilecache.errors import CorruptEntry, StoreUnavailable
-from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
+from compilecache.config import DEFAULT_MAX_SIZE
+from compilecache.errors import CorruptEntry, ReadOnlyStore, StoreUnavailable
+from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, Store, StoreURL
 from compilecache.stores.frame import (
     decode_frame,
+    directory_and_size,
     encode_frame,
     frame_length,
     key_filename,
@@ -197,8 +198,14 @@ def _flush_open_stores() -> None:
             store.flush_access()
 
 
-class LocalStore(LeaseFilesMixin):
-    """A bounded, multi-process-safe store in one directory."""
+class LocalStore(LeaseFilesMixin, Store):
+    """A bounded, multi-process-safe store in one directory.
+
+    On read-only media (a read-only bind mount, an image layer, a directory this user cannot
+    write) the store serves reads: the index is opened immutable (or, when it cannot be, rebuilt
+    in memory from the entry files), access times and counters are not recorded, and writes
+    raise :class:`~compilecache.errors.ReadOnlyStore`.
+    """
 
     def __init__(self, root: str | os.PathLike[str], max_size: int = DEFAULT_MAX_SIZE) -> None:
         self.root = Path(root).expanduser()
@@ -215,6 +222,11 @@ class LocalStore(LeaseFilesMixin):
         self._last_touch_flush = time.monotonic()
         self._leases = LeaseFiles(self.root / "leases", self._write_atomic)
         _open_stores.add(self)
+        self.writable = _writable_directory(self.root)
+        if not self.writable:
+            if not self.entries_dir.is_dir():
+                raise StoreUnavailable(f"cannot use {self.root} as a cache directory: read-only")
+            return
         try:
             self.entries_dir.mkdir(parents=True, exist_ok=True)
             self.tmp_dir.mkdir(exist_ok=True)
@@ -225,11 +237,27 @@ class LocalStore(LeaseFilesMixin):
             raise StoreUnavailable(f"cannot use {self.root} as a cache directory: {exc}") from exc
         self._clean_stale_tmp()
 
+    @property
+    def read_only(self) -> bool:
+        return not self.writable
+
+    def keeps_stats(self) -> bool:
+        return True
+
+    def keeps_history(self) -> bool:
+        return True
+
+    def supports_leases(self) -> bool:
+        return self.writable
+
     # -- the index ---------------------------------------------------------------------------
 
     def _db(self) -> sqlite3.Connection:
         """This process's connection, opened lazily and reopened after a fork."""
         if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        if not self.writable:
+            self._conn, self._pid = self._connect_read_only(), os.getpid()
             return self._conn
         try:
             conn, fresh = self._connect()
@@ -269,6 +297,27 @@ class LocalStore(LeaseFilesMixin):
             conn.close()
             raise
         return conn, fresh
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """The index of a store on read-only media: opened immutable (no locks, no -shm file,
+        which read-only media cannot hold), or rebuilt in memory from the entry files when it
+        is missing, damaged or incomplete."""
+        uri = f"{self.index_path.as_uri()}?mode=ro&immutable=1"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            if conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE name IN ('entries', 'meta', 'stats', "
+                "'history')"
+            ).fetchone() == (4,):
+                return conn
+            conn.close()
+        except sqlite3.DatabaseError:
+            pass
+        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        conn.executescript(_SCHEMA)
+        self._conn, self._pid = conn, os.getpid()
+        self.rebuild_index()
+        return conn
 
     def _set_aside_index(self) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -331,7 +380,8 @@ class LocalStore(LeaseFilesMixin):
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            self._forget(key)
+            if self.writable:
+                self._forget(key)
             return None
         except OSError as exc:
             raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
@@ -364,6 +414,8 @@ class LocalStore(LeaseFilesMixin):
         buffered and written at most every ``_TOUCH_INTERVAL`` seconds (and before any read of
         the index, and at close or exit). LRU order is approximate by design, as in ccache.
         """
+        if not self.writable:
+            return  # read-only media: LRU order cannot be kept, and need not be
         with self._lock:
             previous = self._touches.get(key)
             hits = previous.hits + 1 if previous else 1
@@ -435,12 +487,19 @@ class LocalStore(LeaseFilesMixin):
             pass
 
     def _remove(self, key: str, path: Path) -> None:
+        if not self.writable:
+            return  # read-only media: a damaged entry is a miss, and stays
         with contextlib.suppress(sqlite3.Error), self._transaction() as conn:
             self._drop_row(conn, key)
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             path.unlink()
 
+    def _refuse_writes(self) -> None:
+        if not self.writable:
+            raise ReadOnlyStore(f"{self.root} is on read-only media")
+
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self._refuse_writes()
         meta = meta or EntryMeta()
         created = time.time()
         path = self.path_of(key)
@@ -465,6 +524,7 @@ class LocalStore(LeaseFilesMixin):
 
     @_index_errors
     def delete(self, key: str) -> bool:
+        self._refuse_writes()
         path = self.path_of(key)
         with self._transaction() as conn:
             had_row = self._drop_row(conn, key)
@@ -511,6 +571,7 @@ class LocalStore(LeaseFilesMixin):
     @_index_errors
     def evict(self, target_size: int) -> int:
         """Remove least recently used entries until the total is at most ``target_size``."""
+        self._refuse_writes()
         self.flush_access()
         removed = 0
         while True:
@@ -541,6 +602,8 @@ class LocalStore(LeaseFilesMixin):
 
     @_index_errors
     def add_stats(self, counters: Mapping[str, float]) -> None:
+        if not self.writable:
+            return  # read-only media keep the counters they were shipped with
         with self._transaction() as conn:
             conn.executemany(
                 "INSERT INTO stats VALUES (?, ?) "
@@ -556,6 +619,7 @@ class LocalStore(LeaseFilesMixin):
 
     @_index_errors
     def zero_stats(self) -> None:
+        self._refuse_writes()
         with self._transaction() as conn:
             conn.execute("DELETE FROM stats")
 
@@ -563,6 +627,8 @@ class LocalStore(LeaseFilesMixin):
 
     @_index_errors
     def add_history(self, kind: str, record: Mapping[str, object]) -> None:
+        if not self.writable:
+            return
         with self._transaction() as conn:
             conn.execute(
                 "INSERT INTO history (kind, record) VALUES (?, ?)",
@@ -596,19 +662,28 @@ class LocalStore(LeaseFilesMixin):
 
     @_index_errors
     def clear_history(self) -> None:
+        self._refuse_writes()
         with self._transaction() as conn:
             conn.execute("DELETE FROM history")
 
     def peek(self, key: str) -> bytes | None:
-        """The value under ``key`` without counting a hit or refreshing its LRU position (for
-        miss explanations, which read older entries' headers)."""
+        """The value under ``key`` without counting a hit, refreshing its LRU position or
+        repairing anything: a damaged file raises CorruptEntry and stays where it is."""
+        path = self.path_of(key)
         try:
-            with open(self.path_of(key), "rb") as f:
-                if read_frame(f)[0]["key"] != key:
-                    return None
-                return f.read()
-        except (OSError, CorruptEntry):
+            with open(path, "rb") as f:
+                header, _ = read_frame(f)
+                value = f.read()
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
+        if header["key"] != key:
+            raise CorruptEntry(f"the file of {key!r} holds another key's data ({header['key']!r})")
+        expected = header.get("size")
+        if isinstance(expected, int) and expected != len(value):
+            raise CorruptEntry(f"entry file truncated: {len(value)} of {expected} bytes")
+        return value
 
     @_index_errors
     def rebuild_index(self) -> int:
@@ -666,22 +741,19 @@ def _info(row: tuple[Any, ...]) -> EntryInfo:
     return EntryInfo(key, size, created, accessed, hits, EntryMeta(framework, name, compile_time))
 
 
-def directory_and_size(url: StoreURL) -> tuple[str, int]:
-    """The directory and size bound of a directory URL (``/path``, ``~/path``, ``file:///path``,
-    ``?max_size=``), for the local and the shared-filesystem store."""
-    path = url.path if url.scheme == "file" and not url.netloc else url.netloc + url.path
-    if not path:
-        raise StoreUnavailable(f"no directory in store URL {url.raw!r}")
-    size = url.max_size or DEFAULT_MAX_SIZE
-    if "max_size" in url.params:
-        size = parse_size(url.params["max_size"], "max_size")
-    return path, size
-
-
-def from_url(url: StoreURL) -> Any:
-    if url.params.get("shared", "").strip().lower() in ("1", "true", "yes", "on"):
-        from compilecache.stores.sharedfs import from_url as shared_from_url
-
-        return shared_from_url(url)  # NFS/Lustre: no SQLite index, no flock
+def from_url(url: StoreURL) -> LocalStore:
     path, size = directory_and_size(url)
     return LocalStore(path, max_size=size)
+
+
+def _writable_directory(root: Path) -> bool:
+    """Whether entries can be written under ``root`` (False on read-only media)."""
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent  # a store to be created: judge the directory it will be made in
+    try:
+        if os.statvfs(probe).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        return True  # cannot tell: try, and let the writes report what fails
+    return os.access(probe, os.W_OK)

@@ -12,7 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, Store, StoreURL
 
 _SHARED: dict[str, _MemoryData] = {}
 _SHARED_LOCK = threading.Lock()
@@ -29,7 +29,7 @@ class _MemoryData:
         self.history: dict[str, deque[dict[str, object]]] = {}
 
 
-class MemoryStore:
+class MemoryStore(Store):
     """A dict behind a lock, with LRU eviction when ``max_size`` is set.
 
     Like the local store, get and put cost O(1) in the number of entries: the LRU order and the
@@ -41,6 +41,12 @@ class MemoryStore:
         self.max_size = max_size
         with _SHARED_LOCK:
             self._data = _SHARED.setdefault(url, _MemoryData())
+
+    def keeps_stats(self) -> bool:
+        return True
+
+    def keeps_history(self) -> bool:
+        return True
 
     def get(self, key: str) -> bytes | None:
         with self._data.lock:

@@ -43,6 +43,7 @@ from compilecache.stores.base import (
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
+    Store,
     StoreURL,
 )
 from compilecache.stores.frame import decode_frame, encode_frame, frame_length, info_of, meta_of
@@ -62,19 +63,10 @@ _OBJECT_PROTOCOLS = frozenset(
 )
 # Protocols with conditional writes the store knows how to ask for.
 _CONDITIONAL = frozenset({"s3", "s3a", "gs", "gcs"})
-INSTALL_HINTS = {
-    "s3": "s3fs (pip install 'compilecache[s3]')",
-    "s3a": "s3fs (pip install 'compilecache[s3]')",
-    "gs": "gcsfs (pip install 'compilecache[gcs]')",
-    "gcs": "gcsfs (pip install 'compilecache[gcs]')",
-    "az": "adlfs (pip install adlfs)",
-    "abfs": "adlfs (pip install adlfs)",
-    "abfss": "adlfs (pip install adlfs)",
-}
 _OWN_PARAMS = frozenset({"timeout", "retries", "conditional"}) | WRAPPER_PARAMS
 
 
-class ObjectStore:
+class ObjectStore(Store):
     """Entries as objects under ``root`` on an fsspec filesystem."""
 
     def __init__(
@@ -107,6 +99,14 @@ class ObjectStore:
 
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
         """The value and the metadata of its frame, from one read."""
+        return self._read(key, look_only=False)
+
+    def peek(self, key: str) -> bytes | None:
+        found = self._read(key, look_only=True)
+        return found[0] if found is not None else None
+
+    def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
+        """Read an entry; unless ``look_only``, remove it if it is damaged."""
         path = self.path_of(key)
         try:
             data = self.fs.cat_file(path)
@@ -117,13 +117,17 @@ class ObjectStore:
         try:
             header, offset = decode_frame(data)
         except CorruptEntry:
-            self._discard(path)
+            if not look_only:
+                self._discard(path)
             raise
         if header["key"] != key:
+            if look_only:
+                raise CorruptEntry(f"{path} holds another key's data")
             return None
         size = header.get("size")
         if isinstance(size, int) and size != len(data) - offset:
-            self._discard(path)
+            if not look_only:
+                self._discard(path)
             raise CorruptEntry(f"{path} holds {len(data) - offset} bytes, its frame says {size}")
         return (data[offset:] if offset else bytes(data)), meta_of(header)
 
@@ -411,9 +415,8 @@ def from_url(url: StoreURL) -> ObjectStore:
         options.setdefault("timeout", timeout)
     try:
         fs = fsspec.filesystem(protocol, **options)
-    except ImportError as exc:
-        hint = INSTALL_HINTS.get(protocol, f"the fsspec implementation of {protocol}://")
-        raise StoreUnavailable(f"cannot open {protocol}:// ({exc}): install {hint}") from exc
+    except ImportError:
+        raise  # the registry names the package to install
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"cannot open {url.raw!r}: {exc}") from exc
     if hasattr(fs, "retries"):
@@ -434,4 +437,4 @@ def known_protocol(scheme: str) -> bool:
     return scheme in known_implementations or scheme in registry
 
 
-__all__ = ["INSTALL_HINTS", "ObjectStore", "from_url", "known_protocol"]
+__all__ = ["ObjectStore", "from_url", "known_protocol"]

@@ -1,27 +1,17 @@
-"""Read-only as a wrapper (sccache's RW_MODE): reads pass through, writes raise ReadOnlyStore."""
+"""Read-only as a wrapper (sccache's RW_MODE): reads pass through, writes raise ReadOnlyStore.
+
+Counters and history are not entries: they pass through, so a read-only client still records
+what it hit. Leases do not: a client that never writes has nothing to lead (it compiles at once).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from compilecache.errors import ReadOnlyStore
-from compilecache.stores.base import EntryInfo, EntryMeta, Store
+from compilecache.stores.base import NO_COORDINATION, EntryMeta, StoreWrapper
 
 
-class ReadOnly:
+class ReadOnly(StoreWrapper):
     """Wrap ``inner`` so that ``put`` and ``delete`` are refused."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.url = inner.url
-
-    def get(self, key: str) -> bytes | None:
-        return self.inner.get(key)
-
-    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
-        from compilecache.stores.guarded import fetch_with_meta
-
-        return fetch_with_meta(self.inner, key)
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         raise ReadOnlyStore(f"{self.url} is read-only")
@@ -29,11 +19,18 @@ class ReadOnly:
     def delete(self, key: str) -> bool:
         raise ReadOnlyStore(f"{self.url} is read-only")
 
-    def stat(self, key: str) -> EntryInfo | None:
-        return self.inner.stat(key)
+    @property
+    def read_only(self) -> bool:
+        return True
 
-    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
-        return self.inner.scan(prefix)
+    def supports_leases(self) -> bool:
+        return False
 
-    def close(self) -> None:
-        self.inner.close()
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+        return NO_COORDINATION
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+        return False
+
+    def release_lease(self, key: str, token: str) -> None:
+        pass

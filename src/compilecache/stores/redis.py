@@ -67,6 +67,7 @@ from compilecache.stores.base import (
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
+    Store,
     StoreURL,
 )
 
@@ -171,7 +172,7 @@ return 0
 """
 
 
-class RedisStore:
+class RedisStore(Store):
     """A store in one Redis database (or one Redis Cluster) under a namespace."""
 
     def __init__(
@@ -224,6 +225,15 @@ class RedisStore:
 
     # -- the Store protocol --------------------------------------------------------------------
 
+    def keeps_stats(self) -> bool:
+        return True
+
+    def keeps_history(self) -> bool:
+        return True
+
+    def supports_leases(self) -> bool:
+        return True
+
     def get(self, key: str) -> bytes | None:
         found = self.get_with_meta(key)
         return found[0] if found is not None else None
@@ -231,15 +241,27 @@ class RedisStore:
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
         """The value and its metadata from the same hash read (a tier backfilling a faster
         level needs both: this saves it a ``stat`` round trip)."""
+        return self._read(key, look_only=False)
+
+    def peek(self, key: str) -> bytes | None:
+        found = self._read(key, look_only=True)
+        return found[0] if found is not None else None
+
+    def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
+        """Read an entry; unless ``look_only``, count the hit, refresh its access time and TTL,
+        and drop an entry whose chunks were evicted."""
         base = self._base(key)
         meta = base + ":m"
         try:
             for _ in range(_READ_ATTEMPTS):
                 pipe = self.client.pipeline(transaction=False)
                 pipe.hmget(meta, "v", "n", "ver", "key", "size", *_ENTRY_META)
-                pipe.execute_command("EVAL", _TOUCH, 1, meta, base, repr(time.time()), self.ttl_ms)
+                if not look_only:
+                    pipe.execute_command(
+                        "EVAL", _TOUCH, 1, meta, base, repr(time.time()), self.ttl_ms
+                    )
                 # The access update may fail (a read-only replica or ACL): the read still counts.
-                fields, _ = pipe.execute(raise_on_error=False)
+                fields = pipe.execute(raise_on_error=False)[0]
                 if isinstance(fields, Exception):
                     raise fields
                 value, n_raw, ver_raw, stored_key, size_raw, *entry_meta = fields
@@ -258,7 +280,8 @@ class RedisStore:
                     return (joined, _meta(entry_meta)) if len(joined) == size else None
                 # A chunk is gone: replaced by a writer (retry from the hash) or evicted.
                 if self.client.hget(meta, "ver") == ver_raw:
-                    self.client.eval(_DELETE, 1, meta, base, ver)
+                    if not look_only:
+                        self.client.eval(_DELETE, 1, meta, base, ver)
                     return None
             return None
         except RedisError as exc:

@@ -47,8 +47,9 @@ from pathlib import Path
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_duration
 from compilecache.errors import CorruptEntry, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL
 from compilecache.stores.frame import (
+    directory_and_size,
     encode_frame,
     info_of,
     key_filename,
@@ -57,7 +58,6 @@ from compilecache.stores.frame import (
     write_atomic,
 )
 from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
-from compilecache.stores.local import directory_and_size
 
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
@@ -74,8 +74,11 @@ CACHEDIR_TAG = (
 # -- the store -------------------------------------------------------------------------------------
 
 
-class SharedFSStore(LeaseFilesMixin):
+class SharedFSStore(LeaseFilesMixin, Store):
     """An index-free store in a directory that several hosts mount."""
+
+    def keeps_stats(self) -> bool:
+        return True
 
     def __init__(
         self,
@@ -122,19 +125,30 @@ class SharedFSStore(LeaseFilesMixin):
 
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
         """The value and the metadata of its frame, from one read."""
+        return self._read(key, look_only=False)
+
+    def peek(self, key: str) -> bytes | None:
+        found = self._read(key, look_only=True)
+        return found[0] if found is not None else None
+
+    def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
+        """Read an entry; unless ``look_only``, refresh its LRU time and remove it if damaged."""
         path = self.path_of(key)
         for attempt in range(_READ_RETRIES):
             try:
                 with open(path, "rb") as f:
                     header, _ = read_frame(f)
                     if header["key"] != key:  # a hash collision: never a wrong hit
+                        if look_only:
+                            raise CorruptEntry(f"{path} holds another key's data")
                         return None
                     value = f.read()
                     mtime = os.fstat(f.fileno()).st_mtime
             except FileNotFoundError:
                 return None
             except CorruptEntry:
-                self._discard(path)
+                if not look_only:
+                    self._discard(path)
                 raise
             except OSError as exc:
                 # ESTALE: another host replaced or removed the file under our open handle.
@@ -143,9 +157,10 @@ class SharedFSStore(LeaseFilesMixin):
                 raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
             expected = header.get("size")
             if isinstance(expected, int) and expected != len(value):
-                self._discard(path)
+                if not look_only:
+                    self._discard(path)
                 raise CorruptEntry(f"{path} holds {len(value)} bytes, its frame says {expected}")
-            if time.time() - mtime > self.touch_interval:
+            if not look_only and time.time() - mtime > self.touch_interval:
                 # LRU order for eviction; approximate by design, never worth failing a hit.
                 with contextlib.suppress(OSError):
                     os.utime(path)

@@ -24,66 +24,56 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal, TypeVar
+from typing import Literal
 
-from compilecache.errors import ConfigError, ReadOnlyStore, StoreUnavailable
+from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore
 from compilecache.stores.base import (
     HISTORY_LIMIT,
     NO_COORDINATION,
     EntryInfo,
     EntryMeta,
-    HistoryStore,
-    LeaseStore,
-    StatsStore,
     Store,
-    open_url,
-    parse_url,
-    supports_leases,
 )
-from compilecache.stores.guarded import Guarded, LevelSkipped, fetch_with_meta, guard
-from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.guarded import LevelSkipped
 
 log = logging.getLogger("compilecache")
 
 WritePolicy = Literal["all", "local"]
 _COUNTERS = ("hits", "misses", "errors", "skipped", "writes", "write_errors", "backfills")
-W = TypeVar("W")
 
 
-def _wrapper(store: Store, kind: type[W]) -> W | None:
-    """The ``kind`` wrapper in ``store``'s chain of wrappers (each exposing ``inner``), if any."""
-    seen: Store | None = store
-    while seen is not None:
-        if isinstance(seen, kind):
-            return seen
-        seen = getattr(seen, "inner", None)
-    return None
-
-
-def is_read_only(store: Store) -> bool:
-    """Whether ``store`` (through any wrappers exposing ``inner``) refuses writes."""
-    return _wrapper(store, ReadOnly) is not None
-
-
-class Tiered:
-    """Levels of stores, fastest first."""
+class Tiered(Store):
+    """Levels of stores, fastest first. Each capability is answered here, once, for all levels:
+    counters and history on the first writable level that keeps them (per host), leases on the
+    slowest written level that can coordinate (shared by hosts)."""
 
     def __init__(self, levels: Sequence[Store], *, writes: WritePolicy = "all") -> None:
         if not levels:
             raise ConfigError("a tiered store needs at least one level")
         if writes not in ("all", "local"):
             raise ConfigError(f"tier writes must be 'all' or 'local', got {writes!r}")
-        self.levels = list(levels)
+        self._levels = list(levels)
         self.writes = writes
-        self.url = ",".join(level.url for level in self.levels)
-        self._writable = [not is_read_only(level) for level in self.levels]
+        self.url = ",".join(level.url for level in self._levels)
+        self._writable = [not level.read_only for level in self._levels]
         # For each level, the faster levels a hit there is copied into.
         self._backfill_targets = [
             [d for d in range(depth) if self._writable[d] and (writes == "all" or d == 0)]
             for depth in range(len(self.levels))
         ]
-        self._counts = [dict.fromkeys(_COUNTERS, 0) for _ in self.levels]
+        self._counts = [dict.fromkeys(_COUNTERS, 0) for _ in self._levels]
         self._lock = threading.Lock()
+
+    @property
+    def levels(self) -> list[Store]:
+        return self._levels
+
+    @property
+    def read_only(self) -> bool:
+        return not any(self._writable)
+
+    def available(self) -> bool:
+        return any(level.available() for level in self._levels)
 
     def _count(self, depth: int, name: str) -> None:
         with self._lock:
@@ -102,7 +92,7 @@ class Tiered:
             try:
                 if targets:
                     # Value and metadata together, in one read where the level can.
-                    found = fetch_with_meta(level, key)
+                    found = level.get_with_meta(key)
                     value, meta = found if found is not None else (None, None)
                 else:
                     value = level.get(key)
@@ -123,6 +113,24 @@ class Tiered:
                     continue
                 self._count(d, "backfills")
             return value
+        if first_error is not None:
+            raise first_error
+        return None
+
+    def peek(self, key: str) -> bytes | None:
+        """The first level's value, counting, touching and backfilling nothing."""
+        first_error: Exception | None = None
+        for level in self.levels:
+            try:
+                value = level.peek(key)
+            except CorruptEntry:
+                raise  # damage is an answer about this entry, not a level failure
+            except Exception as exc:
+                log.debug("compilecache: peek on level %s failed: %s", level.url, exc)
+                first_error = first_error or exc
+                continue
+            if value is not None:
+                return value
         if first_error is not None:
             raise first_error
         return None
@@ -220,23 +228,24 @@ class Tiered:
             with self._lock:
                 counts: dict[str, float] = dict(self._counts[depth])
             counts["writable"] = 1.0 if self._writable[depth] else 0.0
-            guarded = _wrapper(level, Guarded)
-            if guarded is not None:
-                # The guard sees every skipped call (a skipped read is also a miss here).
-                for name, value in guarded.stats().items():
-                    if name in ("skipped", "down", "timeouts", "outages", "recoveries"):
-                        counts[name] = value
+            # A guard sees every skipped call (a skipped read is also a miss here).
+            for name, value in level.health().items():
+                if name in ("skipped", "down", "timeouts", "outages", "recoveries"):
+                    counts[name] = value
             name = level.url if level.url not in out else f"{level.url}#{depth}"
             out[name] = counts
         return out
 
     # Persistent counters go to the first writable level that keeps them (normally the local
     # disk): per-host numbers, and no extra network round trip at exit.
-    def _stats_level(self) -> StatsStore | None:
+    def _stats_level(self) -> Store | None:
         for depth, level in enumerate(self.levels):
-            if self._writable[depth] and isinstance(_innermost(level), StatsStore):
-                return level  # type: ignore[return-value]
+            if self._writable[depth] and level.keeps_stats():
+                return level
         return None
+
+    def keeps_stats(self) -> bool:
+        return self._stats_level() is not None
 
     def add_stats(self, counters: Mapping[str, float]) -> None:
         level = self._stats_level()
@@ -253,14 +262,16 @@ class Tiered:
             level.zero_stats()
 
     # History (miss explanations, run totals) lives beside the persistent counters, per host.
-    def _history_level(self) -> HistoryStore | None:
+    def _history_level(self) -> Store | None:
         for depth, level in enumerate(self.levels):
-            if self._writable[depth] and isinstance(_innermost(level), HistoryStore):
-                guarded = _wrapper(level, Guarded)
-                if guarded is not None and guarded.down:
+            if self._writable[depth] and level.keeps_history():
+                if not level.available():
                     return None  # in back-off: no history rather than a timeout per miss
-                return level  # type: ignore[return-value]
+                return level
         return None
+
+    def keeps_history(self) -> bool:
+        return self._history_level() is not None
 
     def add_history(self, kind: str, record: Mapping[str, object]) -> None:
         level = self._history_level()
@@ -281,7 +292,7 @@ class Tiered:
     def _lease_level(self) -> Store | None:
         for depth in reversed(range(len(self.levels))):
             written = self._writable[depth] and (self.writes == "all" or depth == 0)
-            if written and supports_leases(self.levels[depth]):
+            if written and self.levels[depth].supports_leases():
                 return self.levels[depth]
         return None
 
@@ -290,55 +301,13 @@ class Tiered:
 
     def acquire_lease(self, key: str, ttl_s: float) -> str | None:
         level = self._lease_level()
-        if not isinstance(level, LeaseStore):
-            return NO_COORDINATION
-        return level.acquire_lease(key, ttl_s)
+        return NO_COORDINATION if level is None else level.acquire_lease(key, ttl_s)
 
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
         level = self._lease_level()
-        return isinstance(level, LeaseStore) and level.renew_lease(key, token, ttl_s)
+        return level is not None and level.renew_lease(key, token, ttl_s)
 
     def release_lease(self, key: str, token: str) -> None:
         level = self._lease_level()
-        if isinstance(level, LeaseStore):
+        if level is not None:
             level.release_lease(key, token)
-
-
-def _innermost(store: Store) -> Store:
-    while (inner := getattr(store, "inner", None)) is not None:
-        store = inner
-    return store
-
-
-def open_level(url: str, max_size: int | None = None, *, read_only: bool = False) -> Store:
-    """One level: the backend (with its ``?readonly=1``), read-only if asked, guarded if remote."""
-    store = guard(open_url(url, max_size), parse_url(url, max_size))
-    if read_only and not is_read_only(store):
-        store = ReadOnly(store)
-    return store
-
-
-def from_urls(
-    urls: Sequence[str],
-    max_size: int | None = None,
-    *,
-    writes: WritePolicy = "all",
-    read_only: bool = False,
-) -> Tiered:
-    """Open the levels of ``COMPILECACHE_URL=a,b,c``.
-
-    A level that cannot be opened (a missing package, an unusable directory) is left out with a
-    warning rather than failing the whole cache; if none can be opened the first error is raised.
-    """
-    levels: list[Store] = []
-    first_error: StoreUnavailable | None = None
-    for url in urls:
-        try:
-            levels.append(open_level(url, max_size, read_only=read_only))
-        except StoreUnavailable as exc:
-            log.warning("compilecache: level %s left out: %s", url, exc)
-            first_error = first_error or exc
-    if not levels:
-        assert first_error is not None
-        raise first_error
-    return Tiered(levels, writes=writes)

@@ -1,0 +1,334 @@
+"""The one composition root of the storage layer: URL -> store.
+
+Every store compilecache uses is opened here (the session, the CLI, bundles, ``open_store``):
+
+1. the URL is split into levels at commas (fastest first) and each level is parsed once;
+2. its options are checked against what the scheme knows, so a typo is an error, not a no-op;
+3. the backend is looked up in the scheme table (imported lazily, with an install hint when its
+   package is missing, the way fsspec's registry does it), in the ``compilecache.stores``
+   entry-point group, or among fsspec's protocols;
+4. backend -> :func:`~compilecache.stores.guarded.guard` (remote levels fail open) ->
+   :class:`~compilecache.stores.readonly.ReadOnly` (``?readonly=1`` or a read-only session);
+5. several levels -> :class:`~compilecache.stores.tiered.Tiered`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from compilecache.errors import ConfigError, StoreUnavailable
+from compilecache.stores.base import (
+    WRAPPER_PARAMS,
+    EntryInfo,
+    EntryMeta,
+    Store,
+    StoreURL,
+    flag,
+)
+from compilecache.stores.guarded import guard
+from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.tiered import Tiered, WritePolicy
+
+log = logging.getLogger("compilecache")
+
+StoreFactory = Callable[[StoreURL], Store]
+
+_REDIS_HINT = "redis (pip install 'compilecache[redis]')"
+_REDIS_OPTIONS = frozenset(
+    {"prefix", "namespace", "ttl", "chunk_size", "timeout", "connect_timeout", "max_connections"}
+)
+_OBJECT_OPTIONS = frozenset({"timeout", "retries", "conditional"})
+_DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
+SHARED_DIRECTORY = "file+shared"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One row of the scheme table.
+
+    ``options``: the URL options the backend reads (the wrapper options of every level are
+    added); ``passthrough``: whether other options go on to the backend's client library
+    (redis-py's URL arguments, fsspec's storage options), which then judges them.
+    """
+
+    target: str  # "module:function", imported on first use
+    install_hint: str = ""
+    options: frozenset[str] = frozenset()
+    passthrough: bool = False
+
+
+_S3 = Backend(
+    "compilecache.stores.objectstore:from_url",
+    "fsspec and s3fs (pip install 'compilecache[s3]')",
+    _OBJECT_OPTIONS,
+    passthrough=True,
+)
+_GCS = Backend(
+    "compilecache.stores.objectstore:from_url",
+    "fsspec and gcsfs (pip install 'compilecache[gcs]')",
+    _OBJECT_OPTIONS,
+    passthrough=True,
+)
+_AZURE = Backend(
+    "compilecache.stores.objectstore:from_url",
+    "fsspec and adlfs (pip install adlfs)",
+    _OBJECT_OPTIONS,
+    passthrough=True,
+)
+_REDIS = Backend(
+    "compilecache.stores.redis:from_url", _REDIS_HINT, _REDIS_OPTIONS, passthrough=True
+)
+# scheme -> backend. Lazy: nothing heavy is imported until a URL with that scheme is opened.
+_BUILTIN: dict[str, Backend] = {
+    "file": Backend("compilecache.stores.local:from_url", "", _DIRECTORY_OPTIONS),
+    # A directory with ``?shared=1``: the index-free store for NFS/Lustre (no SQLite, no flock).
+    SHARED_DIRECTORY: Backend("compilecache.stores.sharedfs:from_url", "", _DIRECTORY_OPTIONS),
+    "memory": Backend("compilecache.stores.memory:from_url"),
+    "redis": _REDIS,
+    "rediss": _REDIS,
+    "redis+cluster": _REDIS,
+    "rediss+cluster": _REDIS,
+    "s3": _S3,
+    "s3a": _S3,
+    "gs": _GCS,
+    "gcs": _GCS,
+    "az": _AZURE,
+    "abfs": _AZURE,
+    "abfss": _AZURE,
+}
+# Stores registered at run time (third parties, tests): their options are not checked here.
+_REGISTERED: dict[str, StoreFactory] = {}
+
+
+def register_scheme(scheme: str, factory: StoreFactory) -> None:
+    """Register a store factory for ``scheme`` (for third-party stores and tests)."""
+    _REGISTERED[scheme.lower()] = factory
+
+
+def known_schemes() -> list[str]:
+    return sorted({*_BUILTIN, *_REGISTERED} - {SHARED_DIRECTORY})
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+def split_levels(url: str) -> list[str]:
+    """The levels of ``a,b,c`` (fastest first), blanks dropped."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
+def parse_url(url: str, max_size: int | None = None, *, create: bool = True) -> StoreURL:
+    """Split one level's URL; a bare path (``~/cache``, ``/mnt/c``, ``C:\\c``) is the local store."""
+    text = url.strip()
+    if not text:
+        raise ConfigError("empty store URL")
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if len(scheme) <= 1:  # a bare path (or a Windows drive letter)
+        path, _, query = text.partition("?")
+        return StoreURL(text, "file", "", path, dict(parse_qsl(query)), max_size, create)
+    return StoreURL(
+        raw=text,
+        scheme=scheme,
+        netloc=parts.netloc,
+        path=parts.path,
+        params=dict(parse_qsl(parts.query)),
+        max_size=max_size,
+        create=create,
+    )
+
+
+def check_options(url: StoreURL) -> None:
+    """Refuse an option the level's scheme does not know, naming the ones it does."""
+    backend = _BUILTIN.get(url.scheme)
+    if backend is None or backend.passthrough:
+        return  # a third-party store, or a client library that judges the rest itself
+    known = backend.options | WRAPPER_PARAMS
+    unknown = sorted(set(url.params) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in store URL "
+            f"{url.raw!r}; {url.scheme}:// knows: {', '.join(sorted(known))}"
+        )
+
+
+# -- backends ------------------------------------------------------------------------------------
+
+
+def resolve_factory(scheme: str) -> StoreFactory:
+    """The factory for ``scheme``, importing its module on first use."""
+    if scheme in _REGISTERED:
+        return _REGISTERED[scheme]
+    backend = _BUILTIN.get(scheme)
+    if backend is not None:
+        module_name, _, attr = backend.target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise _missing_package(scheme, exc) from exc
+        factory: StoreFactory = getattr(module, attr)
+        return factory
+    found = _entry_point_factory(scheme)
+    if found is not None:
+        _REGISTERED[scheme] = found
+        return found
+    if _fsspec_knows(scheme):  # any other fsspec protocol: the generic object store
+        from compilecache.stores.objectstore import from_url as fsspec_factory
+
+        return fsspec_factory
+    raise ConfigError(
+        f"unknown store URL scheme {scheme!r}; known: {', '.join(known_schemes())} "
+        "(third-party stores register in the 'compilecache.stores' entry-point group)"
+    )
+
+
+def _missing_package(scheme: str, exc: ImportError) -> StoreUnavailable:
+    backend = _BUILTIN.get(scheme)
+    hint = backend.install_hint if backend is not None else ""
+    if not hint:
+        hint = f"the fsspec implementation of {scheme}://"
+    return StoreUnavailable(f"cannot load the {scheme}:// store ({exc}): install {hint}")
+
+
+def _entry_point_factory(scheme: str) -> StoreFactory | None:
+    from importlib import metadata  # slow to import: only when a scheme is unknown
+
+    for ep in metadata.entry_points(group="compilecache.stores"):
+        if ep.name.lower() == scheme:
+            factory: StoreFactory = ep.load()
+            return factory
+    return None
+
+
+def _fsspec_knows(scheme: str) -> bool:
+    try:
+        from compilecache.stores.objectstore import known_protocol
+    except ImportError:  # fsspec is not installed
+        return False
+    return known_protocol(scheme)
+
+
+def open_backend(url: StoreURL) -> Store:
+    """The bare backend of one parsed level (no guard, no read-only wrapper)."""
+    check_options(url)
+    shared = url.scheme == "file" and flag(url.params, "shared")
+    factory = resolve_factory(SHARED_DIRECTORY if shared else url.scheme)
+    try:
+        store: Any = factory(url)
+    except ImportError as exc:  # the scheme's client package (s3fs, gcsfs...) is missing
+        raise _missing_package(url.scheme, exc) from exc
+    return store if isinstance(store, Store) else Adapted(store)
+
+
+class Adapted(Store):
+    """A third-party store written against the plain protocol (get, put, delete, stat, scan,
+    close) without subclassing :class:`Store`: it gets the base's safe defaults."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.url = str(getattr(inner, "url", "")) or type(inner).__name__
+
+    def get(self, key: str) -> bytes | None:
+        value: bytes | None = self.inner.get(key)
+        return value
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self.inner.put(key, value, meta)
+
+    def delete(self, key: str) -> bool:
+        return bool(self.inner.delete(key))
+
+    def stat(self, key: str) -> EntryInfo | None:
+        info: EntryInfo | None = self.inner.stat(key)
+        return info
+
+    def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
+        infos: Iterator[EntryInfo] = iter(self.inner.scan(prefix))
+        return infos
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+# -- composition ---------------------------------------------------------------------------------
+
+
+def open_level(
+    url: str | StoreURL,
+    max_size: int | None = None,
+    *,
+    read_only: bool = False,
+    create: bool = True,
+) -> Store:
+    """One level: backend -> guard (remote levels fail open) -> read-only (``?readonly=1`` or
+    ``read_only``)."""
+    parsed = url if isinstance(url, StoreURL) else parse_url(url, max_size, create=create)
+    store = guard(open_backend(parsed), parsed)
+    if read_only or flag(parsed.params, "readonly"):
+        store = ReadOnly(store)
+    return store
+
+
+def open_store(
+    url: str,
+    max_size: int | None = None,
+    *,
+    read_only: bool = False,
+    tier_writes: WritePolicy = "all",
+    create: bool = True,
+) -> Store:
+    """Open ``url``: one level, or several separated by commas (tiers, fastest first).
+
+    ``read_only`` reaches every level (so that a read-only session does not backfill either).
+    ``create=False`` is for commands that only read: a local directory that does not exist is
+    an error instead of a new, empty store. Of several levels, one that cannot be opened (a
+    missing package, an unusable directory) is left out with a warning rather than failing the
+    whole cache; if none can be opened, the first error is raised. Configuration errors (a bad
+    URL, an unknown option) are never left out: they are raised.
+    """
+    urls = split_levels(url)
+    if not urls:
+        raise ConfigError("empty store URL")
+    if len(urls) == 1:
+        return open_level(urls[0], max_size, read_only=read_only, create=create)
+    store: Store = from_urls(urls, max_size, writes=tier_writes, read_only=read_only, create=create)
+    # Read-only reaches every level (no backfill either) and the tiers as a whole.
+    return ReadOnly(store) if read_only else store
+
+
+def from_urls(
+    urls: Sequence[str],
+    max_size: int | None = None,
+    *,
+    writes: WritePolicy = "all",
+    read_only: bool = False,
+    create: bool = True,
+) -> Tiered:
+    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first."""
+    levels: list[Store] = []
+    first_error: StoreUnavailable | None = None
+    for text in urls:
+        try:
+            levels.append(open_level(text, max_size, read_only=read_only, create=create))
+        except StoreUnavailable as exc:
+            log.warning("compilecache: level %s left out: %s", text, exc)
+            first_error = first_error or exc
+    if not levels:
+        assert first_error is not None
+        raise first_error
+    return Tiered(levels, writes=writes)
+
+
+def open_url(url: str, max_size: int | None = None) -> Store:
+    """One level's backend with its ``?readonly=1`` and no guard (for tests and tools that want
+    the bare backend; the cache opens stores with :func:`open_store`)."""
+    parsed = parse_url(url, max_size)
+    store = open_backend(parsed)
+    return ReadOnly(store) if flag(parsed.params, "readonly") else store
