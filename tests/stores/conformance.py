@@ -1,20 +1,106 @@
 """The conformance suite every store passes.
 
 A backend's test module subclasses :class:`StoreConformance` and provides a ``store`` fixture
-that yields a fresh, empty store; every test here then runs against that backend.
+that yields a fresh, empty store; every test here then runs against that backend, the optional
+capabilities (:class:`CapabilityConformance`: peek, counters, history, leases) included. A
+wrapper that refuses writes subclasses :class:`CapabilityConformance` alone.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+import uuid
 
 import pytest
 
-from compilecache.stores.base import EntryMeta, Store
+from compilecache.stores.base import NO_COORDINATION, EntryMeta, Store
 
 
-class StoreConformance:
+class CapabilityConformance:
+    """The optional capabilities every store answers (counters, history, leases, peek): each
+    either works or answers its safe default. Wrappers that refuse writes (read-only) run this
+    part only, with a ``writer`` fixture that fills the store underneath."""
+
+    @pytest.fixture
+    def writer(self, store: Store) -> Store:
+        return store
+
+    def test_peek_reads_without_counting_or_touching(self, store: Store, writer: Store) -> None:
+        writer.put("jax/peek-1", b"peeked value", EntryMeta("jax", "jit_peek", 1.0))
+        before = store.stat("jax/peek-1")
+        assert before is not None
+        time.sleep(0.02)  # an access time written now would differ from the one before
+        for _ in range(3):
+            assert store.peek("jax/peek-1") == b"peeked value"
+        assert store.peek("jax/absent") is None
+        after = store.stat("jax/peek-1")
+        assert after is not None
+        assert (after.hits, after.accessed) == (before.hits, before.accessed)
+        assert store.get("jax/peek-1") == b"peeked value"  # a real read still works after
+
+    def test_counters(self, store: Store) -> None:
+        if not store.keeps_stats():
+            store.add_stats({"hits": 1.0})
+            assert store.read_stats() == {}
+            store.zero_stats()
+            return
+        store.zero_stats()
+        store.add_stats({"hits": 2.0, "misses": 1.0})
+        store.add_stats({"hits": 1.0, "compile_time_saved_s": 0.5})
+        got = store.read_stats()
+        assert got.get("hits") == 3.0 and got.get("misses") == 1.0
+        assert got.get("compile_time_saved_s") == pytest.approx(0.5)
+        store.zero_stats()
+        assert not store.read_stats().get("hits")
+
+    def test_history(self, store: Store) -> None:
+        if not store.keeps_history():
+            store.add_history("miss", {"n": 1})
+            assert store.read_history("miss") == []
+            store.clear_history()
+            return
+        store.clear_history()
+        store.add_history("miss", {"n": 1})
+        store.add_history("miss", {"n": 2})
+        store.add_history("run", {"n": 3})
+        assert [r["n"] for r in store.read_history("miss")] == [2, 1]  # newest first
+        assert [r["n"] for r in store.read_history("miss", limit=1)] == [2]
+        assert [r["n"] for r in store.read_history("run")] == [3]
+        assert store.scan("miss") is not None and all(
+            not i.key.startswith(("miss", "run")) for i in store.scan()
+        )  # history is never an entry
+        store.clear_history()
+        assert store.read_history("miss") == []
+
+    def test_leases(self, store: Store) -> None:
+        key = f"jax/lease-{uuid.uuid4().hex[:8]}"
+        if not store.supports_leases():
+            assert store.acquire_lease(key, 30) == NO_COORDINATION
+            assert store.renew_lease(key, "token", 30) is False
+            store.release_lease(key, "token")
+            return
+        token = store.acquire_lease(key, 30)
+        assert token
+        assert store.acquire_lease(key, 30) is None  # held
+        assert store.renew_lease(key, token, 30) is True
+        assert store.renew_lease(key, "not-the-token", 30) is False
+        store.release_lease(key, "not-the-token")  # never removes another holder's lease
+        assert store.acquire_lease(key, 30) is None
+        store.release_lease(key, token)
+        again = store.acquire_lease(key, 30)
+        assert again
+        store.release_lease(key, again)
+
+    def test_shape(self, store: Store) -> None:
+        assert store.levels and all(isinstance(level, Store) for level in store.levels)
+        assert store.available() is True
+        assert isinstance(store.health(), dict)
+        assert isinstance(store.level_stats(), dict)
+
+
+class StoreConformance(CapabilityConformance):
     """Behaviour every :class:`~compilecache.stores.base.Store` must have."""
 
     def test_miss_is_none(self, store: Store) -> None:

@@ -1,0 +1,212 @@
+"""Every capability through every wrapper, and the composition root (stores/registry.py).
+
+The conformance suite (tests/stores/conformance.py) runs on each backend in its own module; here
+it runs through the wrappers as the cache opens them: guarded remote levels, read-only levels
+and read-only tiers, all opened by :func:`compilecache.stores.registry.open_store`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compilecache.errors import ConfigError, ReadOnlyStore, StoreUnavailable
+from compilecache.stores import registry
+from compilecache.stores.base import EntryMeta, Store
+from compilecache.stores.guarded import Guarded
+from compilecache.stores.local import LocalStore
+from compilecache.stores.readonly import ReadOnly
+from compilecache.stores.tiered import Tiered
+from tests import servers
+from tests.servers import MotoServer, RedisServer, namespace
+from tests.stores.conformance import CapabilityConformance, StoreConformance
+
+redis_server = servers.redis_server
+moto_server = servers.moto_server
+
+
+def _tiers(tmp_path: Path, redis: RedisServer, ns: str, **kwargs: object) -> Store:
+    return registry.open_store(f"{tmp_path / 'local'},{redis.url}/{ns}", **kwargs)  # type: ignore[arg-type]
+
+
+class TestGuardedRedis(StoreConformance):
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[Store]:
+        s = registry.open_store(f"{redis_server.url}/{namespace()}")
+        assert isinstance(s, Guarded)
+        yield s
+        s.close()
+
+
+class TestGuardedSharedMount(StoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Store]:
+        s = registry.open_store(f"{tmp_path / 'mount'}?shared=1")
+        assert isinstance(s, Guarded)
+        yield s
+        s.close()
+
+
+class TestGuardedS3(StoreConformance):
+    @pytest.fixture
+    def store(self, moto_server: MotoServer) -> Iterator[Store]:
+        s = registry.open_store(moto_server.url(moto_server.create_bucket()))
+        assert isinstance(s, Guarded)
+        yield s
+        s.close()
+
+
+class TestTieredFromRegistry(StoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path, redis_server: RedisServer) -> Iterator[Store]:
+        s = _tiers(tmp_path, redis_server, namespace())
+        assert isinstance(s, Tiered)
+        yield s
+        s.close()
+
+
+class TestReadOnlyLocalLevel(CapabilityConformance):
+    """``path?readonly=1``: reads, counters and history pass through; leases do not."""
+
+    @pytest.fixture
+    def writer(self, tmp_path: Path) -> Iterator[Store]:
+        s = registry.open_store(str(tmp_path / "ro"))
+        yield s
+        s.close()
+
+    @pytest.fixture
+    def store(self, tmp_path: Path, writer: Store) -> Iterator[Store]:
+        s = registry.open_store(f"{tmp_path / 'ro'}?readonly=1")
+        assert isinstance(s, ReadOnly) and s.read_only
+        yield s
+        s.close()
+
+    def test_writes_are_refused(self, store: Store) -> None:
+        with pytest.raises(ReadOnlyStore):
+            store.put("k", b"v")
+        with pytest.raises(ReadOnlyStore):
+            store.delete("k")
+
+
+class TestReadOnlyTiers(CapabilityConformance):
+    """A read-only session over ``local,redis``: every level read-only, and the tiers too."""
+
+    @pytest.fixture
+    def writer(self, tmp_path: Path, redis_server: RedisServer) -> Iterator[Store]:
+        ns = namespace()
+        s = _tiers(tmp_path, redis_server, ns)
+        s.ns = ns  # type: ignore[attr-defined]
+        yield s
+        s.close()
+
+    @pytest.fixture
+    def store(self, tmp_path: Path, redis_server: RedisServer, writer: Store) -> Iterator[Store]:
+        s = _tiers(tmp_path, redis_server, writer.ns, read_only=True)  # type: ignore[attr-defined]
+        assert s.read_only and all(level.read_only for level in s.levels)
+        yield s
+        s.close()
+
+
+# -- peek through tiers: nothing counted, touched or backfilled ------------------------------------
+
+
+def test_peek_through_tiers_backfills_nothing(tmp_path: Path, redis_server: RedisServer) -> None:
+    ns = namespace()
+    tiers = _tiers(tmp_path, redis_server, ns)
+    local, remote = tiers.levels
+    remote.put("jax/only-remote", b"remote value", EntryMeta("jax", "jit_r", 2.0))
+    before = remote.stat("jax/only-remote")
+    assert tiers.peek("jax/only-remote") == b"remote value"
+    assert local.stat("jax/only-remote") is None  # not copied into the local level
+    after = remote.stat("jax/only-remote")
+    assert before is not None and after is not None
+    assert (after.hits, after.accessed) == (before.hits, before.accessed)
+    assert tiers.level_stats()[local.url]["backfills"] == 0
+    # A get does backfill: the difference is the point of peek.
+    assert tiers.get("jax/only-remote") == b"remote value"
+    assert local.stat("jax/only-remote") is not None
+    tiers.close()
+
+
+# -- the composition root --------------------------------------------------------------------------
+
+
+def test_unknown_url_option_is_an_error_naming_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        registry.open_store(f"{tmp_path / 'c'}?max_sise=1KB")
+    message = str(err.value)
+    assert "max_sise" in message and "max_size" in message and "readonly" in message
+    assert not (tmp_path / "c").exists()  # refused before anything was created
+    with pytest.raises(ConfigError, match="max_sise"):
+        registry.open_store(f"{tmp_path / 'ok'},{tmp_path / 'c'}?max_sise=1KB")
+
+
+def test_a_boolean_option_that_is_not_one_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="readonly"):
+        registry.open_store(f"{tmp_path / 'c'}?readonly=maybe")
+
+
+def test_reading_never_creates_a_store(tmp_path: Path) -> None:
+    missing = tmp_path / "typo"
+    with pytest.raises(StoreUnavailable, match="typo"):
+        registry.open_store(str(missing), create=False)
+    with pytest.raises(StoreUnavailable, match="typo"):
+        registry.open_store(f"{missing}?shared=1", create=False)
+    assert not missing.exists()
+    LocalStore(tmp_path / "real").close()
+    registry.open_store(str(tmp_path / "real"), create=False).close()
+
+
+def test_each_level_is_parsed_once_and_wrapped_in_order(
+    tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[str] = []
+    real = registry.parse_url
+
+    def counting(url: str, *args: object, **kwargs: object) -> object:
+        parsed.append(url)
+        return real(url, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "parse_url", counting)
+    remote = f"{redis_server.url}/{namespace()}?readonly=1"
+    store = registry.open_store(f"{tmp_path / 'l'},{remote}")
+    assert parsed == [str(tmp_path / "l"), remote]
+    local, level = store.levels
+    # backend -> guard -> read-only
+    assert isinstance(level, ReadOnly) and isinstance(level.inner, Guarded)
+    assert isinstance(local, LocalStore)
+    store.close()
+
+
+def test_a_third_party_store_without_the_base_gets_safe_defaults() -> None:
+    class Plain:
+        url = "plain://x"
+
+        def __init__(self) -> None:
+            self.data: dict[str, bytes] = {}
+
+        def get(self, key: str) -> bytes | None:
+            return self.data.get(key)
+
+        def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+            self.data[key] = value
+
+        def delete(self, key: str) -> bool:
+            return self.data.pop(key, None) is not None
+
+        def stat(self, key: str) -> None:
+            return None
+
+        def scan(self, prefix: str = "") -> Iterator[object]:
+            return iter(())
+
+    scheme = f"plain{uuid.uuid4().hex[:6]}"
+    registry.register_scheme(scheme, lambda url: Plain())  # type: ignore[arg-type,return-value]
+    store = registry.open_store(f"{scheme}://x")
+    store.put("k", b"v")
+    assert store.peek("k") == b"v"
+    assert store.read_stats() == {} and store.read_history("miss") == []
+    assert not store.supports_leases() and store.acquire_lease("k", 1) == ""
