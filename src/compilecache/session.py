@@ -9,6 +9,7 @@ a different configuration replaces the old session cleanly.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -257,6 +258,36 @@ def _configure_logging(level: str) -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
+
+
+def _flush_while_threads_run() -> None:
+    """Flush the counters at interpreter exit *before* thread pools shut down.
+
+    Remote levels may need a thread pool to talk (s3fs and gcsfs resolve names in the event
+    loop's executor), and ``concurrent.futures`` refuses new work once its own exit hook ran,
+    which is before ``atexit`` callbacks. Threading's exit hooks run in reverse order of
+    registration, so this one is registered after importing ``concurrent.futures.thread``
+    (which registers that module's hook): it then runs first. The ``atexit`` hook below still
+    flushes whatever was counted after this one (nothing, normally) and records the run.
+    """
+    try:
+        if _active is not None:
+            _active.flush_stats()
+    except Exception:  # never turn a clean exit into a traceback
+        pass
+
+
+def _register_early_flush() -> None:
+    import concurrent.futures.thread  # noqa: F401  (its exit hook must be registered before ours)
+
+    register = getattr(threading, "_register_atexit", None)  # CPython >= 3.9
+    if register is None:
+        return
+    with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+        register(_flush_while_threads_run)
+
+
+_register_early_flush()
 
 
 @atexit.register

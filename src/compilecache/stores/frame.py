@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -155,3 +156,9 @@ def directory_and_size(url: StoreURL) -> tuple[str, int]:
     if "max_size" in url.params:
         size = parse_size(url.params["max_size"], "max_size")
     return path, size
+
+
+def host_label() -> str:
+    """This host's name, safe in a file or object name (per-host counter files and objects)."""
+    name = socket.gethostname() or "host"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]

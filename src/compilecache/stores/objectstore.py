@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import fsspec
@@ -46,13 +46,21 @@ from compilecache.stores.base import (
     Store,
     StoreURL,
 )
-from compilecache.stores.frame import decode_frame, encode_frame, frame_length, info_of, meta_of
+from compilecache.stores.frame import (
+    decode_frame,
+    encode_frame,
+    frame_length,
+    host_label,
+    info_of,
+    meta_of,
+)
 from compilecache.stores.frame import key_filename as _key_filename
 
 log = logging.getLogger("compilecache")
 
 _PROBE = 4096  # bytes read from the start of an object to get its frame
 _SCAN_BATCH = 256
+_STATS_ATTEMPTS = 5
 DEFAULT_TIMEOUT = 5.0
 # One attempt per request: a slow or failing bucket must cost its timeout once (the Guarded
 # wrapper then skips it for a while), not once per retry.
@@ -345,11 +353,97 @@ class ObjectStore(Store):
             # Unreadable: treat it as expired, so that a damaged lease cannot block anyone.
             return "", 0.0, etag
 
+    # -- persistent counters: one small object per host and day, summed by read_stats ----------
+    #
+    # <root>/stats/<host>-<YYYYMMDD>.json. Objects have no atomic increment: each host adds to
+    # its own object of the day (read, add, write; conditionally where the store can, so two
+    # processes of one host flushing at once retry instead of losing counts), and readers sum
+    # them all. A day's object stays small and a bucket gains one object per host and day.
+
+    def keeps_stats(self) -> bool:
+        return True
+
+    def _stats_path(self, day: str | None = None) -> str:
+        day = day or time.strftime("%Y%m%d", time.gmtime())
+        return f"{self.root}/stats/{host_label()}-{day}.json"
+
+    def add_stats(self, counters: Mapping[str, float]) -> None:
+        path = self._stats_path()
+        try:
+            for _ in range(_STATS_ATTEMPTS):
+                current, etag = self._read_counters(path)
+                for name, value in counters.items():
+                    current[name] = current.get(name, 0.0) + float(value)
+                body = json.dumps(current, sort_keys=True).encode()
+                try:
+                    if self.conditional and etag and self._etag_write:
+                        self.fs.pipe_file(path, body, IfMatch=etag)
+                    elif self.conditional and etag is None:
+                        self.fs.pipe_file(path, body, mode="create")
+                    elif self.atomic_put:
+                        self.fs.pipe_file(path, body)
+                    else:
+                        self._put_renamed(path, body)
+                    return
+                except Exception as exc:
+                    if not _precondition_failed(exc):
+                        raise
+            log.debug("compilecache: %s: counters lost a race %d times", path, _STATS_ATTEMPTS)
+        except CompileCacheError:
+            raise
+        except Exception as exc:
+            raise self._unavailable("add_stats", exc) from exc
+
+    def _read_counters(self, path: str) -> tuple[dict[str, float], str | None]:
+        try:
+            info = self.fs.info(path)
+            raw = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return {}, None
+        etag = info.get("ETag") or info.get("etag")
+        return _counters(raw), str(etag) if etag else ""
+
+    def read_stats(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        try:
+            self.fs.invalidate_cache(f"{self.root}/stats")
+            paths = [p for p in self.fs.find(f"{self.root}/stats") if p.endswith(".json")]
+            for raw in self.fs.cat_ranges(paths, 0, None, on_error="return") if paths else []:
+                if isinstance(raw, BaseException):
+                    continue
+                for name, value in _counters(raw).items():
+                    totals[name] = totals.get(name, 0.0) + value
+        except FileNotFoundError:
+            return {}
+        except Exception as exc:
+            raise self._unavailable("read_stats", exc) from exc
+        return totals
+
+    def zero_stats(self) -> None:
+        try:
+            paths = [p for p in self.fs.find(f"{self.root}/stats") if p.endswith(".json")]
+            for path in paths:
+                self._discard(path)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            raise self._unavailable("zero_stats", exc) from exc
+
     def close(self) -> None:
         pass
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _counters(raw: bytes) -> dict[str, float]:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
 
 
 def _lease_body(token: str, ttl_s: float) -> bytes:

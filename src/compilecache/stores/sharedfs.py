@@ -39,7 +39,6 @@ import contextlib
 import errno
 import json
 import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -51,6 +50,7 @@ from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL
 from compilecache.stores.frame import (
     directory_and_size,
     encode_frame,
+    host_label,
     info_of,
     key_filename,
     meta_of,
@@ -101,7 +101,7 @@ class SharedFSStore(LeaseFilesMixin, Store):
         self.leases_dir = self.root / "leases"
         self.stamp_path = self.root / "evict.stamp"
         self.lock_path = self.root / "evict.lock"
-        self._ident = f"{_hostname()}-{os.getpid()}"
+        self._ident = f"{host_label()}-{os.getpid()}"
         self._written_since_evict = 0
         self._next_evict_check = 0.0
         self._leases = LeaseFiles(self.leases_dir, self._publish, fsync=fsync)
@@ -362,11 +362,6 @@ def _read_json(path: Path) -> dict[str, float]:
     if not isinstance(data, dict):
         return {}
     return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
-
-
-def _hostname() -> str:
-    name = socket.gethostname() or "host"
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
 
 
 def from_url(url: StoreURL) -> SharedFSStore:

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore
+from compilecache.stats import level_counter
 from compilecache.stores.base import (
     HISTORY_LIMIT,
     NO_COORDINATION,
@@ -39,7 +41,25 @@ from compilecache.stores.guarded import LevelSkipped
 log = logging.getLogger("compilecache")
 
 WritePolicy = Literal["all", "local"]
-_COUNTERS = ("hits", "misses", "errors", "skipped", "writes", "write_errors", "backfills")
+_COUNTERS = (
+    "hits",
+    "misses",
+    "errors",
+    "skipped",
+    "writes",
+    "write_errors",
+    "backfills",
+    "saved_s",
+)
+# What a shared level records for the fleet (``stats --url <shared level>``): the level's own
+# counters of this process, under the names of the headline counters. Misses are the host's:
+# a lookup that missed every level reached every level, and a level's own miss count would also
+# hold the re-reads of single-flight waiters polling for an entry.
+_FLEET_COUNTERS = {
+    "hits": "hits",
+    "writes": "writes",
+    "saved_s": "compile_time_saved_s",
+}
 
 
 class Tiered(Store):
@@ -61,7 +81,7 @@ class Tiered(Store):
             [d for d in range(depth) if self._writable[d] and (writes == "all" or d == 0)]
             for depth in range(len(self.levels))
         ]
-        self._counts = [dict.fromkeys(_COUNTERS, 0) for _ in self._levels]
+        self._counts = [dict.fromkeys(_COUNTERS, 0.0) for _ in self._levels]
         self._lock = threading.Lock()
 
     @property
@@ -75,9 +95,9 @@ class Tiered(Store):
     def available(self) -> bool:
         return any(level.available() for level in self._levels)
 
-    def _count(self, depth: int, name: str) -> None:
+    def _count(self, depth: int, name: str, amount: float = 1.0) -> None:
         with self._lock:
-            self._counts[depth][name] += 1
+            self._counts[depth][name] += amount
 
     def _failed(self, depth: int, exc: Exception, what: str) -> None:
         self._count(depth, "skipped" if isinstance(exc, LevelSkipped) else "errors")
@@ -89,13 +109,15 @@ class Tiered(Store):
         first_error: Exception | None = None
         for depth, level in enumerate(self.levels):
             targets = self._backfill_targets[depth]
+            start = time.perf_counter()
             try:
-                if targets:
-                    # Value and metadata together, in one read where the level can.
+                if depth:
+                    # Value and metadata together, in one read where the level can: the meta
+                    # labels the backfilled copy and says what this hit saved.
                     found = level.get_with_meta(key)
                     value, meta = found if found is not None else (None, None)
                 else:
-                    value = level.get(key)
+                    value, meta = level.get(key), None
             except Exception as exc:
                 self._failed(depth, exc, "get")
                 if not isinstance(exc, LevelSkipped):
@@ -105,6 +127,9 @@ class Tiered(Store):
                 self._count(depth, "misses")
                 continue
             self._count(depth, "hits")
+            if meta is not None:
+                saved = meta.compile_time_s - (time.perf_counter() - start)
+                self._count(depth, "saved_s", max(saved, 0.0))
             for d in targets:
                 try:
                     self.levels[d].put(key, value, meta)
@@ -224,17 +249,23 @@ class Tiered(Store):
         ``timeouts``, ``outages`` and ``recoveries``.
         """
         out: dict[str, dict[str, float]] = {}
-        for depth, level in enumerate(self.levels):
+        for depth, (name, level) in enumerate(zip(self._level_names(), self.levels, strict=True)):
             with self._lock:
                 counts: dict[str, float] = dict(self._counts[depth])
             counts["writable"] = 1.0 if self._writable[depth] else 0.0
             # A guard sees every skipped call (a skipped read is also a miss here).
-            for name, value in level.health().items():
-                if name in ("skipped", "down", "timeouts", "outages", "recoveries"):
-                    counts[name] = value
-            name = level.url if level.url not in out else f"{level.url}#{depth}"
+            for counter, value in level.health().items():
+                if counter in ("skipped", "down", "timeouts", "outages", "recoveries"):
+                    counts[counter] = value
             out[name] = counts
         return out
+
+    def _level_names(self) -> list[str]:
+        """Each level's name in ``level_stats`` and the ``level.<name>.*`` counters."""
+        names: list[str] = []
+        for depth, level in enumerate(self.levels):
+            names.append(level.url if level.url not in names else f"{level.url}#{depth}")
+        return names
 
     # Persistent counters go to the first writable level that keeps them (normally the local
     # disk): per-host numbers, and no extra network round trip at exit.
@@ -248,9 +279,26 @@ class Tiered(Store):
         return self._stats_level() is not None
 
     def add_stats(self, counters: Mapping[str, float]) -> None:
-        level = self._stats_level()
-        if level is not None:
-            level.add_stats(counters)
+        """The host's counters go to its stats level; every other level that keeps counters (a
+        shared Redis, a shared mount, an object store) adds what it served this host, so that
+        ``stats --url <shared level>`` shows the whole fleet."""
+        host_level = self._stats_level()
+        for name, level in zip(self._level_names(), self.levels, strict=True):
+            if level is host_level or not level.keeps_stats():
+                continue
+            served = {
+                out: counters.get(level_counter(name, counter), 0.0)
+                for counter, out in _FLEET_COUNTERS.items()
+            }
+            served["misses"] = counters.get("misses", 0.0)
+            served = {k: v for k, v in served.items() if v}
+            if served:
+                try:
+                    level.add_stats(served)
+                except Exception as exc:  # counters are a report: never worth failing for
+                    log.debug("compilecache: cannot add fleet counters to %s: %s", name, exc)
+        if host_level is not None:
+            host_level.add_stats(counters)
 
     def read_stats(self) -> dict[str, float]:
         level = self._stats_level()
