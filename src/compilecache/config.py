@@ -106,6 +106,9 @@ class Config:
     # Single-flight compiles (COMPILECACHE_LEASE_TTL, COMPILECACHE_WAIT_TIMEOUT; 0 = no waiting).
     lease_ttl: float = DEFAULT_LEASE_TTL
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT
+    # Multi-process jobs (COMPILECACHE_WRITERS): every process writes its own entries ("all"),
+    # or only process 0 does ("first", JAX's own rule).
+    writers: Literal["all", "first"] = "all"
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the non-``None`` overrides applied."""
@@ -164,6 +167,11 @@ def load(
         raise ConfigError(f"COMPILECACHE_TIER_WRITES: expected all or local, got {writes_text!r}")
     tier_writes: Literal["all", "local"] = "local" if writes_text == "local" else "all"
 
+    writers_text = env.get("COMPILECACHE_WRITERS", "all").strip().lower() or "all"
+    if writers_text not in ("all", "first"):
+        raise ConfigError(f"COMPILECACHE_WRITERS: expected all or first, got {writers_text!r}")
+    writers: Literal["all", "first"] = "first" if writers_text == "first" else "all"
+
     return Config(
         url=resolved_url,
         max_size=size,
@@ -177,6 +185,7 @@ def load(
         run_spool=env.get("COMPILECACHE_RUN_SPOOL") or None,
         lease_ttl=_seconds(env, "COMPILECACHE_LEASE_TTL", DEFAULT_LEASE_TTL, positive=True),
         wait_timeout=_seconds(env, "COMPILECACHE_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT),
+        writers=writers,
     )
 
 

@@ -291,6 +291,8 @@ class _Installed:
     saved_config: dict[str, Any]
     original_cache_write: Any = None
     original_compile: Any = None
+    # COMPILECACHE_WRITERS: "all" processes of a multi-process job write, or only the "first".
+    writers: str = "all"
 
 
 _installed: _Installed | None = None
@@ -365,31 +367,58 @@ def install(cache: Cache) -> bool:
     compilation_cache.get_cache_key = get_cache_key
     # Drop any cache JAX initialised earlier so that the next compile builds ours.
     compilation_cache.reset_cache()
-    _installed = _Installed(adapter, original_factory, original_key, saved)
+    _installed = _Installed(adapter, original_factory, original_key, saved, writers=_writers())
     _installed.original_cache_write = _watch_cache_writes(adapter)
     _installed.original_compile = _release_leases_after_compiles(cache)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
 
 
+def _writers() -> str:
+    """COMPILECACHE_WRITERS (``all`` or ``first``), read when JAX is hooked; ``enable()`` has
+    already refused a bad value, so a failure here keeps the default."""
+    from compilecache import config
+
+    try:
+        return config.load().writers
+    except Exception as exc:
+        log.debug("compilecache: COMPILECACHE_WRITERS not read: %s", exc)
+        return "all"
+
+
+def _all_write() -> bool:
+    """Whether every process of a multi-process job writes (needs the write watcher)."""
+    return (
+        _installed is not None
+        and _installed.writers == "all"
+        and _installed.original_cache_write is not None
+    )
+
+
 def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
     """Wrap ``compiler._cache_write`` (looked up at call time) to learn why JAX does not hand a
-    compile to ``put``: host callbacks, its own minimum compile time, or not being process 0.
-    Returns the original, or ``None`` when this JAX has no such function (explanations of
-    never-stored compiles are then missing; nothing else changes)."""
+    compile to ``put``: host callbacks, its own minimum compile time, or not being process 0;
+    and to let every process of a multi-process job write (COMPILECACHE_WRITERS=all).
+    Returns the original, or ``None`` when this JAX lacks these functions (explanations of
+    never-stored compiles are then missing, and only process 0 writes; nothing else changes)."""
     try:
         compiler = _private("jax._src.compiler")
         original = compiler._cache_write
         jax_config = _private("jax._src.config")
         distributed = _private("jax._src.distributed")
+        # What _cache_write calls past its gates: processes other than 0 call it themselves.
+        put = _private("jax._src.compilation_cache").put_executable_and_time
     except (ImportError, AttributeError) as exc:
         log.debug("compilecache: JAX cache writes not watched: %s", exc)
         return None
 
     def skip_reason(compile_time: float, host_callbacks: Any) -> str:
         process = getattr(distributed.global_state, "process_id", 0)
-        if process:
-            return f"JAX writes only from process 0 (this is process {process})"
+        if process and not _all_write():
+            return (
+                f"JAX writes only from process 0 (this is process {process}; "
+                "COMPILECACHE_WRITERS=first)"
+            )
         if host_callbacks:
             return (
                 "it uses host callbacks (jax.debug.print, jax.pure_callback, io_callback): "
@@ -413,12 +442,23 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
         *args: Any,
         **kwargs: Any,
     ) -> Any:
+        reason = "?"
         try:
             reason = skip_reason(compile_time_secs, host_callbacks)
             if reason:
                 adapter.not_written(cache_key, reason, compile_time_secs)
         except Exception as exc:
             log.debug("compilecache: could not check a JAX cache write: %s", exc)
+        if not reason and getattr(distributed.global_state, "process_id", 0):
+            # JAX's gate (process_id != 0: return) exists because its file cache was unsafe
+            # under concurrent writers; our stores publish atomically and leases keep one
+            # compile per key, so this process's entry (its keys differ from process 0's: the
+            # topology fingerprint follows the process) is written as process 0's would be.
+            try:
+                put(cache_key, module_name, executable, backend, int(compile_time_secs))
+            except Exception as exc:  # never raise into JAX
+                adapter.cache.warn_once("jax:put", f"write failed: {exc}")
+            return None
         return original(
             cache_key,
             compile_time_secs,
@@ -459,8 +499,11 @@ def _release_leases_after_compiles(cache: Cache) -> Any:
 
 
 def _writes_here() -> bool:
-    """Whether JAX hands this process's compiles to ``put``: only process 0 of a multi-process
-    job does, so the others must never hold a lease that others would wait on."""
+    """Whether this process's compiles reach ``put``: every process's do (COMPILECACHE_WRITERS=all),
+    or only process 0's (``first``), and then the others must never hold a lease that others
+    would wait on."""
+    if _all_write():
+        return True
     try:
         state = _private("jax._src.distributed").global_state
         return not getattr(state, "process_id", 0)
