@@ -217,8 +217,78 @@ def test_signed_entries(store: Store) -> None:
     assert strict.load("jax", "unsigned") is None
     other = Cache(store, secret=b"other key")
     assert other.load("jax", "signed") is None
-    assert strict.stats.snapshot()["corrupt"] == 1
-    assert other.stats.snapshot()["corrupt"] == 1
+    # Counted as foreign, not corrupt, and left in place (issue 11; they were corrupt before).
+    assert strict.stats.snapshot()["foreign"] == 1
+    assert other.stats.snapshot()["foreign"] == 1
+    assert strict.stats.snapshot()["corrupt"] == 0 == other.stats.snapshot()["corrupt"]
+    assert store.get("signed") == raw and store.get("unsigned") is not None
+
+
+# -- entries signed with another key ----------------------------------------------------------
+
+
+def _raw(store: Store, key: str) -> bytes | None:
+    """The stored bytes, read without going through the cache."""
+    return store.peek(key)
+
+
+def test_a_foreign_entry_is_a_counted_miss_left_in_place_and_not_replaced(
+    store: Store, warnings: Any
+) -> None:
+    owner = Cache(store, secret=b"S1")
+    for key in ("a", "b"):
+        assert owner.save(_header(key), key.encode() * 1000)
+    before = {key: _raw(store, key) for key in ("a", "b")}
+    stranger = Cache(store, secret=b"S2")
+    assert stranger.load("jax", "a") is None
+    assert stranger.load("jax", "b") is None
+    assert stranger.load("jax", "a") is None  # every lookup is counted
+    stats = stranger.stats.snapshot()
+    assert stats["foreign"] == 3 and stats["jax.foreign"] == 3 and stats["misses"] == 3
+    assert stats["hits"] == 0 and stats["corrupt"] == 0 and stats["errors"] == 0
+    # One warning, naming the likely cause; later ones are not repeated.
+    assert len(warnings()) == 1, warnings()
+    assert "COMPILECACHE_SECRET" in warnings()[0] and "left in place" in warnings()[0]
+    # The stranger's compile is not written over the owner's entry.
+    assert stranger.save(_header("a"), b"stranger's executable") is False
+    assert "another key" in stranger.skip_reason(5.0, "a")
+    assert stranger.stats.snapshot()["writes"] == 0
+    assert {key: _raw(store, key) for key in ("a", "b")} == before
+    # Other keys are written as usual, and the owner still hits its entries.
+    assert stranger.save(_header("c"), b"c" * 100)
+    for key in ("a", "b"):
+        found = owner.load("jax", key)
+        assert found is not None and found.payload == key.encode() * 1000
+    assert owner.stats.snapshot()["foreign"] == 0
+
+
+def test_an_unsigned_entry_is_foreign_to_a_client_with_a_secret(store: Store) -> None:
+    assert Cache(store).save(_header("k"), b"u" * 1000)
+    raw = _raw(store, "k")
+    strict = Cache(store, secret=b"key")
+    assert strict.load("jax", "k") is None
+    assert strict.stats.snapshot()["foreign"] == 1
+    assert strict.save(_header("k"), b"v" * 1000) is False
+    assert _raw(store, "k") == raw
+    found = Cache(store).load("jax", "k")  # still served to the clients without a secret
+    assert found is not None and found.payload == b"u" * 1000
+
+
+def test_a_damaged_foreign_entry_is_corrupt_and_removed(store: Store, warnings: Any) -> None:
+    """Damage the checksum catches is corruption, whoever signed the entry."""
+    assert Cache(store, secret=b"S1").save(_header("k"), os.urandom(3000), compress=False)
+    stored = store.get("k")
+    assert stored is not None
+    frame = (
+        len(store.path_of("k").read_bytes()) - len(stored) if isinstance(store, LocalStore) else 0
+    )
+    _damage(store, "k", frame + len(stored) - 100)
+    stranger = Cache(store, secret=b"S2")
+    assert stranger.load("jax", "k") is None
+    stats = stranger.stats.snapshot()
+    assert stats["corrupt"] == 1 and stats["foreign"] == 0
+    assert store.stat("k") is None
+    assert stranger.save(_header("k"), b"x" * 100)  # and it may be replaced
 
 
 # -- skipped writes --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The entry format: round trips, and damage of any kind is a CorruptEntry and nothing else."""
+"""The entry format: round trips; damage of any kind is a CorruptEntry, an intact entry signed with
+another key (or unsigned, with a key) is a ForeignEntry, and nothing else is ever raised."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from compilecache import entry
 from compilecache.entry import MAGIC, Entry, EntryHeader, decode, encode, read_header
-from compilecache.errors import CorruptEntry
+from compilecache.errors import CorruptEntry, ForeignEntry
 
 _PREFIX = struct.Struct(">8sHHIQ")
 _FUZZ = settings(
@@ -219,8 +220,10 @@ def test_decode_of_well_framed_garbage_never_raises_anything_else(
     header_raw = json.dumps(fields).encode()
     data = _frame(header_raw, stored, flags=flags, sig=sig)
     _assert_valid_or_corrupt(data)
-    with pytest.raises(CorruptEntry):
+    with pytest.raises((CorruptEntry, ForeignEntry)):
         decode(data, secret=b"another key")
+    with pytest.raises(CorruptEntry):
+        decode(data, expect_key="\x00 a key no header holds")
     with contextlib.suppress(CorruptEntry):
         read_header(data)
 
@@ -367,8 +370,9 @@ def test_damaged_then_resealed_entry_is_corrupt_or_consistent(
         return
     _assert_valid_or_corrupt(resealed)
     if secret is not None:
-        # Without the key nobody can forge a valid signature, whatever else they change.
-        with pytest.raises(CorruptEntry):
+        # Without the key nobody can forge a valid signature, whatever else they change: damage
+        # the frame shows is corrupt, an intact frame with a wrong signature is foreign.
+        with pytest.raises((CorruptEntry, ForeignEntry)):
             decode(resealed, secret=secret)
 
 
@@ -377,14 +381,14 @@ def test_damaged_then_resealed_entry_is_corrupt_or_consistent(
 
 def test_signed_entry_rejects_another_secret() -> None:
     data = encode(_header(), b"payload" * 100, secret=b"right")
-    with pytest.raises(CorruptEntry, match="signature"):
+    with pytest.raises(ForeignEntry, match="signature"):
         decode(data, secret=b"wrong")
 
 
 def test_unsigned_entry_is_rejected_with_a_secret() -> None:
     data = encode(_header(), b"payload" * 100)
     assert decode(data).signed is False
-    with pytest.raises(CorruptEntry, match="not signed"):
+    with pytest.raises(ForeignEntry, match="not signed"):
         decode(data, secret=b"key")
 
 
@@ -400,7 +404,7 @@ def test_stripped_signature_is_rejected() -> None:
     data = encode(_header(), b"payload" * 100, secret=b"key")
     stripped = _strip_signature(data)
     assert decode(stripped).signed is False  # the frame itself is intact
-    with pytest.raises(CorruptEntry):
+    with pytest.raises(ForeignEntry):
         decode(stripped, secret=b"key")
 
 
@@ -410,7 +414,7 @@ def test_forged_payload_with_resealed_checksum_is_rejected() -> None:
     data = encode(_header(), payload, compress=False, secret=b"key")
     forged = _reseal(data.replace(payload, b"B" * 700))
     assert decode(forged).payload == b"B" * 700  # checksum alone cannot tell
-    with pytest.raises(CorruptEntry, match="signature"):
+    with pytest.raises(ForeignEntry, match="signature"):
         decode(forged, secret=b"key")
 
 
@@ -418,8 +422,57 @@ def test_signature_covers_the_header() -> None:
     data = encode(_header(key="jax/a"), b"p" * 700, compress=False, secret=b"key")
     forged = _reseal(data.replace(b'"key":"jax/a"', b'"key":"jax/b"'))
     assert decode(forged).header.key == "jax/b"
-    with pytest.raises(CorruptEntry):
+    with pytest.raises(ForeignEntry):
         decode(forged, secret=b"key")
+    # Stored under the key it now names or not, it is never served.
+    with pytest.raises(CorruptEntry, match="holds key"):
+        decode(forged, secret=b"key", expect_key="jax/a")
+
+
+def test_a_foreign_entry_is_not_a_corrupt_one() -> None:
+    """Callers remove corrupt entries and leave foreign ones alone: the two must not overlap."""
+    assert not issubclass(ForeignEntry, CorruptEntry)
+    assert not issubclass(CorruptEntry, ForeignEntry)
+    data = encode(_header(), b"p" * 2000, secret=b"theirs")
+    try:
+        decode(data, secret=b"ours")
+    except ForeignEntry as exc:
+        assert not isinstance(exc, CorruptEntry)
+    else:
+        raise AssertionError("a foreign entry was accepted")
+
+
+def test_damage_to_a_foreign_entry_is_corruption() -> None:
+    """The checksum is checked first: a damaged entry is corrupt whoever signed it."""
+    data = bytearray(encode(_header(), b"p" * 2000, compress=False, secret=b"theirs"))
+    data[len(data) // 2] ^= 0x01
+    with pytest.raises(CorruptEntry, match="checksum"):
+        decode(bytes(data), secret=b"ours")
+
+
+# -- the expected key ------------------------------------------------------------------------
+
+
+def test_expect_key_accepts_the_key_the_entry_holds() -> None:
+    data = encode(_header(key="jax/a"), b"p" * 700, secret=b"key")
+    assert decode(data, expect_key="jax/a").header.key == "jax/a"
+    assert decode(data, secret=b"key", expect_key="jax/a").payload == b"p" * 700
+
+
+def test_expect_key_rejects_another_key_as_corrupt() -> None:
+    data = encode(_header(key="jax/a"), b"p" * 700)
+    with pytest.raises(CorruptEntry, match=r"entry holds key 'jax/a', not 'jax/b'"):
+        decode(data, expect_key="jax/b")
+
+
+def test_a_misplaced_foreign_entry_is_corrupt_not_foreign() -> None:
+    """An entry under a key it does not hold is wrong for every reader, whoever signed it."""
+    data = encode(_header(key="jax/a"), b"p" * 700, secret=b"theirs")
+    with pytest.raises(CorruptEntry, match="holds key"):
+        decode(data, secret=b"ours", expect_key="jax/b")
+    unsigned = encode(_header(key="jax/a"), b"p" * 700)
+    with pytest.raises(CorruptEntry, match="holds key"):
+        decode(unsigned, secret=b"ours", expect_key="jax/b")
 
 
 def test_signature_is_a_real_hmac() -> None:

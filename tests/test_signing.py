@@ -1,6 +1,11 @@
 """Signed entries: with COMPILECACHE_SECRET every entry is signed at write, and a reader rejects
-unsigned, tampered and foreign-signed entries: a counted miss (``corrupt``), one warning, and the
-program still completes with correct results."""
+unsigned, tampered and foreign-signed entries: a counted miss, one warning, and the program still
+completes with correct results.
+
+An intact entry whose signature does not verify (unsigned, signed with another key, or re-sealed
+after tampering: without the key these cannot be told apart) is ``foreign`` (issue 11, item 3):
+it is left in place and not replaced, since it may be valid for the clients that hold its key.
+Damage the checksum catches is ``corrupt`` and removed, as before. An empty secret is an error."""
 
 from __future__ import annotations
 
@@ -12,10 +17,10 @@ from typing import Any
 import pytest
 import xxhash
 
-from compilecache import entry
+from compilecache import config, entry
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
-from compilecache.errors import CorruptEntry
+from compilecache.errors import ConfigError, CorruptEntry, ForeignEntry
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env, last_json, run_python
 
@@ -65,8 +70,12 @@ def test_every_variant_still_passes_the_checksum() -> None:
     )
     for tamper in VARIANTS.values():
         entry.decode(tamper(data))  # no secret: checksum and frame are fine
-        with pytest.raises(CorruptEntry):
+        # Intact, so foreign rather than corrupt (it was CorruptEntry before issue 11).
+        with pytest.raises(ForeignEntry):
             entry.decode(tamper(data), secret=SECRET.encode())
+    # Damage the checksum sees stays corruption, whoever signed the entry.
+    with pytest.raises(CorruptEntry):
+        entry.decode(data[:-1] + bytes([data[-1] ^ 1]), secret=SECRET.encode())
 
 
 def test_the_cache_layer_rejects_each_variant_once_warned(
@@ -81,14 +90,21 @@ def test_the_cache_layer_rejects_each_variant_once_warned(
         assert writer.save(EntryHeader(framework="jax", key=key, name=name), bytes(3000))
         store.put(key, tamper(store.get(key) or b""))
         keys.append(key)
+    before = {key: store.path_of(key).read_bytes() for key in keys}
     with caplog.at_level(logging.WARNING, logger="compilecache"):
         for key in keys:
             assert reader.load("jax", key) is None
     stats = reader.stats.snapshot()
-    assert stats["corrupt"] == 3 and stats["misses"] == 3 and stats["hits"] == 0
-    assert len(caplog.records) == 1 and "corrupt" in caplog.records[0].getMessage()
-    # Rejected entries are removed, so the next compile replaces them with signed ones.
-    assert all(store.get(key) is None for key in keys)
+    assert stats["foreign"] == 3 and stats["misses"] == 3 and stats["hits"] == 0
+    assert stats["corrupt"] == 0
+    assert len(caplog.records) == 1
+    assert "COMPILECACHE_SECRET" in caplog.records[0].getMessage()
+    # Rejected entries stay where they are and are not replaced by this process (before issue
+    # 11 they were removed and replaced: one misconfigured host emptied a fleet's cache).
+    for i, key in enumerate(keys):
+        assert not reader.save(EntryHeader(framework="jax", key=key, name=str(i)), bytes(3000))
+    assert {key: store.path_of(key).read_bytes() for key in keys} == before
+    assert reader.stats.snapshot()["writes"] == 0
 
 
 # -- real JAX in fresh processes ----------------------------------------------------------------
@@ -135,15 +151,20 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
     for i, (key, data) in enumerate(sorted(written.items())):
         s.put(key, variants[i % len(variants)](data))
     s.close()
+    planted = entries(store)
     tampered, warnings = run(store, SECRET)
     stats = tampered["stats"]
-    assert stats["corrupt"] == len(written) and stats["misses"] == len(written)
-    assert stats["hits"] == 0 and stats["errors"] == 0
-    assert len(warnings) == 1 and "corrupt" in warnings[0], warnings
+    # Intact frames whose signature does not verify: foreign misses (corrupt before issue 11).
+    assert stats["foreign"] == len(written) and stats["misses"] == len(written)
+    assert stats["hits"] == 0 and stats["errors"] == 0 and stats["corrupt"] == 0
+    assert stats["writes"] == 0
+    assert len(warnings) == 1 and "COMPILECACHE_SECRET" in warnings[0], warnings
     assert same_results(tampered, cold)
-    # The recompiled entries replaced the rejected ones, signed with our key again.
-    for data in entries(store).values():
-        assert entry.decode(data, secret=SECRET.encode()).signed
+    # Left in place, not replaced (before issue 11: replaced by entries signed with our key).
+    assert entries(store) == planted
+    for data in planted.values():
+        with pytest.raises(ForeignEntry):
+            entry.decode(data, secret=SECRET.encode())
 
 
 @pytest.mark.slow
@@ -152,11 +173,14 @@ def test_entries_of_a_writer_without_the_secret_are_rejected(tmp_path: Path) -> 
     cold, _ = run(store, None)
     n = len(entries(store))
     assert n >= 3 and not any(entry.decode(d).signed for d in entries(store).values())
+    unsigned = entries(store)
     signed_reader, warnings = run(store, SECRET)
     stats = signed_reader["stats"]
-    assert stats["corrupt"] == n and stats["misses"] == n and stats["hits"] == 0
+    assert stats["foreign"] == n and stats["misses"] == n and stats["hits"] == 0
+    assert stats["corrupt"] == 0 and stats["writes"] == 0
     assert len(warnings) == 1 and "not signed" in warnings[0], warnings
     assert same_results(signed_reader, cold)
+    assert entries(store) == unsigned  # left for the clients without a secret
 
 
 # -- real torch.compile in fresh processes -----------------------------------------------------
@@ -198,9 +222,56 @@ def test_tampered_torch_entries_are_rejected_and_results_stay_correct(tmp_path: 
     for i, (key, data) in enumerate(sorted(written.items())):
         s.put(key, variants[i % len(variants)](data))
     s.close()
+    planted = entries(store)
     tampered, warnings = run_torch(store, SECRET, tmp_path / "b")
     stats = tampered["stats"]
-    assert stats["torch.corrupt"] >= len(layers) and stats.get("torch.hits", 0) == 0, stats
-    assert stats["errors"] == 0, stats
-    assert len(warnings) == 1 and "corrupt" in warnings[0], warnings
+    # Intact frames whose signature does not verify: foreign (corrupt before issue 11).
+    assert stats["torch.foreign"] >= len(layers) and stats.get("torch.hits", 0) == 0, stats
+    assert stats["errors"] == 0 and stats["corrupt"] == 0, stats
+    assert len(warnings) == 1 and "COMPILECACHE_SECRET" in warnings[0], warnings
     assert tampered["digest"] == cold["digest"]
+    assert {k: v for k, v in entries(store).items() if k in planted} == planted
+
+
+# -- an empty secret is an error, not a key ---------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", "   ", "\n"])
+def test_an_empty_secret_is_an_error_at_enable(
+    value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import compilecache
+
+    monkeypatch.setenv("COMPILECACHE_URL", str(tmp_path / "store"))
+    monkeypatch.setenv("COMPILECACHE_SECRET", value)
+    with pytest.raises(ConfigError, match="COMPILECACHE_SECRET"):
+        compilecache.enable()
+    assert compilecache.active() is None
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"  \n\t"])
+def test_an_empty_secret_file_is_an_error_at_enable(
+    content: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import compilecache
+
+    key_file = tmp_path / "key"
+    key_file.write_bytes(content)
+    monkeypatch.setenv("COMPILECACHE_URL", str(tmp_path / "store"))
+    monkeypatch.setenv("COMPILECACHE_SECRET_FILE", str(key_file))
+    with pytest.raises(ConfigError, match="COMPILECACHE_SECRET_FILE"):
+        compilecache.enable()
+    assert compilecache.active() is None
+
+
+def test_secrets_that_are_keys() -> None:
+    assert config.load({}).secret is None
+    assert config.load({"COMPILECACHE_SECRET": "k"}).secret == b"k"
+
+
+def test_secret_file_is_read_and_stripped(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"team-key\n")
+    assert config.load({"COMPILECACHE_SECRET_FILE": str(key_file)}).secret == b"team-key"
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.load({"COMPILECACHE_SECRET_FILE": str(tmp_path / "missing")})

@@ -57,7 +57,7 @@ import zstandard
 from compilecache import entry
 from compilecache.config import parse_duration
 from compilecache.entry import EntryHeader
-from compilecache.errors import BundleError, ConfigError, CorruptEntry
+from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 FORMAT = "compilecache-bundle"
@@ -390,11 +390,12 @@ def export_bundle(
                 report.skipped.append((info.key, "removed while exporting"))
                 continue
             try:
-                found = entry.decode(data, secret=secret)
-                if found.header.key != info.key:
-                    raise CorruptEntry(f"it holds key {found.header.key!r}")
+                found = entry.decode(data, secret=secret, expect_key=info.key)
             except CorruptEntry as exc:
                 report.skipped.append((info.key, f"corrupt: {exc}"))
+                continue
+            except ForeignEntry as exc:
+                report.skipped.append((info.key, f"foreign: {exc}"))
                 continue
             offsets.append(spool.tell())
             spool.write(data)
@@ -617,10 +618,8 @@ def admit(
 ) -> bool:
     """Write one entry to ``target`` if it is valid, can run here and is not there already."""
     try:
-        found = entry.decode(data, secret=secret)
-        if found.header.key != key:
-            raise CorruptEntry(f"it holds key {found.header.key!r}")
-    except CorruptEntry as exc:
+        found = entry.decode(data, secret=secret, expect_key=key)
+    except (CorruptEntry, ForeignEntry) as exc:
         report.skipped.append((key, f"rejected: {exc}"))
         return False
     reason = host.reason(found.header) if host is not None else None
@@ -630,9 +629,12 @@ def admit(
     existing = _read_quietly(target, key)
     if existing is not None:
         try:
-            entry.decode(existing, secret=secret)
+            entry.decode(existing, secret=secret, expect_key=key)
             report.present.append(key)
             return False  # a good entry is kept as it is
+        except ForeignEntry as exc:  # valid for another key's holders: never overwritten
+            report.skipped.append((key, f"foreign entry there left in place: {exc}"))
+            return False
         except CorruptEntry:
             pass  # a damaged one is replaced by the verified one
     header = found.header

@@ -6,7 +6,11 @@ where the principles are enforced for every backend alike:
 - a storage error is a counted miss (or a counted failed write) with one warning, never an
   exception into the framework;
 - an entry is returned only when its checksum, its signature (with a secret) and its key all
-  match; anything else is counted as corrupt, removed, and reported as a miss;
+  match; a damaged or misplaced entry is counted as corrupt, removed, and reported as a miss;
+- an intact entry signed with another key (or unsigned, with a secret) is counted as
+  ``foreign`` and reported as a miss, and it is left alone: never removed, never replaced by
+  this process, because it may be valid for the clients that hold its key (one host started
+  with a wrong COMPILECACHE_SECRET must not empty a fleet's cache);
 - read-only mode and the minimum compile time are applied here, not in each integration.
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 from compilecache import entry
 from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
 from compilecache.entry import Entry, EntryHeader
-from compilecache.errors import CorruptEntry
+from compilecache.errors import CorruptEntry, ForeignEntry
 from compilecache.singleflight import SingleFlight
 from compilecache.stats import Stats, function_counter
 from compilecache.stores.base import EntryMeta, Store
@@ -52,17 +56,33 @@ class Cache:
         self.secret = secret
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
+        # Keys under which this process found an entry signed with another key: it does not
+        # write over them (and so never leads their compile for others).
+        self._foreign: set[str] = set()
         # Set by the session: a label for this run's history records, and (under
         # ``compilecache run`` / ``doctor``) a list that collects per-compile events in memory.
         self.run_id = ""
         self.events: list[dict[str, Any]] | None = None
         # Single-flight compiles (load_or_lead): only where the store can coordinate.
         self._flight: SingleFlight | None = None
-        leases = store if store.supports_leases() else None
-        if not read_only and wait_timeout > 0 and leases is not None:
+        if not read_only and wait_timeout > 0 and self._supports_leases():
             self._flight = SingleFlight(
-                self, leases, lease_ttl=lease_ttl, wait_timeout=wait_timeout
+                store,
+                stats=self.stats,
+                warn=self.warn_once,
+                lease_ttl=lease_ttl,
+                wait_timeout=wait_timeout,
+                writes=self.writes,
             )
+
+    def _supports_leases(self) -> bool:
+        """Whether the store can coordinate compiles; a store that cannot even answer (a broken
+        third-party store) cannot, and must not stop the program from starting."""
+        try:
+            return bool(self.store.supports_leases())
+        except Exception as exc:
+            log.debug("compilecache: %s cannot say whether it has leases: %s", self.store.url, exc)
+            return False
 
     def warn_once(self, category: str, message: str) -> None:
         """Log ``message`` as a warning the first time ``category`` occurs, at debug later."""
@@ -131,13 +151,14 @@ class Cache:
                 self.stats.add("misses", framework=framework)
             return None, True
         try:
-            found = entry.decode(data, secret=self.secret)
-            if found.header.key != key:
-                raise CorruptEntry(f"entry holds key {found.header.key!r}")
+            found = entry.decode(data, secret=self.secret, expect_key=key)
             if found.header.framework != framework:
                 raise CorruptEntry(f"entry belongs to {found.header.framework!r}")
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=True)
+            return None, False
+        except ForeignEntry as exc:
+            self._foreign_entry(framework, key, exc)
             return None, False
         except Exception as exc:  # a store returning something other than bytes
             self.stats.add("errors", framework=framework)
@@ -168,13 +189,36 @@ class Cache:
             except Exception as delete_exc:
                 log.debug("compilecache: could not remove corrupt entry %s: %s", key, delete_exc)
 
+    def _foreign_entry(self, framework: str, key: str, exc: ForeignEntry) -> None:
+        """An intact entry this process cannot verify: a miss, left in place, not replaced."""
+        self.stats.add("foreign", framework=framework)
+        self.stats.add("misses", framework=framework)
+        with self._warn_lock:
+            self._foreign.add(key)
+        self.warn_once(
+            "foreign",
+            f"entry {key}: {exc}. COMPILECACHE_SECRET (or COMPILECACHE_SECRET_FILE) probably "
+            "differs from the key the entries in this store were signed with (or they were "
+            "written without one). Such entries are misses, left in place and not overwritten "
+            "by this process; the 'foreign' counter says how many.",
+        )
+
+    def writes(self, key: str) -> bool:
+        """Whether :meth:`save` would store a compile of ``key`` (not read-only, and no entry
+        signed with another key seen there)."""
+        return not self.read_only and key not in self._foreign
+
     def save(self, header: EntryHeader, payload: bytes, *, compress: bool | None = None) -> bool:
-        """Store ``payload``; ``False`` when skipped (read-only, too fast) or failed (counted)."""
+        """Store ``payload``; ``False`` when skipped (read-only, too fast, an entry signed with
+        another key is there) or failed (counted)."""
         framework = header.framework
         if self.read_only:
             self.stats.add("skipped", framework=framework)
             return False
         if header.compile_time_s < self.min_compile_time:
+            self.stats.add("skipped", framework=framework)
+            return False
+        if header.key in self._foreign:
             self.stats.add("skipped", framework=framework)
             return False
         try:
@@ -193,9 +237,10 @@ class Cache:
         self.stats.add(function_counter(framework, header.name, "writes"))
         return True
 
-    def skip_reason(self, compile_time_s: float) -> str:
-        """Why :meth:`save` stored nothing for a compile of ``compile_time_s`` seconds (for miss
-        explanations): read-only, below the minimum compile time, or a failed write."""
+    def skip_reason(self, compile_time_s: float, key: str | None = None) -> str:
+        """Why :meth:`save` stored nothing for a compile of ``compile_time_s`` seconds (of
+        ``key``, when given) for miss explanations: read-only, below the minimum compile time,
+        an entry signed with another key left in place, or a failed write."""
         if self.read_only:
             return "the store is read-only (COMPILECACHE_READ_ONLY)"
         if compile_time_s < self.min_compile_time:
@@ -203,6 +248,8 @@ class Cache:
                 f"compiled in {compile_time_s:.2f}s, below "
                 f"COMPILECACHE_MIN_COMPILE_TIME={self.min_compile_time:g}"
             )
+        if key is not None and key in self._foreign:
+            return "an entry signed with another key is stored there; left in place"
         return "the write failed (see the warning)"
 
     def close(self) -> None:

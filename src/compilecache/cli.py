@@ -16,7 +16,7 @@ from typing import Any
 from compilecache import config as config_mod
 from compilecache import entry, prune
 from compilecache.config import format_size, parse_duration, parse_size
-from compilecache.errors import CompileCacheError, CorruptEntry
+from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
 from compilecache.session import open_store
 from compilecache.stats import COUNTERS, split_counters
 from compilecache.stores.base import EntryInfo, Store
@@ -376,18 +376,20 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     store = _store(args)
-    checked, bad = 0, []
+    checked, bad, foreign = 0, [], []
     for info in store.scan():
         data = store.get(info.key)
         if data is None:
             continue
         checked += 1
         try:
-            found = entry.decode(data, secret=config_mod.load().secret)
-            if found.header.key != info.key:
-                raise CorruptEntry(f"holds key {found.header.key!r}")
+            entry.decode(data, secret=config_mod.load().secret, expect_key=info.key)
         except CorruptEntry as exc:
             bad.append((info.key, str(exc)))
+        except ForeignEntry as exc:  # intact, for another key's holders: reported, never removed
+            foreign.append((info.key, str(exc)))
+    for key, reason in foreign:
+        print(f"foreign: {key}: {reason}")
     for key, reason in bad:
         action = "removed" if args.fix and store.delete(key) else "corrupt"
         print(f"{action}: {key}: {reason}")

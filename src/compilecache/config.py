@@ -200,13 +200,23 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: boo
 
 
 def _secret(env: Mapping[str, str]) -> bytes | None:
+    """The HMAC key, or ``None`` when neither variable is set. A variable that is set but holds
+    nothing (an empty value, an empty file) is an error: an empty key would sign every entry
+    with a key anyone can compute, and a writer that meant to sign would silently not."""
     value = env.get("COMPILECACHE_SECRET")
-    if value:
+    if value is not None:
+        if not value.strip():
+            raise ConfigError("COMPILECACHE_SECRET is set but empty; unset it or give a key")
         return value.encode()
     path = env.get("COMPILECACHE_SECRET_FILE")
-    if path:
+    if path is not None:
+        if not path.strip():
+            raise ConfigError("COMPILECACHE_SECRET_FILE is set but empty; unset it or name a file")
         try:
-            return Path(path).read_bytes().strip()
+            secret = Path(path).read_bytes().strip()
         except OSError as exc:
             raise ConfigError(f"COMPILECACHE_SECRET_FILE: cannot read {path}: {exc}") from exc
+        if not secret:
+            raise ConfigError(f"COMPILECACHE_SECRET_FILE: {path} is empty; a key is needed")
+        return secret
     return None

@@ -14,8 +14,11 @@ Layout (all integers big-endian)::
     checksum   16 bytes  XXH3-128 over everything above
 
 The checksum is last so that a truncated file can never pass, and it covers the signature so a
-flipped signature byte is reported as corruption rather than forgery. :func:`decode` raises
-:class:`CorruptEntry` and nothing else, whatever bytes it is given.
+flipped signature byte is reported as corruption rather than forgery. :func:`decode` is the one
+verifier (checksum, stored key, signature, payload size); whatever bytes it is given it raises
+:class:`CorruptEntry` (damaged, or not what the key names) or :class:`ForeignEntry` (intact, but
+unsigned or signed with another key: valid, perhaps, for the clients holding that key) and
+nothing else.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 import xxhash
 import zstandard
 
-from compilecache.errors import CorruptEntry
+from compilecache.errors import CorruptEntry, ForeignEntry
 
 MAGIC = b"\x89CCE\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -223,22 +226,31 @@ def read_header(data: bytes | memoryview) -> EntryHeader:
     return _split(data)[1]
 
 
-def decode(data: bytes | memoryview, *, secret: bytes | None = None) -> Entry:
-    """Verify and decode an entry. Any damage raises :class:`CorruptEntry`.
+def decode(
+    data: bytes | memoryview, *, secret: bytes | None = None, expect_key: str | None = None
+) -> Entry:
+    """Verify and decode an entry.
 
-    With ``secret``, unsigned entries and entries signed with another key are rejected too.
+    Damage, and an entry that holds another key than ``expect_key``, raise :class:`CorruptEntry`.
+    With ``secret``, an intact entry that is unsigned or signed with another key raises
+    :class:`ForeignEntry`: it cannot be served, but it is no damage either (it may be valid for
+    the clients that hold its key), so callers leave it where it is.
     """
     flags, header, stored, sig, body_end = _split(data)
     view = memoryview(data)
     if xxhash.xxh3_128_digest(view[:body_end]) != bytes(view[body_end:]):
         raise CorruptEntry("checksum mismatch")
+    # The key before the signature: an entry stored under a key it does not hold is wrong for
+    # every reader, whoever signed it.
+    if expect_key is not None and header.key != expect_key:
+        raise CorruptEntry(f"entry holds key {header.key!r}, not {expect_key!r}")
     if secret is not None:
         if not sig:
-            raise CorruptEntry("entry is not signed")
+            raise ForeignEntry("entry is not signed")
         expected = hmac.new(secret, view[: _PREFIX.size], hashlib.sha256)
         expected.update(view[_PREFIX.size : body_end - _SIG_LEN.size - len(sig)])
         if not hmac.compare_digest(expected.digest(), bytes(sig)):
-            raise CorruptEntry("entry signature does not match this key")
+            raise ForeignEntry("entry signature does not match this key")
     payload = _decompress(stored, header.payload_size) if flags & FLAG_ZSTD else bytes(stored)
     if len(payload) != header.payload_size:
         raise CorruptEntry("payload size does not match its header")

@@ -12,6 +12,8 @@ The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_l
    dies (its heartbeat with it) blocks the others for at most one TTL.
 3. Held by another process: wait, polling the store with back-off (50 ms growing to 1 s) until
    - the entry appears: a hit, counted as a hit (and ``waited``), never as a miss;
+   - an entry appears that this process cannot use (corrupt, or signed with another key): a miss,
+     counted by the lookup; compile at once, without the lease;
    - the lease is free again (its holder died and the lease expired): take it and lead
      (``lease_takeovers``);
    - the lease is free and its holder left an *unwritten* mark: compile without a lease (see
@@ -39,12 +41,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from compilecache.stores.base import Store
+from compilecache.stats import Stats
 
 if TYPE_CHECKING:
-    from compilecache.cache import Cache
     from compilecache.entry import Entry
 
 log = logging.getLogger("compilecache")
@@ -63,6 +64,22 @@ UNWRITTEN_SUFFIX = "#unwritten"
 
 # A lookup: the entry or None, and whether a None is a clean (not yet counted) miss.
 Lookup = Callable[[], "tuple[Entry | None, bool]"]
+# A warning function: (category, message), warned once per category (Cache.warn_once).
+Warn = Callable[[str, str], None]
+
+
+class Leases(Protocol):
+    """The lease methods of a store (:class:`~compilecache.stores.base.Store` has them all)."""
+
+    def acquire_lease(self, key: str, ttl_s: float) -> str | None: ...
+
+    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool: ...
+
+    def release_lease(self, key: str, token: str) -> None: ...
+
+
+def _always(key: str) -> bool:
+    return True
 
 
 @dataclass
@@ -78,20 +95,30 @@ class _Lead:
 
 
 class SingleFlight:
-    """The leases this process holds, their heartbeat, and the waiting logic."""
+    """The leases this process holds, their heartbeat, and the waiting logic.
+
+    It takes only what it uses: the store's lease methods (``leases``), the counters it adds to
+    (``stats``), a warn-once function (``warn``), and ``writes(key)``, whether this process will
+    save what it compiles for ``key`` (``False``: it never holds that key's lease, since no one
+    should wait for an entry that will not come).
+    """
 
     def __init__(
         self,
-        cache: Cache,
-        store: Store,
+        leases: Leases,
         *,
+        stats: Stats,
+        warn: Warn,
         lease_ttl: float,
         wait_timeout: float,
+        writes: Callable[[str], bool] = _always,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.cache = cache
-        self.store = store
+        self.leases = leases
+        self.stats = stats
+        self._warn = warn
+        self._writes = writes
         self.lease_ttl = lease_ttl
         self.wait_timeout = wait_timeout
         self._clock = clock
@@ -115,7 +142,7 @@ class SingleFlight:
         if ours:
             # This process already compiles the key (torch can look a graph up again inside its
             # own compile): waiting would wait on ourselves until the timeout.
-            self.cache.stats.add("misses", framework=framework)
+            self.stats.add("misses", framework=framework)
             return None
         start = self._clock()
         deadline = start + self.wait_timeout
@@ -123,7 +150,7 @@ class SingleFlight:
         waited = False
         while True:
             try:
-                token = self.store.acquire_lease(key, self.lease_ttl)
+                token = self.leases.acquire_lease(key, self.lease_ttl)
             except Exception as exc:  # a store that cannot coordinate: compile, uncoordinated
                 log.debug("compilecache: no lease for %s: %s", key, exc)
                 self._lead(framework, key, None)
@@ -140,21 +167,23 @@ class SingleFlight:
                 if token and self._marked_unwritten(key):
                     # The last compile of this key wrote nothing: no one would wait for ours.
                     self._release(key, token)
-                    self.cache.stats.add("unwritten_skips", framework=framework)
+                    self.stats.add("unwritten_skips", framework=framework)
                     self._lead(framework, key, None, count_miss=clean_miss)
                     return None
-                if not lead:
+                if not lead or not self._writes(key):
+                    # This process will not save the key (lead=False, or the lookup found an
+                    # entry signed with another key, which it leaves in place): no lease.
                     self._release(key, token)
                     token = None
                 elif waited:
-                    self.cache.stats.add("lease_takeovers", framework=framework)
+                    self.stats.add("lease_takeovers", framework=framework)
                 # A failed lookup (store error, corrupt entry) counted its miss already.
                 self._lead(framework, key, token, count_miss=clean_miss)
                 return None
             now = self._clock()
             if now >= deadline:
-                self.cache.stats.add("wait_timeouts", framework=framework)
-                self.cache.warn_once(
+                self.stats.add("wait_timeouts", framework=framework)
+                self._warn(
                     "wait-timeout",
                     f"waited {now - start:.0f}s for another process to compile {key}; "
                     "compiling it here (COMPILECACHE_WAIT_TIMEOUT)",
@@ -173,7 +202,7 @@ class SingleFlight:
 
     def _count_wait(self, framework: str, found: Entry, start: float) -> None:
         waited_s = self._clock() - start
-        stats = self.cache.stats
+        stats = self.stats
         stats.add("waited", framework=framework)
         stats.add("wait_time_s", waited_s, framework=framework)
         # The lookup counted the entry's whole compile time as saved; this process spent part of
@@ -185,7 +214,7 @@ class SingleFlight:
         self, framework: str, key: str, token: str | None, *, count_miss: bool = True
     ) -> None:
         if count_miss:
-            self.cache.stats.add("misses", framework=framework)
+            self.stats.add("misses", framework=framework)
         if token:  # NO_COORDINATION ("") and None: nothing to hold
             with self._lock:
                 self._leads[key] = _Lead(key, token, threading.get_ident(), self._clock())
@@ -247,7 +276,7 @@ class SingleFlight:
         """Give a lead's lease up; mark the key unwritten first when no entry was written."""
         if not lead.written:
             try:
-                self.store.acquire_lease(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
+                self.leases.acquire_lease(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
             except Exception as exc:  # then the others may compile one after another: slower
                 log.debug("compilecache: could not mark %s unwritten: %s", lead.key, exc)
         self._release(lead.key, lead.token)
@@ -255,7 +284,7 @@ class SingleFlight:
     def _marked_unwritten(self, key: str) -> bool:
         """Whether the last compile of ``key`` ended without an entry (its mark is held)."""
         try:
-            probe = self.store.acquire_lease(key + UNWRITTEN_SUFFIX, self.lease_ttl)
+            probe = self.leases.acquire_lease(key + UNWRITTEN_SUFFIX, self.lease_ttl)
         except Exception as exc:
             log.debug("compilecache: could not read the unwritten mark of %s: %s", key, exc)
             return False
@@ -265,7 +294,7 @@ class SingleFlight:
 
     def _release(self, key: str, token: str) -> None:
         try:
-            self.store.release_lease(key, token)
+            self.leases.release_lease(key, token)
         except Exception as exc:  # it expires on its own
             log.debug("compilecache: could not release the lease on %s: %s", key, exc)
 
@@ -306,7 +335,7 @@ class SingleFlight:
                     self._drop(lead)
                     continue
                 try:
-                    renewed = self.store.renew_lease(lead.key, lead.token, self.lease_ttl)
+                    renewed = self.leases.renew_lease(lead.key, lead.token, self.lease_ttl)
                 except Exception as exc:  # transient: try again at the next beat
                     log.debug("compilecache: could not renew the lease on %s: %s", lead.key, exc)
                     continue

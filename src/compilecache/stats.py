@@ -19,6 +19,7 @@ COUNTERS = (
     "writes",
     "errors",
     "corrupt",
+    "foreign",
     "skipped",
     "bytes_read",
     "bytes_written",

@@ -46,7 +46,7 @@ from typing import Any, Literal
 from compilecache import entry
 from compilecache.bundle import EntryFilter, HostCheck, Progress, Report, _read_quietly, admit
 from compilecache.entry import EntryHeader
-from compilecache.errors import BundleError, ConfigError, CorruptEntry
+from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.frameworks.torch import (
     _KNOWN_IDS,
     FUNCTORCH_FLAGS,
@@ -401,11 +401,11 @@ def _torch_entry(
     if data is None:
         return None, "removed while exporting"
     try:
-        found = entry.decode(data, secret=secret)
-        if found.header.key != key:
-            raise CorruptEntry(f"it holds key {found.header.key!r}")
+        found = entry.decode(data, secret=secret, expect_key=key)
     except CorruptEntry as exc:
         return None, f"corrupt: {exc}"
+    except ForeignEntry as exc:
+        return None, f"foreign: {exc}"
     extra = found.header.extra
     if extra.get("encoding") != "pickle":
         return None, f"not stored as torch's pickle (encoding {extra.get('encoding')!r})"
