@@ -483,3 +483,95 @@ class TlsProxy:
                 s.close()
         for t in self._threads:
             t.join(timeout=2)
+
+
+class DelayProxy:
+    """A loopback TCP proxy that adds ``delay_s`` to each direction (a remote store 2 x delay
+    round trip away), for latency tests and benchmarks of Redis and the S3 server.
+
+    Each direction is a delay line, not a sleep per chunk: a chunk read at time t is sent at
+    t + delay, so a large transfer costs the delay once, as on a real long link, and bandwidth
+    stays the loopback's.
+    """
+
+    def __init__(self, backend_port: int, delay_s: float) -> None:
+        import threading
+
+        self.backend_port = backend_port
+        self.delay_s = delay_s
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((HOST, 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = threading.Event()
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._serve, name="delay-proxy", daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                backend = socket.create_connection((HOST, self.backend_port), timeout=10)
+                backend.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, backend):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socks += [client, backend]
+            for src, dst in ((client, backend), (backend, client)):
+                threading.Thread(target=self._line, args=(src, dst), daemon=True).start()
+
+    def _line(self, src: socket.socket, dst: socket.socket) -> None:
+        import queue
+        import threading
+
+        line: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+
+        def send() -> None:
+            try:
+                while True:
+                    due, data = line.get()
+                    if not data:
+                        break
+                    wait = due - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    dst.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            while data := src.recv(262144):
+                line.put((time.monotonic() + self.delay_s, data))
+        except OSError:
+            pass
+        line.put((time.monotonic() + self.delay_s, b""))
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+@contextlib.contextmanager
+def delayed(port: int, delay_s: float) -> Iterator[DelayProxy]:
+    """A :class:`DelayProxy` in front of ``port`` for the duration of the block."""
+    proxy = DelayProxy(port, delay_s)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

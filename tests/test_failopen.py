@@ -159,7 +159,12 @@ def test_warned_once_per_store() -> None:
 
 
 def tiers_over(server: RedisServer, tmp_path: Path) -> Tiered:
-    return from_urls([str(tmp_path / "local"), f"{server.url}/{namespace()}?timeout=0.5&backoff=1"])
+    return from_urls(
+        [
+            str(tmp_path / "local"),
+            f"{server.url}/{namespace()}?timeout=0.5&backoff=1&write_behind=0",
+        ]
+    )
 
 
 def test_killed_redis_costs_one_failure(fresh_redis: RedisServer, tmp_path: Path) -> None:
@@ -215,7 +220,7 @@ def test_cache_layer_counts_errors_and_stays_correct(
     fresh_redis: RedisServer, tmp_path: Path
 ) -> None:
     session = compilecache.enable(
-        f"{tmp_path / 'local'},{fresh_redis.url}/{namespace()}?timeout=0.5&backoff=30",
+        f"{tmp_path / 'local'},{fresh_redis.url}/{namespace()}?timeout=0.5&backoff=30&write_behind=0",
         frameworks=(),
     )
     assert session is not None

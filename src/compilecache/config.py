@@ -109,6 +109,11 @@ class Config:
     # Multi-process jobs (COMPILECACHE_WRITERS): every process writes its own entries ("all"),
     # or only process 0 does ("first", JAX's own rule).
     writers: Literal["all", "first"] = "all"
+    # The job's name for its lookup manifest (COMPILECACHE_JOB; default: a fingerprint of the
+    # command line and framework versions), and whether a fresh host prefetches it
+    # (COMPILECACHE_PREFETCH, default on) from the remote levels.
+    job: str = ""
+    prefetch: bool = True
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the non-``None`` overrides applied."""
@@ -186,7 +191,13 @@ def load(
         lease_ttl=_seconds(env, "COMPILECACHE_LEASE_TTL", DEFAULT_LEASE_TTL, positive=True),
         wait_timeout=_seconds(env, "COMPILECACHE_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT),
         writers=writers,
+        job=env.get("COMPILECACHE_JOB", "").strip(),
+        prefetch=not _off(env, "COMPILECACHE_PREFETCH"),
     )
+
+
+def _off(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("0", "false", "no", "off")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:

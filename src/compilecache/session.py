@@ -23,6 +23,7 @@ from compilecache import frameworks
 from compilecache.cache import Cache
 from compilecache.config import Config
 from compilecache.errors import StoreUnavailable
+from compilecache.manifest import Prefetch
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
@@ -98,6 +99,10 @@ class Session:
             wait_timeout=cfg.wait_timeout,
         )
         self.installed: set[str] = set()
+        # Tiers with a remote level: prefetch the job's manifest now, record it at exit.
+        self.manifest: Prefetch | None = None
+        if cfg.prefetch and len(store.levels) > 1:
+            self.manifest = Prefetch(store, cfg)
         self._flushed: dict[str, float] = {}
         self._closed = False
         self._run_recorded = False
@@ -117,6 +122,16 @@ class Session:
 
     def summary(self) -> Summary:
         return Summary.of(self.stats())
+
+    def finish_writes(self) -> None:
+        """Record the job's manifest, then finish the background writes to remote levels (their
+        counts belong in the counters flushed after). Never raises."""
+        try:
+            if self.manifest is not None and not self.config.read_only:
+                self.manifest.record()
+            self.store.flush(EXIT_DRAIN_S)
+        except Exception as exc:
+            log.debug("compilecache: finishing background writes failed: %s", exc)
 
     def flush_stats(self) -> None:
         """Add what was counted since the last flush to the store's persistent counters, and to
@@ -182,6 +197,7 @@ class Session:
         self._closed = True
         for framework in list(self.config.frameworks):
             frameworks.uninstall(framework)
+        self.finish_writes()
         self.flush_stats()
         self.record_run()
         self.cache.close()
@@ -224,6 +240,8 @@ def enable(
         session = Session(cfg, store)
         for name in cfg.frameworks:
             _install(name, session)
+        if session.manifest is not None:
+            session.manifest.start()
         _active = session
         return session
 
@@ -260,6 +278,10 @@ def _configure_logging(level: str) -> None:
         logger.propagate = False
 
 
+# How long the exit waits for writes still queued for remote levels (then drops them, counted).
+EXIT_DRAIN_S = 10.0
+
+
 def _flush_while_threads_run() -> None:
     """Flush the counters at interpreter exit *before* thread pools shut down.
 
@@ -272,6 +294,7 @@ def _flush_while_threads_run() -> None:
     """
     try:
         if _active is not None:
+            _active.finish_writes()
             _active.flush_stats()
     except Exception:  # never turn a clean exit into a traceback
         pass

@@ -10,7 +10,7 @@ from the rest of ``stores/``; the one place that puts stores together from URLs 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compilecache.errors import ConfigError
@@ -134,6 +134,17 @@ class Store(abc.ABC):
             info = None
         return value, info.meta if info is not None else None
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+        """``get_with_meta`` of several keys, for prefetching: only the keys found are in the
+        answer. Backends that can answer in one round trip (a Redis pipeline, concurrent object
+        reads) override this; the default asks one key at a time."""
+        found: dict[str, tuple[bytes, EntryMeta | None]] = {}
+        for key in keys:
+            value = self.get_with_meta(key)
+            if value is not None:
+                found[key] = value
+        return found
+
     # -- shape -----------------------------------------------------------------------------------
 
     @property
@@ -157,6 +168,20 @@ class Store(abc.ABC):
     def level_stats(self) -> dict[str, dict[str, float]]:
         """Per-level counters of a tiered store, keyed by level URL."""
         return {}
+
+    # -- prefetch and background writes ---------------------------------------------------------
+
+    def lookups(self) -> list[str]:
+        """The keys this process looked up, in first-lookup order (tiers record them)."""
+        return []
+
+    def prefetch(self, keys: Sequence[str], deadline_s: float = 60.0) -> None:
+        """Start copying ``keys`` from slower levels into the first one, in the background."""
+        return None  # a safe default, not an abstract method
+
+    def flush(self, deadline_s: float = 10.0) -> None:
+        """Finish background writes, waiting up to ``deadline_s``."""
+        return None  # a safe default, not an abstract method
 
     # -- persistent counters ---------------------------------------------------------------------
 
@@ -244,6 +269,9 @@ class StoreWrapper(Store):
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
         return self.inner.get_with_meta(key)
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+        return self.inner.get_many(keys)
+
     @property
     def read_only(self) -> bool:
         return self.inner.read_only
@@ -262,6 +290,15 @@ class StoreWrapper(Store):
 
     def level_stats(self) -> dict[str, dict[str, float]]:
         return self.inner.level_stats()
+
+    def lookups(self) -> list[str]:
+        return self.inner.lookups()
+
+    def prefetch(self, keys: Sequence[str], deadline_s: float = 60.0) -> None:
+        self.inner.prefetch(keys, deadline_s)
+
+    def flush(self, deadline_s: float = 10.0) -> None:
+        self.inner.flush(deadline_s)
 
     def keeps_stats(self) -> bool:
         return self.inner.keeps_stats()
@@ -302,7 +339,9 @@ class StoreWrapper(Store):
 
 # URL options every level takes, handled by the composition root and the wrappers (ReadOnly,
 # Guarded), never by a backend: backends leave them out of what they pass on to their clients.
-WRAPPER_PARAMS = frozenset({"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size"})
+WRAPPER_PARAMS = frozenset(
+    {"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size", "write_behind"}
+)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore, StoreUnavailable
@@ -211,6 +211,9 @@ class Guarded(StoreWrapper):
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
         return self._call("get", self.inner.get_with_meta, key, miss=_none)
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+        return self._call("get", self.inner.get_many, keys, miss=dict)
+
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         self._call("put", self.inner.put, key, value, meta)
 
@@ -292,6 +295,11 @@ def _is_timeout(exc: BaseException | None) -> bool:
     return False
 
 
+def is_local(url: StoreURL) -> bool:
+    """Whether the level lives on this machine's own disk or memory (not a shared mount)."""
+    return url.scheme in LOCAL_SCHEMES and not flag(url.params, "shared")
+
+
 def guard(store: Store, url: StoreURL) -> Store:
     """``store`` wrapped in :class:`Guarded` unless it lives on this machine.
 
@@ -300,8 +308,7 @@ def guard(store: Store, url: StoreURL) -> Store:
     out. A local directory is guarded too when it is a shared mount (``?shared=1``).
     """
     params = url.params
-    local = url.scheme in LOCAL_SCHEMES and not flag(params, "shared")
-    if local or not flag(params, "guard", default=True):
+    if is_local(url) or not flag(params, "guard", default=True):
         return store
     backoff = _seconds(params, "backoff", DEFAULT_BACKOFF)
     return Guarded(

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -138,6 +138,28 @@ class ObjectStore(Store):
                 self._discard(path)
             raise CorruptEntry(f"{path} holds {len(data) - offset} bytes, its frame says {size}")
         return (data[offset:] if offset else bytes(data)), meta_of(header)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+        """Several entries read concurrently (one ``cat`` of many paths: an async filesystem
+        such as s3fs or gcsfs sends the requests together)."""
+        paths = {self.path_of(key): key for key in keys}
+        found: dict[str, tuple[bytes, EntryMeta | None]] = {}
+        try:
+            datas = self.fs.cat(list(paths), on_error="return") if paths else {}
+        except Exception as exc:
+            raise self._unavailable("get", exc) from exc
+        for path, data in datas.items():
+            key = paths.get(path) or paths.get(path.removeprefix(f"{_protocol(self.fs)}://"))
+            if key is None or isinstance(data, BaseException):
+                continue  # absent (or failed: the lookup itself will ask again)
+            try:
+                header, offset = decode_frame(data)
+            except CorruptEntry:
+                continue  # the lookup itself reports and removes it
+            size = header.get("size")
+            if header["key"] == key and (not isinstance(size, int) or size == len(data) - offset):
+                found[key] = (data[offset:], meta_of(header))
+        return found
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         path = self.path_of(key)

@@ -287,6 +287,50 @@ class RedisStore(Store):
         except RedisError as exc:
             raise self._unavailable("get", exc) from exc
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+        """Several entries in two round trips: one pipeline of hash reads (and, outside a
+        cluster, access-time touches), one of the chunks of the chunked ones. An entry that
+        changed in between is read again on its own."""
+        if self._factory is not None:  # a cluster: scripts in pipelines are not portable
+            return super().get_many(keys)
+        found: dict[str, tuple[bytes, EntryMeta | None]] = {}
+        chunked: list[tuple[str, str, int, int, EntryMeta]] = []
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            now = repr(time.time())
+            for key in keys:
+                base = self._base(key)
+                pipe.hmget(base + ":m", "v", "n", "ver", "key", "size", *_ENTRY_META)
+                pipe.execute_command("EVAL", _TOUCH, 1, base + ":m", base, now, self.ttl_ms)
+            replies = pipe.execute(raise_on_error=False)
+            for key, fields in zip(keys, replies[::2], strict=True):
+                if isinstance(fields, Exception):
+                    raise fields
+                value, n_raw, ver_raw, stored_key, size_raw, *entry_meta = fields
+                if stored_key is None or stored_key.decode("utf-8", "surrogatepass") != key:
+                    continue
+                size, n = int(size_raw or -1), int(n_raw or 0)
+                if n == 0:
+                    if value is not None and len(value) == size:
+                        found[key] = (value, _meta(entry_meta))
+                    continue
+                chunked.append((key, ver_raw.decode(), n, size, _meta(entry_meta)))
+            if chunked:
+                pipe = self.client.pipeline(transaction=False)
+                for key, ver, n, _, _ in chunked:
+                    pipe.mget(self._chunk_names(self._base(key), ver, n))
+                for (key, _, _, size, meta), chunks in zip(chunked, pipe.execute(), strict=True):
+                    joined = b"".join(chunks) if all(c is not None for c in chunks) else b""
+                    if len(joined) == size:
+                        found[key] = (joined, meta)
+                    else:  # replaced or evicted since the first read: the careful path
+                        again = self.get_with_meta(key)
+                        if again is not None:
+                            found[key] = again
+        except RedisError as exc:
+            raise self._unavailable("get", exc) from exc
+        return found
+
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         meta = meta or EntryMeta()
         base = self._base(key)

@@ -30,7 +30,7 @@ from compilecache.stores.base import (
     StoreURL,
     flag,
 )
-from compilecache.stores.guarded import guard
+from compilecache.stores.guarded import guard, is_local
 from compilecache.stores.readonly import ReadOnly
 from compilecache.stores.tiered import Tiered, WritePolicy
 
@@ -311,19 +311,27 @@ def from_urls(
     read_only: bool = False,
     create: bool = True,
 ) -> Tiered:
-    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first."""
+    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first.
+
+    Levels on another machine (not a local directory or memory) are written in the background
+    (``?write_behind=0`` opts a level out), so a compile never waits for the network.
+    """
     levels: list[Store] = []
+    behind: list[bool] = []
     first_error: StoreUnavailable | None = None
     for text in urls:
+        parsed = parse_url(text, max_size, create=create)
         try:
-            levels.append(open_level(text, max_size, read_only=read_only, create=create))
+            levels.append(open_level(parsed, read_only=read_only))
         except StoreUnavailable as exc:
             log.warning("compilecache: level %s left out: %s", text, exc)
             first_error = first_error or exc
+            continue
+        behind.append(flag(parsed.params, "write_behind", default=not is_local(parsed)))
     if not levels:
         assert first_error is not None
         raise first_error
-    return Tiered(levels, writes=writes)
+    return Tiered(levels, writes=writes, write_behind=behind)
 
 
 def open_url(url: str, max_size: int | None = None) -> Store:

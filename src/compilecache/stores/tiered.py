@@ -21,10 +21,11 @@ level in front of a shared one:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal
 
 from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore
@@ -37,11 +38,14 @@ from compilecache.stores.base import (
     Store,
 )
 from compilecache.stores.guarded import LevelSkipped
+from compilecache.stores.writebehind import WriteBehind
 
 log = logging.getLogger("compilecache")
 
 WritePolicy = Literal["all", "local"]
 _COUNTERS = (
+    "prefetched",
+    "dropped",
     "hits",
     "misses",
     "errors",
@@ -51,6 +55,13 @@ _COUNTERS = (
     "backfills",
     "saved_s",
 )
+# A run's lookups are recorded (for its manifest) up to this many keys.
+MAX_LOOKUPS_RECORDED = 20_000
+# Prefetch: keys per request, requests at once, and how long a prefetch may go on.
+PREFETCH_BATCH = 64
+PREFETCH_WORKERS = 4
+PREFETCH_DEADLINE = 60.0
+
 # What a shared level records for the fleet (``stats --url <shared level>``): the level's own
 # counters of this process, under the names of the headline counters. Misses are the host's:
 # a lookup that missed every level reached every level, and a level's own miss count would also
@@ -67,7 +78,13 @@ class Tiered(Store):
     counters and history on the first writable level that keeps them (per host), leases on the
     slowest written level that can coordinate (shared by hosts)."""
 
-    def __init__(self, levels: Sequence[Store], *, writes: WritePolicy = "all") -> None:
+    def __init__(
+        self,
+        levels: Sequence[Store],
+        *,
+        writes: WritePolicy = "all",
+        write_behind: Sequence[bool] | None = None,
+    ) -> None:
         if not levels:
             raise ConfigError("a tiered store needs at least one level")
         if writes not in ("all", "local"):
@@ -83,6 +100,19 @@ class Tiered(Store):
         ]
         self._counts = [dict.fromkeys(_COUNTERS, 0.0) for _ in self._levels]
         self._lock = threading.Lock()
+        # Remote levels written in the background (the local level never is: it is the one a
+        # lookup of this process reads next).
+        behind = list(write_behind or [False] * len(self._levels))
+        self._behind: list[WriteBehind | None] = [
+            WriteBehind(level, on_done=self._write_done(depth))
+            if depth and behind[depth] and self._writable[depth]
+            else None
+            for depth, level in enumerate(self._levels)
+        ]
+        # Keys looked up, in first-lookup order (the run's manifest), and prefetches under way.
+        self._looked_up: dict[str, None] = {}
+        self._prefetching: dict[str, threading.Event] = {}
+        self._prefetch_deadline = 0.0
 
     @property
     def levels(self) -> list[Store]:
@@ -106,6 +136,12 @@ class Tiered(Store):
     # -- the Store protocol --------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        if len(self._looked_up) < MAX_LOOKUPS_RECORDED:
+            self._looked_up.setdefault(key)
+        pending = self._prefetching.get(key)
+        if pending is not None and not pending.is_set():
+            # Being prefetched: wait for it rather than fetch it twice.
+            pending.wait(max(0.0, self._prefetch_deadline - time.monotonic()))
         first_error: Exception | None = None
         for depth, level in enumerate(self.levels):
             targets = self._backfill_targets[depth]
@@ -166,6 +202,11 @@ class Tiered(Store):
         for depth, level in enumerate(self.levels):
             if not self._writable[depth] or (self.writes == "local" and depth):
                 continue
+            behind = self._behind[depth]
+            if behind is not None:
+                # Counted as a write (or an error) when the background thread has done it.
+                wrote = behind.put(key, value, meta) or wrote
+                continue
             try:
                 level.put(key, value, meta)
             except Exception as exc:
@@ -187,6 +228,9 @@ class Tiered(Store):
             if not self._writable[depth]:
                 continue
             tried = True
+            behind = self._behind[depth]
+            if behind is not None:
+                behind.cancel(key)  # a queued write must not bring the entry back
             try:
                 removed = level.delete(key) or removed
             except Exception as exc:
@@ -230,13 +274,6 @@ class Tiered(Store):
             for info in infos:
                 seen.setdefault(info.key, info)
         return iter(sorted(seen.values(), key=lambda i: i.key))
-
-    def close(self) -> None:
-        for level in self.levels:
-            try:
-                level.close()
-            except Exception as exc:
-                log.debug("compilecache: closing %s failed: %s", level.url, exc)
 
     # -- stats -----------------------------------------------------------------------------------
 
@@ -357,5 +394,118 @@ class Tiered(Store):
 
     def release_lease(self, key: str, token: str) -> None:
         level = self._lease_level()
-        if level is not None:
+        if level is None:
+            return
+        behind = self._behind[self.levels.index(level)]
+        # Behind a pending write of the key, never before it: a waiter on another host that
+        # sees the lease gone then finds the entry.
+        if behind is None or not behind.release_lease(key, token):
             level.release_lease(key, token)
+
+    # -- write-behind --------------------------------------------------------------------------
+
+    def _write_done(self, depth: int) -> Callable[[str, BaseException | None], None]:
+        def done(key: str, error: BaseException | None) -> None:
+            if error is None:
+                self._count(depth, "writes")
+                return
+            if not isinstance(error, LevelSkipped):
+                self._count(depth, "write_errors")
+            if isinstance(error, Exception):
+                self._failed(depth, error, "put")
+
+        return done
+
+    def flush(self, deadline_s: float = 10.0) -> None:
+        """Finish the background writes, waiting up to ``deadline_s`` in all."""
+        end = time.monotonic() + deadline_s
+        for depth, behind in enumerate(self._behind):
+            if behind is not None:
+                dropped = behind.drain(max(0.0, end - time.monotonic()))
+                self._count(depth, "dropped", dropped)
+
+    def close(self) -> None:
+        self.flush()
+        for level in self.levels:
+            try:
+                level.close()
+            except Exception as exc:
+                log.debug("compilecache: closing %s failed: %s", level.url, exc)
+
+    # -- prefetch ------------------------------------------------------------------------------
+
+    def lookups(self) -> list[str]:
+        return list(self._looked_up)
+
+    def prefetch(self, keys: Sequence[str], deadline_s: float = PREFETCH_DEADLINE) -> None:
+        """Copy ``keys`` that the first level lacks from the slower levels into it, in the
+        background: in batches (one round trip each where the level can), a few at a time,
+        giving up after ``deadline_s``. A lookup of a key still on its way waits for it."""
+        targets = [d for d in range(1, len(self.levels)) if self._backfill_targets[d]]
+        if not targets or not keys:
+            return
+        first = self.levels[0]
+        missing = [k for k in dict.fromkeys(keys) if not _holds(first, k)]
+        if not missing:
+            return
+        self._prefetch_deadline = time.monotonic() + deadline_s
+        events = {key: threading.Event() for key in missing}
+        self._prefetching.update(events)
+        batches = [missing[i : i + PREFETCH_BATCH] for i in range(0, len(missing), PREFETCH_BATCH)]
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(PREFETCH_WORKERS, len(batches)),
+            thread_name_prefix="compilecache-prefetch",
+        )
+        for batch in batches:
+            pool.submit(self._prefetch_batch, batch, events)
+        pool.shutdown(wait=False)
+        # Whatever is not fetched by the deadline is released: its lookup reads as usual.
+        timer = threading.Timer(deadline_s, _set_all, args=(list(events.values()),))
+        timer.daemon = True
+        timer.start()
+
+    def _prefetch_batch(self, batch: list[str], events: Mapping[str, threading.Event]) -> None:
+        wanted = list(batch)
+        try:
+            for depth in range(1, len(self.levels)):
+                if not wanted or time.monotonic() > self._prefetch_deadline:
+                    break
+                start = time.perf_counter()
+                try:
+                    found = self.levels[depth].get_many(wanted)
+                except Exception as exc:
+                    self._failed(depth, exc, "prefetch")
+                    continue
+                elapsed = (time.perf_counter() - start) / max(len(found), 1)
+                for key, (value, meta) in found.items():
+                    self._count(depth, "hits")
+                    self._count(depth, "prefetched")
+                    if meta is not None:
+                        self._count(depth, "saved_s", max(meta.compile_time_s - elapsed, 0.0))
+                    for d in self._backfill_targets[depth]:
+                        try:
+                            self.levels[d].put(key, value, meta)
+                        except Exception as exc:
+                            self._failed(d, exc, "prefetch backfill")
+                            continue
+                        self._count(d, "backfills")
+                    events[key].set()
+                wanted = [k for k in wanted if k not in found]
+        except Exception as exc:  # a prefetch must never fail anything: lookups read as usual
+            log.debug("compilecache: prefetch failed: %s", exc)
+        finally:
+            for key in batch:
+                events[key].set()
+
+
+def _holds(level: Store, key: str) -> bool:
+    """Whether ``level`` holds ``key`` (by its metadata; a failing level holds nothing)."""
+    try:
+        return level.stat(key) is not None
+    except Exception:
+        return False
+
+
+def _set_all(events: Sequence[threading.Event]) -> None:
+    for event in events:
+        event.set()

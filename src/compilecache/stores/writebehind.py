@@ -1,0 +1,167 @@
+"""Write-behind for a slow level: the compile that produced an entry never waits for the network.
+
+A tier (:class:`~compilecache.stores.tiered.Tiered`) writes its first level (the local disk) at
+once and hands the writes of a remote level to a :class:`WriteBehind`: a bounded queue drained
+in order by one background thread. Lease releases of that level go through the same queue, so a
+release never overtakes the write it follows (a waiter on another host then finds the entry).
+
+The queue is bounded in items and bytes; a write that does not fit is dropped and counted, never
+waited for (the entry is in the local level; the remote misses one entry). At exit the session
+drains the queue with a deadline; what is left then is dropped and counted too. The thread is a
+daemon: a hung remote can never hold up the program's exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from compilecache.stores.base import EntryMeta, Store
+
+log = logging.getLogger("compilecache")
+
+DEFAULT_MAX_ITEMS = 1024
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class _Op:
+    """One deferred call: a put (``value`` set) or a lease release (``token`` set)."""
+
+    key: str
+    value: bytes | None = None
+    meta: EntryMeta | None = None
+    token: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.value) if self.value is not None else 0
+
+
+class WriteBehind:
+    """Puts and lease releases of ``level``, done in order by a background thread."""
+
+    def __init__(
+        self,
+        level: Store,
+        *,
+        max_items: int = DEFAULT_MAX_ITEMS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        on_done: Callable[[str, BaseException | None], None] | None = None,
+    ) -> None:
+        self.level = level
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._on_done = on_done
+        self._ops: collections.deque[_Op] = collections.deque()
+        self._bytes = 0
+        self._busy = False  # an op was taken off the queue and is running
+        self._running = ""  # the key of that op
+        self._cond = threading.Condition(threading.RLock())
+        self._thread: threading.Thread | None = None
+        self.counters = {"queued": 0, "written": 0, "dropped": 0, "failed": 0}
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None) -> bool:
+        """Queue a put; ``False`` (counted as dropped) when the queue is full."""
+        return self._add(_Op(key, value=value, meta=meta))
+
+    def release_lease(self, key: str, token: str) -> bool:
+        """Queue a lease release behind a pending write of ``key``; ``False`` (nothing queued:
+        release it now) when no write of ``key`` is pending."""
+        with self._cond:
+            pending = any(op.key == key for op in self._ops) or self._running == key
+            if pending:
+                # Never dropped: a lease left held costs other hosts a wait until it expires.
+                self._add(_Op(key, token=token), force=True)
+        return pending
+
+    def cancel(self, key: str) -> None:
+        """Forget the pending writes of ``key`` and wait for one under way (before a delete,
+        which must not be undone by a write queued before it)."""
+        with self._cond:
+            kept = [op for op in self._ops if op.key != key or op.token is not None]
+            if len(kept) != len(self._ops):
+                self._ops = collections.deque(kept)
+                self._bytes = sum(op.size for op in kept)
+            while self._running == key:
+                self._cond.wait(timeout=1.0)
+
+    def _add(self, op: _Op, *, force: bool = False) -> bool:
+        with self._cond:
+            full = len(self._ops) >= self.max_items or self._bytes + op.size > self.max_bytes
+            if full and not force:
+                self.counters["dropped"] += 1
+                log.debug(
+                    "compilecache: %s: write-behind queue full, %s dropped", self.level.url, op.key
+                )
+                return False
+            self._ops.append(op)
+            self._bytes += op.size
+            self.counters["queued"] += 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="compilecache-write-behind", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ops:
+                    self._busy, self._running = False, ""
+                    self._cond.notify_all()
+                    if not self._cond.wait(timeout=30.0) and not self._ops:
+                        self._thread = None  # idle: let the thread end; the next op starts one
+                        return
+                op = self._ops.popleft()
+                self._bytes -= op.size
+                self._busy, self._running = True, op.key
+            error: BaseException | None = None
+            try:
+                if op.token is not None:
+                    self.level.release_lease(op.key, op.token)
+                else:
+                    assert op.value is not None
+                    self.level.put(op.key, op.value, op.meta)
+            except Exception as exc:  # counted by the tier; the entry is still in the local level
+                error = exc
+            with self._cond:
+                if op.token is None:
+                    self.counters["failed" if error else "written"] += 1
+                self._running = ""
+                self._cond.notify_all()
+            if self._on_done is not None and op.token is None:
+                self._on_done(op.key, error)
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._ops) + (1 if self._busy else 0)
+
+    def drain(self, deadline_s: float) -> int:
+        """Wait up to ``deadline_s`` for the queue to empty; drop (and count) what is left.
+        Returns how many writes were dropped."""
+        end = time.monotonic() + deadline_s
+        with self._cond:
+            while self._ops or self._busy:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(timeout=left)
+            dropped = [op for op in self._ops if op.token is None]
+            self._ops.clear()
+            self._bytes = 0
+            self.counters["dropped"] += len(dropped)
+        if dropped:
+            log.warning(
+                "compilecache: %d writes to %s were not done within %.0fs at exit and were dropped",
+                len(dropped),
+                self.level.url,
+                deadline_s,
+            )
+        return len(dropped)

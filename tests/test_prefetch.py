@@ -1,0 +1,218 @@
+"""Remote levels as fast as local disk (issue 13, part 1): lookup manifests and prefetch, and
+write-behind for remote levels. The end-to-end tests run real JAX processes against a real Redis
+behind a proxy that adds 25 ms per direction."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache import manifest
+from compilecache.config import Config
+from compilecache.errors import StoreUnavailable
+from compilecache.stores.base import EntryMeta, Store, StoreWrapper
+from compilecache.stores.memory import MemoryStore
+from compilecache.stores.tiered import Tiered
+from compilecache.stores.writebehind import WriteBehind
+from tests import servers
+from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.servers import RedisServer, delayed, namespace
+
+redis_server = servers.redis_server
+PROGRAM = str(TESTS / "jax_program.py")
+
+
+class Slow(StoreWrapper):
+    """A remote level stand-in: every call takes ``delay`` seconds, and calls are recorded."""
+
+    def __init__(self, inner: Store, delay: float = 0.2) -> None:
+        super().__init__(inner)
+        self.delay = delay
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def _note(self, what: str, key: str) -> None:
+        with self.lock:
+            self.calls.append((what, key))
+        time.sleep(self.delay)
+
+    def get(self, key: str) -> bytes | None:
+        self._note("get", key)
+        return self.inner.get(key)
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
+        self._note("get", key)
+        return self.inner.get_with_meta(key)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+        self._note("get_many", ",".join(keys))
+        return self.inner.get_many(keys)
+
+    def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self._note("put", key)
+        self.inner.put(key, value, meta)
+
+    def release_lease(self, key: str, token: str) -> None:
+        self._note("release", key)
+
+
+def mem() -> MemoryStore:
+    return MemoryStore(f"memory://{uuid.uuid4().hex}")
+
+
+# -- write-behind ----------------------------------------------------------------------------------
+
+
+def test_a_remote_write_does_not_hold_up_the_compile() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.3)
+    tiers = Tiered([local, remote], write_behind=[False, True])
+    start = time.monotonic()
+    tiers.put("k", b"value")
+    assert time.monotonic() - start < 0.15  # the local write only
+    assert local.get("k") == b"value"
+    tiers.flush(5.0)
+    assert remote.inner.get("k") == b"value"
+    assert tiers.level_stats()[remote.url]["writes"] == 1
+
+
+def test_a_release_follows_the_write_it_belongs_to() -> None:
+    remote = Slow(mem(), delay=0.1)
+    behind = WriteBehind(remote)
+    behind.put("k", b"v", None)
+    assert behind.release_lease("k", "token") is True  # queued behind the write
+    assert behind.release_lease("other", "token") is False  # nothing pending: release now
+    behind.drain(5.0)
+    assert remote.calls == [("put", "k"), ("release", "k")]
+
+
+def test_a_full_queue_drops_and_counts_and_exit_drops_what_is_left() -> None:
+    remote = Slow(mem(), delay=0.5)
+    behind = WriteBehind(remote, max_items=2)
+    accepted = [behind.put(f"k{i}", b"v", None) for i in range(5)]
+    assert accepted.count(False) >= 2 and behind.counters["dropped"] >= 2
+    left = behind.drain(0.1)
+    assert left >= 1 and behind.counters["dropped"] >= 2 + left
+
+
+def test_a_delete_is_not_undone_by_a_queued_write() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.2)
+    tiers = Tiered([local, remote], write_behind=[False, True])
+    tiers.put("a", b"first")  # runs now on the background thread
+    tiers.put("k", b"value")  # queued behind it
+    assert tiers.delete("k") is True
+    tiers.flush(5.0)
+    assert tiers.get("k") is None and remote.inner.get("k") is None
+
+
+# -- prefetch --------------------------------------------------------------------------------------
+
+
+def test_prefetch_fetches_in_batches_and_lookups_wait_instead_of_fetching_twice() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.3)
+    for i in range(10):
+        remote.inner.put(f"jax/k{i}", bytes([i]) * 100, EntryMeta("jax", f"f{i}", 2.0))
+    local.put("jax/k0", bytes([0]) * 100)  # already local: not fetched
+    tiers = Tiered([local, remote])
+    tiers.prefetch([f"jax/k{i}" for i in range(10)] + ["jax/absent"])
+    start = time.monotonic()
+    assert tiers.get("jax/k5") == bytes([5]) * 100  # arrives with its batch
+    assert time.monotonic() - start < 1.0
+    for i in range(10):
+        assert tiers.get(f"jax/k{i}") == bytes([i]) * 100
+    assert tiers.get("jax/absent") is None
+    fetched = [c for c in remote.calls if c[0] == "get_many"]
+    assert len(fetched) == 1 and "jax/k0" not in fetched[0][1]
+    # Nothing was asked twice: the only single read is the absent key's lookup.
+    assert [c for c in remote.calls if c[0] == "get"] == [("get", "jax/absent")]
+    stats = tiers.level_stats()
+    assert stats[remote.url]["prefetched"] == 9
+    assert stats[local.url]["hits"] == 11 and stats[local.url]["backfills"] == 9
+
+
+def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
+    class Down(StoreWrapper):
+        def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+            raise StoreUnavailable("down")
+
+    local = mem()
+    tiers = Tiered([local, Down(mem())])
+    tiers.prefetch(["jax/a", "jax/b"])
+    start = time.monotonic()
+    assert tiers.get("jax/a") is None
+    assert time.monotonic() - start < 1.0
+
+
+def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> None:
+    store = Tiered([mem(), mem()])
+    cfg = Config(url="x", job="train-llm")
+    for key in ("jax/a", "jax/b", "jax/a", "jax/c"):
+        store.get(key)
+    recorder = manifest.Prefetch(store, cfg)
+    recorder.known = []
+    assert recorder.record()
+    assert manifest.load(store, manifest.key_of("train-llm"), None) == ["jax/a", "jax/b", "jax/c"]
+    again = manifest.Prefetch(store, cfg)
+    again.known = manifest.load(store, again.key, None)
+    assert not again.record()  # nothing new
+    other = Config(url="x", job="another-job")
+    assert manifest.key_of(manifest.job_name(other)) != again.key
+
+
+# -- end to end: real JAX processes, real Redis 25 ms away -----------------------------------------
+
+
+def _level_counters(local: Path, cwd: Path) -> dict[str, dict[str, float]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "compilecache", "stats", "--json", "--url", str(local)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, proc.stderr
+    levels: dict[str, dict[str, float]] = json.loads(proc.stdout)["levels"]
+    return levels
+
+
+def _run(local: Path, remote: str, **extra: str) -> tuple[dict[str, Any], float]:
+    env = clean_env({"COMPILECACHE_URL": f"{local},{remote}", "COMPILECACHE_JOB": "t", **extra})
+    start = time.monotonic()
+    result: dict[str, Any] = last_json(run_python([PROGRAM, "before"], env).stdout)
+    return result, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_a_fresh_host_finds_its_entries_local(tmp_path: Path, redis_server: RedisServer) -> None:
+    ns = namespace()
+    with delayed(redis_server.port, 0.025) as proxy:
+        remote = f"redis://127.0.0.1:{proxy.port}/0/{ns}"
+        cold, _ = _run(tmp_path / "a", remote)
+        entries = cold["stats"]["writes"]
+        assert entries >= 3
+
+        warm, warm_s = _run(tmp_path / "b", remote)
+        assert warm["stats"]["hits"] == entries and warm["stats"]["misses"] == 0
+        assert warm["step"] == cold["step"] and warm["grad_sum"] == cold["grad_sum"]
+        levels = _level_counters(tmp_path / "b", tmp_path)
+        local, shared = levels[str(tmp_path / "b")], levels[remote.replace("/0/", "/0/", 1)]
+        # Every entry came in the background; the lookups themselves found them local.
+        assert shared["prefetched"] == entries and local["hits"] == entries
+        assert shared.get("hits", 0) == entries and local.get("misses", 0) == 0
+
+        plain, plain_s = _run(tmp_path / "c", remote, COMPILECACHE_PREFETCH="0")
+        assert plain["stats"]["hits"] == entries
+        levels = _level_counters(tmp_path / "c", tmp_path)
+        # Without prefetch each lookup missed locally and asked the remote: a round trip each.
+        assert levels[str(tmp_path / "c")]["misses"] == entries
+        assert not levels[remote].get("prefetched")
+        print(f"fresh host warm: prefetch {warm_s:.2f}s, no prefetch {plain_s:.2f}s")
