@@ -148,16 +148,43 @@ def _jax_flags(before: str | None, after: str | None, _changed: frozenset[str]) 
     return f"XLA flags changed: {changes}" if changes else "XLA flags changed"
 
 
+# "4 x cpu (1 used)", in a multi-process job "process 1 of 2, local device ids [1]: 2 x cpu".
+_JAX_DEVICES = re.compile(
+    r"^\s*(?:process (\d+) of (\d+), local device ids \[([^\]]*)\]: )?"
+    r"(\d+) x (.+?)(?: \(\d+ used\))?$"
+)
+
+
 def _jax_devices(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
-    pattern = re.compile(r"^\s*(\d+) x (.+?)(?: \(\d+ used\))?$")
-    old = pattern.match(before or "")
-    new = pattern.match(after or "")
+    old = _JAX_DEVICES.match(before or "")
+    new = _JAX_DEVICES.match(after or "")
     if old and new:
-        if old[2] == new[2]:
-            kind = new[2].upper() if len(new[2]) <= 4 else new[2]
-            return f"device topology changed: {old[1]} -> {new[1]} {kind} devices"
-        return f"device topology changed: {old[1]} x {old[2]} -> {new[1]} x {new[2]}"
+        if old[5] != new[5]:
+            return f"device topology changed: {old[4]} x {old[5]} -> {new[4]} x {new[5]}"
+        kind = new[5].upper() if len(new[5]) <= 4 else new[5]
+        if old[4] != new[4]:
+            return f"device topology changed: {old[4]} -> {new[4]} {kind} devices"
+        return _jax_process(old, new, f"the same {new[4]} {kind} devices")
     return f"device topology changed: {_short(before)} -> {_short(after)}"
+
+
+def _jax_process(old: re.Match[str], new: re.Match[str], same: str) -> str:
+    """The devices agree: the topology fingerprint follows the process of a multi-process job,
+    so name the process index or the local devices that differ."""
+    if old[2] != new[2]:
+        where = f"this is process {new[1]}, local device ids [{new[3]}]; " if new[1] else ""
+        return f"processes changed: {old[2] or 1} -> {new[2] or 1} ({where}{same})"
+    if old[1] != new[1]:
+        return (
+            f"process index changed: {old[1]} -> {new[1]} of {new[2]} "
+            f"(local device ids [{old[3]}] -> [{new[3]}]; {same})"
+        )
+    if old[3] != new[3]:
+        return (
+            f"local device ids changed: [{old[3]}] -> [{new[3]}] "
+            f"(process {new[1]} of {new[2]}; {same})"
+        )
+    return f"device topology fingerprint changed ({same})"
 
 
 def _jax_compile_options(before: str | None, after: str | None, changed: frozenset[str]) -> str:

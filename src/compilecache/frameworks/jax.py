@@ -261,13 +261,40 @@ def key_components(
 
 
 def _topology(devices: Any, kinds: list[str]) -> str:
-    """``4 x cpu`` (``(1 used)`` when the computation uses fewer devices than there are)."""
+    """``4 x cpu`` (``(1 used)`` when the computation uses fewer devices than there are).
+
+    In a multi-process job, prefixed with ``process 1 of 2, local device ids [1]: ``: the
+    topology fingerprint follows the process, so each process's keys differ from the others'
+    while the device count and kind agree, and only this says what differs.
+    """
     try:
-        total = len(devices.flat[0].client.devices())
+        client = devices.flat[0].client
+        every = list(client.devices())
     except Exception:  # a backend without the attribute: what the computation uses
-        total = len(kinds)
+        client, every = None, []
+    total = len(every) or len(kinds)
     text = f"{total} x {', '.join(sorted(set(kinds)))}"
-    return text if total == len(kinds) else f"{text} ({len(kinds)} used)"
+    text = text if total == len(kinds) else f"{text} ({len(kinds)} used)"
+    try:
+        processes = len({int(d.process_index) for d in every})
+        if client is not None and processes > 1:
+            local = _id_ranges(sorted(int(d.id) for d in client.local_devices()))
+            where = f"process {client.process_index()} of {processes}"
+            text = f"{where}, local device ids [{local}]: {text}"
+    except Exception as exc:  # the count and kind are still worth recording
+        log.debug("compilecache: no process index for the key components: %s", exc)
+    return text
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``0-3,6``."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _xla_flags(ck: Any) -> list[str]:
@@ -449,7 +476,8 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
                 adapter.not_written(cache_key, reason, compile_time_secs)
         except Exception as exc:
             log.debug("compilecache: could not check a JAX cache write: %s", exc)
-        if not reason and getattr(distributed.global_state, "process_id", 0):
+        process = getattr(distributed.global_state, "process_id", 0)
+        if process and not reason:
             # JAX's gate (process_id != 0: return) exists because its file cache was unsafe
             # under concurrent writers; our stores publish atomically and leases keep one
             # compile per key, so this process's entry (its keys differ from process 0's: the
