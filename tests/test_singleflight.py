@@ -22,6 +22,8 @@ import pytest
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
+from compilecache.singleflight import SingleFlight
+from compilecache.stats import Stats
 from compilecache.stores.base import NO_COORDINATION, Store
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
@@ -304,6 +306,99 @@ def test_a_process_that_will_not_write_never_holds_a_lease(tmp_path: Path) -> No
     assert cache._flight is not None and cache._flight.held() == []
     assert LocalStore(tmp_path).acquire_lease("jax/k", 1)
     assert cache.stats.snapshot()["misses"] == 1
+
+
+def test_a_waiter_never_waits_on_nor_writes_over_an_entry_signed_with_another_key(
+    tmp_path: Path,
+) -> None:
+    """A leader with another COMPILECACHE_SECRET publishes an entry the waiter cannot verify: the
+    waiter stops waiting (a foreign miss), compiles without a lease, and writes nothing over it."""
+    leader = Cache(LocalStore(tmp_path), secret=b"S1")
+    waiter = Cache(LocalStore(tmp_path), secret=b"S2")
+    assert leader.load_or_lead("jax", "jax/k") is None  # leads
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(waiter.load_or_lead("jax", "jax/k")))
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()  # waiting
+    assert leader.save(header("jax/k"), b"S1's executable")
+    leader.finish_lead("jax/k")
+    t.join(10)
+    assert not t.is_alive() and got == [None]
+    stats = waiter.stats.snapshot()
+    assert stats["foreign"] == 1 and stats["misses"] == 1 and stats["hits"] == 0
+    flight = waiter._flight
+    assert flight is not None and flight.held() == []  # no lease others would wait on
+    other = LocalStore(tmp_path)
+    assert other.acquire_lease("jax/k#unwritten", 1)  # and no unwritten mark
+    raw = other.peek("jax/k")
+    assert waiter.save(header("jax/k"), b"S2's executable") is False
+    waiter.finish_thread_leads()
+    assert other.peek("jax/k") == raw
+    # Later lookups of the key are foreign misses at once, without a lease.
+    start = time.monotonic()
+    assert waiter.load_or_lead("jax", "jax/k") is None
+    assert time.monotonic() - start < 1 and flight.held() == []
+    assert waiter.stats.snapshot()["foreign"] == 2
+    found = leader.load("jax", "jax/k")
+    assert found is not None and found.payload == b"S1's executable"
+
+
+def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path: Path) -> None:
+    """The narrow constructor: a store's lease methods, a Stats, a warn function."""
+    store = LocalStore(tmp_path)
+    stats = Stats()
+    warned: list[tuple[str, str]] = []
+    flight = SingleFlight(
+        store,
+        stats=stats,
+        warn=lambda category, message: warned.append((category, message)),
+        lease_ttl=30,
+        wait_timeout=0.3,
+    )
+    assert flight.after_miss("jax", "jax/a", lambda: (None, True)) is None
+    assert flight.held() == ["jax/a"] and stats.snapshot()["misses"] == 1
+    # Another process (another SingleFlight on the store) waits, times out, warns through warn.
+    other = SingleFlight(
+        LocalStore(tmp_path),
+        stats=stats,
+        warn=lambda category, message: warned.append((category, message)),
+        lease_ttl=30,
+        wait_timeout=0.3,
+    )
+    assert other.after_miss("jax", "jax/a", lambda: (None, True)) is None
+    assert stats.snapshot()["wait_timeouts"] == 1
+    assert [c for c, _ in warned] == ["wait-timeout"]
+    flight.wrote("jax/a")
+    flight.finish("jax/a")
+    assert store.acquire_lease("jax/a", 1)
+    # writes(key) false: this process will not save the key, so it never holds its lease.
+    quiet = SingleFlight(
+        store,
+        stats=stats,
+        warn=lambda c, m: None,
+        lease_ttl=30,
+        wait_timeout=5,
+        writes=lambda key: False,
+    )
+    assert quiet.after_miss("jax", "jax/b", lambda: (None, True)) is None
+    assert quiet.held() == [] and store.acquire_lease("jax/b", 1)
+
+
+def test_singleflight_does_not_import_the_cache() -> None:
+    """No import loop cache <-> singleflight, not even one for type checking."""
+    import ast
+
+    import compilecache.singleflight as module
+
+    tree = ast.parse(Path(module.__file__ or "").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert "compilecache.cache" not in imported, imported
 
 
 def test_no_single_flight_where_it_cannot_work(tmp_path: Path) -> None:

@@ -1,0 +1,104 @@
+"""One client started with the wrong COMPILECACHE_SECRET must not empty a fleet's cache (issue 11,
+item 3). Real JAX in fresh processes: client A (key S1) fills a store; client B (key S2) runs the
+same program against it: every lookup is a ``foreign`` miss, one warning names the likely cause,
+the entries' bytes are unchanged and B writes nothing over them; A then still hits everything.
+On a local store and on Redis."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache import entry
+from compilecache.errors import ForeignEntry
+from compilecache.stores.local import LocalStore
+from compilecache.stores.registry import open_url
+from tests import servers
+from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.servers import RedisServer, namespace
+
+redis_server = servers.redis_server
+
+PROGRAM = str(TESTS / "jax_program.py")
+S1 = "fleet-key-1"
+S2 = "a-mistyped-key"
+
+
+def run(url: str, secret: str) -> tuple[dict[str, Any], list[str]]:
+    """The JAX program in a fresh process: its result and its compilecache warnings."""
+    env = clean_env({"COMPILECACHE_URL": url, "COMPILECACHE_SECRET": secret})
+    proc = run_python([PROGRAM, "before"], env, timeout=240)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
+    result: dict[str, Any] = last_json(proc.stdout)
+    return result, ours
+
+
+def stored(url: str) -> dict[str, bytes]:
+    """Every entry's bytes, read with ``peek`` (a read that changes nothing)."""
+    store = open_url(url)
+    try:
+        return {info.key: store.peek(info.key) or b"" for info in store.scan()}
+    finally:
+        store.close()
+
+
+def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a[name] == b[name] for name in ("step", "other", "grad_sum"))
+
+
+def check_foreign_client_leaves_the_store_alone(
+    url: str, files: Callable[[], dict[str, tuple[int, int]]] | None = None
+) -> None:
+    cold, _ = run(url, S1)
+    before = stored(url)
+    n = len(before)
+    assert cold["stats"]["writes"] == n >= 3
+    on_disk = files() if files is not None else None
+
+    stranger, warnings = run(url, S2)
+    stats = stranger["stats"]
+    assert stats["foreign"] == n and stats["misses"] == n, stats
+    assert stats["hits"] == 0 and stats["writes"] == 0, stats
+    assert stats["corrupt"] == 0 and stats["errors"] == 0, stats
+    assert len(warnings) == 1, warnings
+    assert "COMPILECACHE_SECRET" in warnings[0] and "left in place" in warnings[0], warnings
+    assert same_results(stranger, cold)
+    # Nothing deleted, nothing written over: the same entries, byte for byte, signed by S1.
+    assert stored(url) == before
+    if files is not None:
+        assert files() == on_disk  # the same files: not even rewritten with the same bytes
+    for data in before.values():
+        assert entry.decode(data, secret=S1.encode()).signed
+        with pytest.raises(ForeignEntry):
+            entry.decode(data, secret=S2.encode())
+
+    warm, warnings = run(url, S1)
+    stats = warm["stats"]
+    assert stats["hits"] == n and stats["misses"] == 0 and stats["foreign"] == 0, stats
+    assert warnings == []
+    assert same_results(warm, cold)
+
+
+@pytest.mark.slow
+def test_a_client_with_another_secret_leaves_a_local_store_alone(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+
+    def files() -> dict[str, tuple[int, int]]:
+        """(inode, mtime) of every entry file: a rewrite, even of the same bytes, changes them."""
+        store = LocalStore(root)
+        try:
+            paths = {info.key: store.path_of(info.key) for info in store.scan()}
+        finally:
+            store.close()
+        return {key: (os.stat(p).st_ino, os.stat(p).st_mtime_ns) for key, p in paths.items()}
+
+    check_foreign_client_leaves_the_store_alone(str(root), files)
+
+
+@pytest.mark.slow
+def test_a_client_with_another_secret_leaves_redis_alone(redis_server: RedisServer) -> None:
+    check_foreign_client_leaves_the_store_alone(f"{redis_server.url}/{namespace()}")
