@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from compilecache import entry
+from compilecache.cache import Cache
+from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
@@ -102,3 +104,44 @@ def test_a_client_with_another_secret_leaves_a_local_store_alone(tmp_path: Path)
 @pytest.mark.slow
 def test_a_client_with_another_secret_leaves_redis_alone(redis_server: RedisServer) -> None:
     check_foreign_client_leaves_the_store_alone(f"{redis_server.url}/{namespace()}")
+
+
+# -- the tools leave foreign entries alone too ---------------------------------------------------
+
+
+def _signed_store(root: Path, secret: bytes, keys: list[str]) -> LocalStore:
+    store = LocalStore(root)
+    cache = Cache(store, secret=secret)
+    for key in keys:
+        header = EntryHeader(framework="jax", key=key, name=key, compile_time_s=2.0)
+        assert cache.save(header, key.encode() * 200, compress=False)
+    return store
+
+
+def test_verify_fix_reports_foreign_entries_and_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compilecache.cli import main
+
+    store = _signed_store(tmp_path / "s", S1.encode(), ["jax/a", "jax/b"])
+    before = {i.key: store.peek(i.key) for i in store.scan()}
+    monkeypatch.setenv("COMPILECACHE_SECRET", S2)
+    status = main(["verify", "--fix", "--url", str(tmp_path / "s")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "foreign: jax/a:" in out and "foreign: jax/b:" in out, out
+    assert {i.key: store.peek(i.key) for i in store.scan()} == before
+
+
+def test_import_does_not_write_over_a_foreign_entry(tmp_path: Path) -> None:
+    from compilecache import bundle
+
+    theirs = _signed_store(tmp_path / "theirs", S2.encode(), ["jax/a", "jax/new"])
+    path = tmp_path / "b.ccb"
+    assert len(bundle.export_bundle(theirs, path, secret=S2.encode()).transferred) == 2
+    ours = _signed_store(tmp_path / "ours", S1.encode(), ["jax/a"])
+    kept = ours.peek("jax/a")
+    report = bundle.import_bundle(path, ours, secret=S2.encode(), check=False)
+    assert report.transferred == ["jax/new"]
+    assert [key for key, _ in report.skipped] == ["jax/a"]
+    assert ours.peek("jax/a") == kept  # S1's entry, still there
