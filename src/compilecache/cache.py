@@ -25,7 +25,7 @@ from typing import Any
 from compilecache import entry
 from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
 from compilecache.entry import Entry, EntryHeader
-from compilecache.errors import CorruptEntry, ForeignEntry
+from compilecache.errors import CorruptEntry, ForeignEntry, LevelSkipped, StoreUnavailable
 from compilecache.singleflight import SingleFlight
 from compilecache.stats import Stats, function_counter
 from compilecache.stores.base import EntryMeta, Store
@@ -83,6 +83,13 @@ class Cache:
         except Exception as exc:
             log.debug("compilecache: %s cannot say whether it has leases: %s", self.store.url, exc)
             return False
+
+    def _warn_failure(self, what: str, exc: Exception) -> None:
+        """One warning per kind of failure; none for an outage a level's guard reported."""
+        if isinstance(exc, StoreUnavailable) and exc.reported:
+            log.debug("compilecache: %s %s failed: %s", what, self.store.url, exc)
+            return
+        self.warn_once(f"{what}:{type(exc).__name__}", f"{what} {self.store.url} failed: {exc}")
 
     def warn_once(self, category: str, message: str) -> None:
         """Log ``message`` as a warning the first time ``category`` occurs, at debug later."""
@@ -144,7 +151,7 @@ class Cache:
         except Exception as exc:  # any backend failure must degrade to a miss
             self.stats.add("errors", framework=framework)
             self.stats.add("misses", framework=framework)
-            self.warn_once(f"get:{type(exc).__name__}", f"read from {self.store.url} failed: {exc}")
+            self._warn_failure("read from", exc)
             return None, False
         if data is None:
             if count_miss:
@@ -225,9 +232,14 @@ class Cache:
             data = entry.encode(header, payload, compress=compress, secret=self.secret)
             meta = EntryMeta(framework, header.name, header.compile_time_s)
             self.store.put(header.key, data, meta)
+        except LevelSkipped:
+            # The level is in back-off after a failure that was counted and warned about: a
+            # write not made is counted as skipped, so that an outage costs one error.
+            self.stats.add("skipped", framework=framework)
+            return False
         except Exception as exc:  # a failed write must never fail the user's compile
             self.stats.add("errors", framework=framework)
-            self.warn_once(f"put:{type(exc).__name__}", f"write to {self.store.url} failed: {exc}")
+            self._warn_failure("write to", exc)
             return False
         if self._flight is not None:
             self._flight.wrote(header.key)

@@ -16,7 +16,20 @@ class ConfigError(CompileCacheError, ValueError):
 
 
 class StoreUnavailable(CompileCacheError):
-    """A store could not be reached or used (missing directory, dead server, missing package)."""
+    """A store could not be reached or used (missing directory, dead server, missing package).
+
+    ``reported`` is True when the fail-open guard of a remote level has already warned about
+    the outage behind it: the cache then counts it without warning again (one warning per
+    outage and process, not one per layer).
+    """
+
+    reported: bool = False
+
+
+class LevelSkipped(StoreUnavailable):
+    """A call refused without trying because the store failed recently (it is in back-off)."""
+
+    reported = True
 
 
 class CorruptEntry(CompileCacheError):

@@ -29,7 +29,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore, StoreUnavailable
+from compilecache.errors import (
+    ConfigError,
+    CorruptEntry,
+    LevelSkipped,
+    ReadOnlyStore,
+    StoreUnavailable,
+)
 from compilecache.stores.base import (
     HISTORY_LIMIT,
     NO_COORDINATION,
@@ -53,10 +59,6 @@ LOCAL_SCHEMES = frozenset({"file", "memory"})
 _PASS_THROUGH = (ReadOnlyStore, CorruptEntry, ConfigError)
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
-
-
-class LevelSkipped(StoreUnavailable):
-    """A call refused without trying because the store failed recently (it is in back-off)."""
 
 
 class DeadlineExceeded(StoreUnavailable):
@@ -190,9 +192,10 @@ class Guarded(StoreWrapper):
             f"{self.url}: {what} failed ({type(exc).__name__}: {exc}); "
             f"skipping it for {period:.0f}s, then retrying",
         )
-        if isinstance(exc, StoreUnavailable):
-            return exc
-        return StoreUnavailable(f"{self.url}: {what} failed: {exc}")
+        failure = exc if isinstance(exc, StoreUnavailable) else None
+        failure = failure or StoreUnavailable(f"{self.url}: {what} failed: {exc}")
+        failure.reported = True  # warned above (or before, for this URL): not again upstream
+        return failure
 
     def available(self) -> bool:
         return not self.down

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal
 
-from compilecache.errors import ConfigError, CorruptEntry, ReadOnlyStore
+from compilecache.errors import ConfigError, CorruptEntry, LevelSkipped, ReadOnlyStore
 from compilecache.stats import level_counter
 from compilecache.stores.base import (
     HISTORY_LIMIT,
@@ -37,7 +37,6 @@ from compilecache.stores.base import (
     EntryMeta,
     Store,
 )
-from compilecache.stores.guarded import LevelSkipped
 from compilecache.stores.writebehind import WriteBehind
 
 log = logging.getLogger("compilecache")
