@@ -219,7 +219,8 @@ class LocalStore(LeaseFilesMixin, Store):
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._touches: dict[str, _Access] = {}
-        self._last_touch_flush = time.monotonic()
+        self._touch_timer: threading.Timer | None = None
+        self._touch_timer_pid = os.getpid()
         self._leases = LeaseFiles(self.root / "leases", self._write_atomic)
         _open_stores.add(self)
         self.writable = _writable_directory(self.root)
@@ -408,11 +409,13 @@ class LocalStore(LeaseFilesMixin, Store):
         return value
 
     def _note_access(self, key: str, size: int, header: Mapping[str, Any], inode: int) -> None:
-        """Remember the access for LRU order; the index is updated in batches.
+        """Remember the access for LRU order; the index is updated in batches, off the hot path.
 
         A write transaction per hit would cost more than reading a megabyte, so accesses are
-        buffered and written at most every ``_TOUCH_INTERVAL`` seconds (and before any read of
-        the index, and at close or exit). LRU order is approximate by design, as in ccache.
+        buffered and written by a background timer ``_TOUCH_INTERVAL`` seconds after the first
+        one (and before any read of the index, and at close or exit): a lookup is one read and
+        one checksum, never an index write. Only a buffer of ``_TOUCH_BATCH`` keys is flushed
+        inline, to bound it. LRU order is approximate by design, as in ccache.
         """
         if not self.writable:
             return  # read-only media: LRU order cannot be kept, and need not be
@@ -420,11 +423,20 @@ class LocalStore(LeaseFilesMixin, Store):
             previous = self._touches.get(key)
             hits = previous.hits + 1 if previous else 1
             self._touches[key] = _Access(time.time(), hits, size, header, inode)
-            due = (
-                len(self._touches) >= _TOUCH_BATCH
-                or time.monotonic() - self._last_touch_flush >= _TOUCH_INTERVAL
-            )
-        if due:
+            full = len(self._touches) >= _TOUCH_BATCH
+            if self._touch_timer_pid != os.getpid():  # a forked child: the timer was the parent's
+                self._touch_timer, self._touch_timer_pid = None, os.getpid()
+            if not full and self._touch_timer is None:
+                self._touch_timer = threading.Timer(_TOUCH_INTERVAL, self._timed_flush)
+                self._touch_timer.daemon = True
+                self._touch_timer.start()
+        if full:
+            self.flush_access()
+
+    def _timed_flush(self) -> None:
+        with self._lock:
+            self._touch_timer = None
+        with contextlib.suppress(Exception):  # LRU order is best effort; never a crash
             self.flush_access()
 
     def flush_access(self) -> None:
@@ -433,7 +445,6 @@ class LocalStore(LeaseFilesMixin, Store):
         writer killed between publishing and indexing) is corrected."""
         with self._lock:
             touches, self._touches = self._touches, {}
-            self._last_touch_flush = time.monotonic()
             if not touches:
                 return
             try:
