@@ -59,3 +59,17 @@ def last_json(text: str) -> Any:
     lines = [line for line in text.splitlines() if line.startswith("{")]
     assert lines, f"no JSON line in output:\n{text}"
     return json.loads(lines[-1])
+
+
+def cli_json(*args: str, url: str, cwd: Path, env: Mapping[str, str] | None = None) -> Any:
+    """``python -m compilecache ARGS --url URL`` in a fresh process; its JSON output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "compilecache", *args, "--url", url],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, f"{args}: rc {proc.returncode}\n{proc.stderr}"
+    return json.loads(proc.stdout)

@@ -4,9 +4,6 @@ behind a proxy that adds 25 ms per direction."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -24,7 +21,7 @@ from compilecache.stores.memory import MemoryStore
 from compilecache.stores.tiered import Tiered
 from compilecache.stores.writebehind import WriteBehind
 from tests import servers
-from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.conftest import TESTS, clean_env, cli_json, last_json, run_python
 from tests.servers import RedisServer, delayed, namespace
 
 redis_server = servers.redis_server
@@ -171,16 +168,9 @@ def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> No
 
 
 def _level_counters(local: Path, cwd: Path) -> dict[str, dict[str, float]]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "compilecache", "stats", "--json", "--url", str(local)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
-    assert proc.returncode == 0, proc.stderr
-    levels: dict[str, dict[str, float]] = json.loads(proc.stdout)["levels"]
+    levels: dict[str, dict[str, float]] = cli_json("stats", "--json", url=str(local), cwd=cwd)[
+        "levels"
+    ]
     return levels
 
 

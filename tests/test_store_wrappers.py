@@ -32,31 +32,29 @@ def _tiers(tmp_path: Path, redis: RedisServer, ns: str, **kwargs: object) -> Sto
     return registry.open_store(f"{tmp_path / 'local'},{redis.url}/{ns}", **kwargs)  # type: ignore[arg-type]
 
 
+def _guarded(url: str) -> Iterator[Store]:
+    store = registry.open_store(url)
+    assert isinstance(store, Guarded)
+    yield store
+    store.close()
+
+
 class TestGuardedRedis(StoreConformance):
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[Store]:
-        s = registry.open_store(f"{redis_server.url}/{namespace()}")
-        assert isinstance(s, Guarded)
-        yield s
-        s.close()
+        yield from _guarded(f"{redis_server.url}/{namespace()}")
 
 
 class TestGuardedSharedMount(StoreConformance):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[Store]:
-        s = registry.open_store(f"{tmp_path / 'mount'}?shared=1")
-        assert isinstance(s, Guarded)
-        yield s
-        s.close()
+        yield from _guarded(f"{tmp_path / 'mount'}?shared=1")
 
 
 class TestGuardedS3(StoreConformance):
     @pytest.fixture
     def store(self, moto_server: MotoServer) -> Iterator[Store]:
-        s = registry.open_store(moto_server.url(moto_server.create_bucket()))
-        assert isinstance(s, Guarded)
-        yield s
-        s.close()
+        yield from _guarded(moto_server.url(moto_server.create_bucket()))
 
 
 class TestTieredFromRegistry(StoreConformance):

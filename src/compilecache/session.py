@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -292,10 +292,14 @@ def _flush_while_threads_run() -> None:
     (which registers that module's hook): it then runs first. The ``atexit`` hook below still
     flushes whatever was counted after this one (nothing, normally) and records the run.
     """
+    _at_exit_do(Session.finish_writes, Session.flush_stats)
+
+
+def _at_exit_do(*steps: Callable[[Session], None]) -> None:
     try:
-        if _active is not None:
-            _active.finish_writes()
-            _active.flush_stats()
+        for step in steps:
+            if _active is not None:
+                step(_active)
     except Exception:  # never turn a clean exit into a traceback
         pass
 
@@ -315,9 +319,4 @@ _register_early_flush()
 
 @atexit.register
 def _at_exit() -> None:
-    try:
-        if _active is not None:
-            _active.flush_stats()
-            _active.record_run()
-    except Exception:  # never turn a clean exit into a traceback
-        pass
+    _at_exit_do(Session.flush_stats, Session.record_run)

@@ -7,7 +7,7 @@ what it hit. Leases do not: a client that never writes has nothing to lead (it c
 from __future__ import annotations
 
 from compilecache.errors import ReadOnlyStore
-from compilecache.stores.base import NO_COORDINATION, EntryMeta, StoreWrapper
+from compilecache.stores.base import EntryMeta, Store, StoreWrapper
 
 
 class ReadOnly(StoreWrapper):
@@ -23,14 +23,8 @@ class ReadOnly(StoreWrapper):
     def read_only(self) -> bool:
         return True
 
-    def supports_leases(self) -> bool:
-        return False
-
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        return NO_COORDINATION
-
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        return False
-
-    def release_lease(self, key: str, token: str) -> None:
-        pass
+    # No leases (a client that never writes has nothing to lead): the base's answers.
+    supports_leases = Store.supports_leases
+    acquire_lease = Store.acquire_lease
+    renew_lease = Store.renew_lease
+    release_lease = Store.release_lease

@@ -143,7 +143,6 @@ class Tiered(Store):
             pending.wait(max(0.0, self._prefetch_deadline - time.monotonic()))
         first_error: Exception | None = None
         for depth, level in enumerate(self.levels):
-            targets = self._backfill_targets[depth]
             start = time.perf_counter()
             try:
                 if depth:
@@ -161,21 +160,26 @@ class Tiered(Store):
             if value is None:
                 self._count(depth, "misses")
                 continue
-            self._count(depth, "hits")
-            if meta is not None:
-                saved = meta.compile_time_s - (time.perf_counter() - start)
-                self._count(depth, "saved_s", max(saved, 0.0))
-            for d in targets:
-                try:
-                    self.levels[d].put(key, value, meta)
-                except Exception as backfill_exc:
-                    self._failed(d, backfill_exc, "backfill")
-                    continue
-                self._count(d, "backfills")
+            self._served(depth, key, value, meta, time.perf_counter() - start)
             return value
         if first_error is not None:
             raise first_error
         return None
+
+    def _served(
+        self, depth: int, key: str, value: bytes, meta: EntryMeta | None, elapsed: float
+    ) -> None:
+        """Count a hit at ``depth`` (and what it saved) and copy it into the faster levels."""
+        self._count(depth, "hits")
+        if meta is not None:
+            self._count(depth, "saved_s", max(meta.compile_time_s - elapsed, 0.0))
+        for d in self._backfill_targets[depth]:
+            try:
+                self.levels[d].put(key, value, meta)
+            except Exception as exc:
+                self._failed(d, exc, "backfill")
+                continue
+            self._count(d, "backfills")
 
     def peek(self, key: str) -> bytes | None:
         """The first level's value, counting, touching and backfilling nothing."""
@@ -477,17 +481,8 @@ class Tiered(Store):
                     continue
                 elapsed = (time.perf_counter() - start) / max(len(found), 1)
                 for key, (value, meta) in found.items():
-                    self._count(depth, "hits")
                     self._count(depth, "prefetched")
-                    if meta is not None:
-                        self._count(depth, "saved_s", max(meta.compile_time_s - elapsed, 0.0))
-                    for d in self._backfill_targets[depth]:
-                        try:
-                            self.levels[d].put(key, value, meta)
-                        except Exception as exc:
-                            self._failed(d, exc, "prefetch backfill")
-                            continue
-                        self._count(d, "backfills")
+                    self._served(depth, key, value, meta, elapsed)
                     events[key].set()
                 wanted = [k for k in wanted if k not in found]
         except Exception as exc:  # a prefetch must never fail anything: lookups read as usual
