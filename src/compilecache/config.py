@@ -78,9 +78,11 @@ def default_url(env: Mapping[str, str]) -> str:
     return str(base / "compilecache")
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     value = env.get(name, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
+    if not value:
+        return default
+    if value in ("0", "false", "no", "off"):
         return False
     if value in ("1", "true", "yes", "on"):
         return True
@@ -192,12 +194,8 @@ def load(
         wait_timeout=_seconds(env, "COMPILECACHE_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT),
         writers=writers,
         job=env.get("COMPILECACHE_JOB", "").strip(),
-        prefetch=not _off(env, "COMPILECACHE_PREFETCH"),
+        prefetch=_flag(env, "COMPILECACHE_PREFETCH", default=True),
     )
-
-
-def _off(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in ("0", "false", "no", "off")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:

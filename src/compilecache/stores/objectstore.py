@@ -45,6 +45,7 @@ from compilecache.stores.base import (
     EntryMeta,
     Store,
     StoreURL,
+    flag,
 )
 from compilecache.stores.frame import (
     decode_frame,
@@ -542,7 +543,7 @@ def from_url(url: StoreURL) -> ObjectStore:
         fs,
         root,
         url=f"{protocol}://{root}",
-        conditional=None if conditional is None else _option(conditional) is not False,
+        conditional=None if conditional is None else flag(params, "conditional"),
     )
 
 

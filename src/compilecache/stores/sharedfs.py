@@ -46,7 +46,7 @@ from pathlib import Path
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_duration
 from compilecache.errors import CorruptEntry, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL
+from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL, flag
 from compilecache.stores.frame import (
     directory_and_size,
     encode_frame,
@@ -377,5 +377,5 @@ def from_url(url: StoreURL) -> SharedFSStore:
         max_size=size,
         touch_interval=parse_duration(touch, "touch_interval") if touch else DEFAULT_TOUCH_INTERVAL,
         evict_interval=parse_duration(evict, "evict_interval") if evict else DEFAULT_EVICT_INTERVAL,
-        fsync=url.params.get("fsync", "1").strip().lower() not in ("0", "false", "no", "off"),
+        fsync=flag(url.params, "fsync", default=True),
     )
