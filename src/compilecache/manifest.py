@@ -20,7 +20,6 @@ import logging
 import sys
 import threading
 from collections.abc import Sequence
-from importlib import metadata
 
 from compilecache import entry
 from compilecache.config import Config
@@ -40,6 +39,8 @@ def job_name(cfg: Config, argv: Sequence[str] | None = None) -> str:
     (a new version compiles other keys: its manifest is another one)."""
     if cfg.job:
         return cfg.job
+    from importlib import metadata  # slow to import: only for tiers, only at enable()
+
     argv = list(sys.argv if argv is None else argv)
     versions = []
     for dist in ("jax", "jaxlib", "torch"):

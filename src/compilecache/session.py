@@ -238,6 +238,8 @@ def enable(
             # Never break the program: run uncached, with the reason counted and warned once.
             store = UnavailableStore(cfg.url, str(exc))
         session = Session(cfg, store)
+        if any(level.health() for level in store.levels):  # a remote level: flush it early
+            _register_early_flush()
         for name in cfg.frameworks:
             _install(name, session)
         if session.manifest is not None:
@@ -304,7 +306,15 @@ def _at_exit_do(*steps: Callable[[Session], None]) -> None:
         pass
 
 
+_early_flush_registered = False
+
+
 def _register_early_flush() -> None:
+    """Register :func:`_flush_while_threads_run` once (for sessions with a remote level)."""
+    global _early_flush_registered
+    if _early_flush_registered:
+        return
+    _early_flush_registered = True
     import concurrent.futures.thread  # noqa: F401  (its exit hook must be registered before ours)
 
     register = getattr(threading, "_register_atexit", None)  # CPython >= 3.9
@@ -312,9 +322,6 @@ def _register_early_flush() -> None:
         return
     with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
         register(_flush_while_threads_run)
-
-
-_register_early_flush()
 
 
 @atexit.register

@@ -378,3 +378,13 @@ def flag(params: Mapping[str, str], name: str, default: bool = False) -> bool:
     if value in _FALSE:
         return False
     raise ConfigError(f"store URL option {name}={text!r} is not a boolean (use 1 or 0)")
+
+
+# Schemes whose stores live on this machine's own disk or memory.
+LOCAL_SCHEMES = frozenset({"file", "memory"})
+
+
+def is_local(url: StoreURL) -> bool:
+    """Whether the level lives on this machine's own disk or memory (not a shared mount): there
+    is nothing to guard, and nothing to write in the background."""
+    return url.scheme in LOCAL_SCHEMES and not flag(url.params, "shared")

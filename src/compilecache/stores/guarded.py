@@ -45,6 +45,7 @@ from compilecache.stores.base import (
     StoreURL,
     StoreWrapper,
     flag,
+    is_local,
 )
 
 log = logging.getLogger("compilecache")
@@ -53,8 +54,6 @@ T = TypeVar("T")
 
 DEFAULT_BACKOFF = 30.0
 DEFAULT_MAX_BACKOFF = 300.0
-# Schemes whose stores live on this machine's own disk or memory: nothing to guard.
-LOCAL_SCHEMES = frozenset({"file", "memory"})
 
 _PASS_THROUGH = (ReadOnlyStore, CorruptEntry, ConfigError)
 _warned: set[str] = set()
@@ -296,11 +295,6 @@ def _is_timeout(exc: BaseException | None) -> bool:
             return True
         exc, depth = exc.__cause__ or exc.__context__, depth + 1
     return False
-
-
-def is_local(url: StoreURL) -> bool:
-    """Whether the level lives on this machine's own disk or memory (not a shared mount)."""
-    return url.scheme in LOCAL_SCHEMES and not flag(url.params, "shared")
 
 
 def guard(store: Store, url: StoreURL) -> Store:

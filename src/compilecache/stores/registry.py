@@ -18,7 +18,7 @@ import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from compilecache.errors import ConfigError, StoreUnavailable
@@ -29,10 +29,12 @@ from compilecache.stores.base import (
     Store,
     StoreURL,
     flag,
+    is_local,
 )
-from compilecache.stores.guarded import guard, is_local
 from compilecache.stores.readonly import ReadOnly
-from compilecache.stores.tiered import Tiered, WritePolicy
+
+if TYPE_CHECKING:
+    from compilecache.stores.tiered import Tiered, WritePolicy
 
 log = logging.getLogger("compilecache")
 
@@ -270,7 +272,12 @@ def open_level(
     """One level: backend -> guard (remote levels fail open) -> read-only (``?readonly=1`` or
     ``read_only``)."""
     parsed = url if isinstance(url, StoreURL) else parse_url(url, max_size, create=create)
-    store = guard(open_backend(parsed), parsed)
+    store = open_backend(parsed)
+    if not is_local(parsed):
+        # Imported here: a local-only cache never loads the network wrappers.
+        from compilecache.stores.guarded import guard
+
+        store = guard(store, parsed)
     if read_only or flag(parsed.params, "readonly"):
         store = ReadOnly(store)
     return store
@@ -331,6 +338,8 @@ def from_urls(
     if not levels:
         assert first_error is not None
         raise first_error
+    from compilecache.stores.tiered import Tiered
+
     return Tiered(levels, writes=writes, write_behind=behind)
 
 
