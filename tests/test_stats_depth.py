@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -12,14 +13,16 @@ from pathlib import Path
 import pytest
 
 from compilecache import config as config_mod
-from compilecache import history, prune
+from compilecache import history, prune, stats
+from compilecache import report as report_mod
 from compilecache.cache import Cache
-from compilecache.cli import main, stats_report
+from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.report import prometheus
 from compilecache.session import Session, _open
 from compilecache.stats import function_counter, split_counters
+from compilecache.statsreport import StatsReport
 from compilecache.stores.base import HISTORY_LIMIT, EntryMeta
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
@@ -104,7 +107,7 @@ def test_prometheus_text_format(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cache.save(weird, b"x")
     cache.stats.add("waited", 3, framework="torch")  # single-flight counters are exported too
     store.add_stats(cache.stats.snapshot())
-    text = prometheus(stats_report(store))
+    text = prometheus(StatsReport.of(store))
     families: dict[str, str] = {}
     for line in text.splitlines():
         if line.startswith("# TYPE "):
@@ -229,3 +232,79 @@ def test_no_history_call_while_a_remote_store_is_in_back_off() -> None:
     assert guarded.down
     assert not history.append(guarded, history.MISS, {"a": 2})
     assert Flaky.calls == 1
+
+
+# -- the statistics record (issue 10) ---------------------------------------------------------
+
+
+def test_stats_report_is_a_frozen_record_that_stats_json_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    store = LocalStore(root)
+    cache = Cache(store)
+    _fill(cache)
+    cache.stats.add("foreign", 2, framework="jax")
+    store.add_stats(cache.stats.snapshot())
+
+    record = StatsReport.of(store)
+    assert (record.hits, record.misses, record.writes, record.count("foreign")) == (2, 1, 2, 2)
+    assert isinstance(record.hits, int) and isinstance(record.compile_time_saved_s, float)
+    assert record.hit_rate == pytest.approx(2 / 3)
+    assert record.entries == 2 and record.size_bytes == sum(i.size for i in store.scan())
+    jit_a = record.functions["jax/jit_a"]
+    assert (jit_a.label, jit_a.hits, jit_a.entries) == ("jax/jit_a", 2, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.url = "elsewhere"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        record.counters["hits"] = 0  # type: ignore[index]
+    with pytest.raises(TypeError):
+        record.frameworks["jax"]["hits"] = 0  # type: ignore[index]
+
+    store.close()
+    assert main(["stats", "--json", "--url", str(root)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(json.dumps(record.to_json()))
+    # The contract's keys, then every counter of stats.COUNTERS, and nothing else at the top.
+    contract = {"hits", "misses", "writes", "errors", "entries", "size_bytes"}
+    assert contract | {"compile_time_saved_s"} <= set(printed)
+    assert set(printed) == {
+        *stats.COUNTERS,
+        "entries",
+        "size_bytes",
+        "url",
+        "frameworks",
+        "functions",
+        "levels",
+        "hit_rate",
+    }
+    assert type(printed["hits"]) is int and type(printed["compile_time_s"]) is float
+
+
+def test_stats_report_follows_the_counters_tuple(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A counter another module adds to stats.COUNTERS shows in every output unchanged."""
+    monkeypatch.setattr(
+        stats, "COUNTERS", (*stats.COUNTERS, "isa_probe_hits", "probe_time_s", "bytes_probed")
+    )
+    store = MemoryStore("memory://generic")
+    store.add_stats({"isa_probe_hits": 3.0, "probe_time_s": 0.25, "bytes_probed": 64.0})
+    record = StatsReport.of(store)
+    assert record.to_json()["isa_probe_hits"] == 3.0 and record.count("isa_probe_hits") == 3
+    text = prometheus(record)
+    assert 'compilecache_isa_probe_hits_total{store="memory://generic"} 3' in text
+    assert 'compilecache_probe_seconds_total{store="memory://generic"} 0.25' in text
+    assert 'compilecache_probed_bytes_total{store="memory://generic"} 64' in text
+    assert main(["stats", "--url", "memory://generic"]) == 0
+    assert "isa_probe_hits 3" in capsys.readouterr().out
+
+
+def test_prometheus_exports_every_counter(tmp_path: Path) -> None:
+    store = MemoryStore("memory://every")
+    store.add_stats({"foreign": 4.0})
+    text = prometheus(StatsReport.of(store))
+    families = {line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    for counter in stats.COUNTERS:
+        assert f"compilecache_{report_mod._prom_counter(counter)[0]}" in families, counter
+    assert 'compilecache_foreign_total{store="memory://every"} 4' in text

@@ -18,19 +18,14 @@ from compilecache import entry, prune
 from compilecache.config import format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
 from compilecache.session import open_store
-from compilecache.stats import COUNTERS, split_counters
+from compilecache.statsreport import StatsReport
 from compilecache.stores.base import EntryInfo, Store
 
 HEADLINE = ("hits", "misses", "writes", "errors", "compile_time_saved_s")
-FUNCTION_COUNTERS = ("hits", "misses", "writes", "compile_time_s", "compile_time_saved_s")
 
 
 def _store(args: argparse.Namespace) -> Store:
     return open_store(args.url)
-
-
-def _stats_backend(store: Store) -> Store | None:
-    return store if store.keeps_stats() else None
 
 
 def _print_json(data: Any) -> None:
@@ -40,94 +35,59 @@ def _print_json(data: Any) -> None:
 # -- stats -------------------------------------------------------------------------------------
 
 
-def stats_report(store: Store) -> dict[str, Any]:
-    """Persistent counters plus what the store holds now."""
-    backend = _stats_backend(store)
-    counters = backend.read_stats() if backend is not None else {}
-    infos = list(store.scan())
-    report: dict[str, Any] = {name: counters.get(name, 0.0) for name in COUNTERS}
-    for name in ("hits", "misses", "writes", "errors", "corrupt", "skipped"):
-        report[name] = int(report[name])
-    report["entries"] = len(infos)
-    report["size_bytes"] = sum(i.size for i in infos)
-    report["url"] = store.url
-    _, frameworks, per_function, levels = split_counters(counters)
-    for info in infos:
-        fw = frameworks.setdefault(info.framework or "other", {})
-        fw["entries"] = fw.get("entries", 0) + 1
-        fw["size_bytes"] = fw.get("size_bytes", 0) + info.size
-    report["frameworks"] = frameworks
-    functions: dict[str, dict[str, Any]] = {}
-    for (framework, name), values in per_function.items():
-        functions[f"{framework}/{name}"] = {
-            "framework": framework,
-            "name": name,
-            **{c: values.get(c, 0.0) for c in FUNCTION_COUNTERS},
-            "entries": 0,
-            "size_bytes": 0,
-        }
-    for info in infos:
-        fn = functions.get(f"{info.framework}/{info.name}")
-        if fn is not None:
-            fn["entries"] += 1
-            fn["size_bytes"] += info.size
-    report["functions"] = functions
-    report["levels"] = levels
-    lookups = report["hits"] + report["misses"]
-    report["hit_rate"] = report["hits"] / lookups if lookups else 0.0
-    return report
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     store = _store(args)
     if args.zero:
-        backend = _stats_backend(store)
-        if backend is not None:
-            backend.zero_stats()
+        store.zero_stats()  # nothing, where the store keeps no counters
         print("compilecache: statistics zeroed")
         return 0
-    report = stats_report(store)
+    report = StatsReport.of(store)
     if args.json:
-        _print_json(report)
+        _print_json(report.to_json())
         return 0
     if args.prometheus:
         from compilecache.report import prometheus
 
         sys.stdout.write(prometheus(report))
         return 0
-    print(f"store                 {report['url']}")
-    print(f"entries               {report['entries']}")
-    print(f"size                  {format_size(report['size_bytes'])}")
-    print(f"hits                  {report['hits']}")
-    print(f"misses                {report['misses']}")
-    print(f"hit rate              {report['hit_rate']:.1%}")
-    print(f"writes                {report['writes']}")
-    print(f"errors                {report['errors']}")
-    print(f"corrupt entries       {report['corrupt']}")
-    print(f"compile time stored   {report['compile_time_s']:.1f} s")
-    print(f"compile time saved    {report['compile_time_saved_s']:.1f} s")
-    for framework, values in sorted(report["frameworks"].items()):
+    print(f"store                 {report.url}")
+    print(f"entries               {report.entries}")
+    print(f"size                  {format_size(report.size_bytes)}")
+    print(f"hits                  {report.hits}")
+    print(f"misses                {report.misses}")
+    print(f"hit rate              {report.hit_rate:.1%}")
+    print(f"writes                {report.writes}")
+    print(f"errors                {report.errors}")
+    print(f"corrupt entries       {report.corrupt}")
+    print(f"compile time stored   {report.compile_time_s:.1f} s")
+    print(f"compile time saved    {report.compile_time_saved_s:.1f} s")
+    shown = {*HEADLINE, "corrupt", "compile_time_s"}
+    others = [(name, v) for name, v in report.counters.items() if v and name not in shown]
+    if others:  # every other counter of stats.COUNTERS that is not zero
+        print("also                  " + ", ".join(f"{name} {_number(v)}" for name, v in others))
+    for framework, values in sorted(report.frameworks.items()):
         parts = ", ".join(
-            f"{k} {int(v) if float(v).is_integer() else round(v, 2)}"
-            for k, v in sorted(values.items())
-            if k in (*HEADLINE, "entries")
+            f"{k} {_number(v)}" for k, v in sorted(values.items()) if k in (*HEADLINE, "entries")
         )
         print(f"  {framework:<19} {parts}")
-    functions = sorted(report["functions"].values(), key=lambda f: -f["compile_time_s"])
+    functions = sorted(report.functions.values(), key=lambda f: -f.compile_time_s)
     if functions:
         print(f"{'FUNCTION':<40} {'HITS':>6} {'MISSES':>6} {'COMPILE':>9} {'SAVED':>9}")
         for fn in functions[:20]:
-            label = f"{fn['framework']}/{fn['name']}"
             print(
-                f"{label[:40]:<40} {int(fn['hits']):>6} {int(fn['misses']):>6} "
-                f"{fn['compile_time_s']:>8.2f}s {fn['compile_time_saved_s']:>8.2f}s"
+                f"{fn.label[:40]:<40} {int(fn.hits):>6} {int(fn.misses):>6} "
+                f"{fn.compile_time_s:>8.2f}s {fn.compile_time_saved_s:>8.2f}s"
             )
         if len(functions) > 20:
             print(f"... and {len(functions) - 20} more (stats --json lists them all)")
-    for url, values in sorted(report["levels"].items()):
+    for url, values in sorted(report.levels.items()):
         parts = ", ".join(f"{k} {int(v)}" for k, v in sorted(values.items()) if v)
         print(f"level {url}: {parts or 'no activity'}")
     return 0
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(round(value, 2))
 
 
 # -- explain / doctor / report -----------------------------------------------------------------
@@ -203,12 +163,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from compilecache import atomicfile, report
 
-    from compilecache import report
-
+    atomicfile.target_of(args.html)  # a missing directory is an error before the store is read
     page = report.build_html(_store(args))
-    Path(args.html).write_text(page, encoding="utf-8")
+    # Whole or not at all: a full disk never leaves a partial page or spoils an existing one.
+    atomicfile.write_text(args.html, page)
     print(f"compilecache: report written to {args.html}")
     return 0
 
@@ -366,9 +326,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             return 1
     removed = sum(1 for info in infos if store.delete(info.key))
-    backend = _stats_backend(store)
-    if backend is not None:
-        backend.zero_stats()
+    store.zero_stats()
     store.clear_history()  # explanations name entries that are gone now
     print(f"compilecache: removed {removed} entries")
     return 0

@@ -1,9 +1,12 @@
 """Reports on a store: ``stats --prometheus`` and ``report --html FILE``.
 
+Both show the :class:`~compilecache.statsreport.StatsReport` record that ``stats`` prints.
 The HTML report is one self-contained file: inline CSS and SVG charts, no script, no fonts, no
 network access, so it can be mailed, attached to a CI run or opened on an air-gapped cluster.
 It is built from what the store keeps: persistent counters (per framework, function and level),
-the run and miss history, and a scan of the entries (sizes, ages).
+the run and miss history, and a scan of the entries (sizes, ages). It is written for people:
+durations in the unit that fits (``35 ms``, ``1.2 s``), repeated misses of a function for one
+reason grouped into one row, runs numbered so that two in the same minute can be told apart.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import html
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from compilecache import explain, history
 from compilecache.config import format_size
+from compilecache.statsreport import StatsReport
 from compilecache.stores.base import Store
 
 # Chart colours (the screenshot test looks for them).
@@ -31,12 +36,14 @@ MAX_MISSES = 50
 # -- Prometheus --------------------------------------------------------------------------------
 
 # counter -> (metric suffix, help); counters are *_total, seconds and bytes say so in the name.
+# A counter of stats.COUNTERS missing here is exported under a derived name (see _prom_counter).
 _PROM_COUNTERS = {
     "hits": ("hits_total", "Cache hits."),
     "misses": ("misses_total", "Cache misses."),
     "writes": ("writes_total", "Entries written."),
     "errors": ("errors_total", "Storage errors (each also counted as a miss or a failed write)."),
     "corrupt": ("corrupt_total", "Corrupt entries found and removed."),
+    "foreign": ("foreign_total", "Entries signed with another key: misses, left in place."),
     "skipped": ("skipped_total", "Compiles not stored (read-only, too fast, host callbacks)."),
     "bytes_read": ("read_bytes_total", "Bytes read on hits."),
     "bytes_written": ("written_bytes_total", "Bytes written."),
@@ -67,6 +74,19 @@ _PROM_LEVEL = {
 }
 
 
+def _prom_counter(counter: str) -> tuple[str, str]:
+    """(metric suffix, help) of a counter: from the table, else from its name (``x_time_s`` and
+    ``x_s`` are in seconds, ``bytes_x`` in bytes)."""
+    if counter in _PROM_COUNTERS:
+        return _PROM_COUNTERS[counter]
+    if counter.endswith("_s"):  # probe_time_s -> probe_seconds_total, like compile_time_s
+        stem = counter.removesuffix("_s").removesuffix("_time")
+        return f"{stem}_seconds_total", f"Seconds: {counter[:-2].replace('_', ' ')}."
+    if counter.startswith("bytes_"):
+        return f"{counter[6:]}_bytes_total", f"Bytes {counter[6:].replace('_', ' ')}."
+    return f"{counter}_total", f"Count of {counter.replace('_', ' ')}."
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -77,9 +97,9 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def prometheus(report: Mapping[str, Any], prefix: str = "compilecache") -> str:
-    """The ``stats --json`` report in the Prometheus text exposition format (version 0.0.4), for
-    the node exporter's textfile collector or a Pushgateway."""
+def prometheus(report: StatsReport, prefix: str = "compilecache") -> str:
+    """The ``stats`` report in the Prometheus text exposition format (version 0.0.4), for the
+    node exporter's textfile collector or a Pushgateway: every counter of ``stats.COUNTERS``."""
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -89,16 +109,16 @@ def prometheus(report: Mapping[str, Any], prefix: str = "compilecache") -> str:
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
 
-    store = _label(str(report.get("url", "")))
-    frameworks: Mapping[str, Mapping[str, float]] = report.get("frameworks", {})
-    functions: Mapping[str, Mapping[str, Any]] = report.get("functions", {})
-    levels: Mapping[str, Mapping[str, float]] = report.get("levels", {})
-    for counter, (suffix, help_text) in _PROM_COUNTERS.items():
+    store = _label(report.url)
+    frameworks = report.frameworks
+    levels = report.levels
+    for counter, total in report.counters.items():
+        suffix, help_text = _prom_counter(counter)
         family(
             f"{prefix}_{suffix}",
             "counter",
             help_text,
-            [(f'{{store="{store}"}}', float(report.get(counter, 0.0)))],
+            [(f'{{store="{store}"}}', float(total))],
         )
         family(
             f"{prefix}_framework_{suffix}",
@@ -110,19 +130,20 @@ def prometheus(report: Mapping[str, Any], prefix: str = "compilecache") -> str:
                 if counter in values
             ],
         )
+    functions = [fn.to_json() for _, fn in sorted(report.functions.items())]
     for counter in _PROM_FUNCTION:
-        suffix, help_text = _PROM_COUNTERS[counter]
+        suffix, help_text = _prom_counter(counter)
         family(
             f"{prefix}_function_{suffix}",
             "counter",
             f"{help_text} Per function.",
             [
                 (
-                    f'{{store="{store}",framework="{_label(str(fn.get("framework", "")))}",'
-                    f'function="{_label(str(fn.get("name", "")))}"}}',
-                    float(fn.get(counter, 0.0)),
+                    f'{{store="{store}",framework="{_label(fn["framework"])}",'
+                    f'function="{_label(fn["name"])}"}}',
+                    float(fn[counter]),
                 )
-                for _, fn in sorted(functions.items())
+                for fn in functions
             ],
         )
     for counter, suffix in _PROM_LEVEL.items():
@@ -140,7 +161,7 @@ def prometheus(report: Mapping[str, Any], prefix: str = "compilecache") -> str:
         f"{prefix}_entries",
         "gauge",
         "Entries in the store.",
-        [(f'{{store="{store}"}}', float(report.get("entries", 0)))]
+        [(f'{{store="{store}"}}', float(report.entries))]
         + [
             (f'{{store="{store}",framework="{_label(fw)}"}}', float(values.get("entries", 0)))
             for fw, values in sorted(frameworks.items())
@@ -151,13 +172,13 @@ def prometheus(report: Mapping[str, Any], prefix: str = "compilecache") -> str:
         f"{prefix}_size_bytes",
         "gauge",
         "Bytes held by the store's entries.",
-        [(f'{{store="{store}"}}', float(report.get("size_bytes", 0)))],
+        [(f'{{store="{store}"}}', float(report.size_bytes))],
     )
     family(
         f"{prefix}_hit_ratio",
         "gauge",
         "Hits / (hits + misses) since the counters were last zeroed.",
-        [(f'{{store="{store}"}}', float(report.get("hit_rate", 0.0)))],
+        [(f'{{store="{store}"}}', report.hit_rate)],
     )
     return "\n".join(lines) + "\n"
 
@@ -169,11 +190,30 @@ def _esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def duration(seconds: float) -> str:
+    """A duration for people, in the unit that fits: ``0 s``, ``0.4 ms``, ``35 ms``, ``1.2 s``,
+    ``250 s``, ``12.5 min``, ``3.2 h`` (``0.0s`` would hide hundreds of small compiles)."""
+    size = abs(seconds)
+    if size == 0:
+        return "0 s"
+    if size < 0.01:
+        return f"{seconds * 1000:.1f} ms"
+    if size < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if size < 100:
+        return f"{seconds:.1f} s"
+    if size < 600:
+        return f"{seconds:.0f} s"
+    if size < 6 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _fmt(value: float, unit: str) -> str:
     if unit == "%":
         return f"{value * 100:.0f}%"
     if unit == "s":
-        return f"{value:.1f}s" if abs(value) < 100 else f"{value:.0f}s"
+        return duration(value)
     if unit == "B":
         return format_size(value)
     return f"{value:g}"
@@ -187,8 +227,12 @@ def bar_chart(
     width: int = 520,
     height: int = 220,
     top: float | None = None,
+    titles: Sequence[str] | None = None,
 ) -> str:
-    """Vertical bars with a baseline, a maximum label and one label per bar (when they fit)."""
+    """Vertical bars with a baseline, a maximum label and one label per bar (when they fit).
+
+    A label may hold two lines (``"#12\\n06:03:15"``); ``titles``, when given, are the bars'
+    tooltips instead of their labels."""
     if not points:
         return '<p class="empty">No data yet.</p>'
     left, bottom, pad = 56, 36, 10
@@ -211,14 +255,22 @@ def bar_chart(
         h = max(0.0, min(value, highest)) / highest * plot_h
         x = left + i * step + (step - bar_w) / 2
         y = pad + plot_h - h
+        title = titles[i] if titles is not None else label.replace("\n", " ")
         parts.append(
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-            f'fill="{colour}"><title>{_esc(label)}: {_esc(_fmt(value, unit))}</title></rect>'
+            f'fill="{colour}"><title>{_esc(title)}: {_esc(_fmt(value, unit))}</title></rect>'
         )
         if i % every == 0:
+            lines = label.split("\n")[:2]
+            first_y = height - 14 - 11 * (len(lines) - 1)
             parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{height - 14}" text-anchor="middle" '
-                f'class="axis">{_esc(label[:12])}</text>'
+                f'<text x="{x + bar_w / 2:.1f}" y="{first_y}" text-anchor="middle" class="axis">'
+                + "".join(
+                    f'<tspan x="{x + bar_w / 2:.1f}" dy="{0 if n == 0 else 11}">'
+                    f"{_esc(line[:12])}</tspan>"
+                    for n, line in enumerate(lines)
+                )
+                + "</text>"
             )
     parts.append("</svg>")
     return "".join(parts)
@@ -287,49 +339,132 @@ th { background: #f6f6f6; }
 """
 
 
-def _runs(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Run records grouped by run id (the processes of one ``compilecache run``), oldest first."""
-    grouped: dict[str, dict[str, Any]] = {}
+@dataclass(frozen=True)
+class Run:
+    """One run on the charts: the processes of one ``compilecache run`` (one run id), numbered
+    from the oldest run the store remembers, so that two runs in the same minute differ."""
+
+    number: int
+    run: str
+    time: float
+    hits: float
+    misses: float
+    compile_time_saved_s: float
+
+    @property
+    def hit_rate(self) -> float:
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
+
+    def label(self, now: float) -> str:
+        """Two axis lines: the number, then the time (with seconds on the report's day)."""
+        same_day = time.localtime(self.time)[:3] == time.localtime(now)[:3]
+        return f"#{self.number}\n{_when(self.time, '%H:%M:%S' if same_day else '%m-%d %H:%M')}"
+
+    def title(self) -> str:
+        return f"run #{self.number} ({self.run}), {_when(self.time, '%Y-%m-%d %H:%M:%S')}"
+
+
+def _runs(records: Sequence[Mapping[str, Any]]) -> list[Run]:
+    """Run records grouped by run id (the processes of one ``compilecache run``), oldest first:
+    the newest :data:`MAX_RUNS`."""
+    grouped: dict[str, dict[str, float]] = {}
     for r in sorted(records, key=lambda r: float(r.get("time", 0.0) or 0.0)):
         run = str(r.get("run", "")) or f"{r.get('host')}:{r.get('pid')}"
-        into = grouped.setdefault(
-            run,
-            {"run": run, "time": 0.0, "hits": 0.0, "misses": 0.0, "compile_time_saved_s": 0.0},
-        )
-        into["time"] = max(float(into["time"]), float(r.get("time", 0.0) or 0.0))
-        for name in ("hits", "misses", "compile_time_saved_s"):
-            into[name] = float(into[name]) + float(r.get(name, 0.0) or 0.0)
-    return sorted(grouped.values(), key=lambda r: float(r["time"]))[-MAX_RUNS:]
+        into = grouped.setdefault(run, dict.fromkeys(("time", *_RUN_SUMS), 0.0))
+        into["time"] = max(into["time"], float(r.get("time", 0.0) or 0.0))
+        for name in _RUN_SUMS:
+            into[name] += float(r.get(name, 0.0) or 0.0)
+    ordered = sorted(grouped.items(), key=lambda kv: kv[1]["time"])
+    runs = [Run(n, run, **values) for n, (run, values) in enumerate(ordered, start=1)]
+    return runs[-MAX_RUNS:]
 
 
-def _when(t: float) -> str:
-    return time.strftime("%m-%d %H:%M", time.localtime(t)) if t else "?"
+_RUN_SUMS = ("hits", "misses", "compile_time_saved_s")
+
+
+@dataclass
+class MissGroup:
+    """The misses of one function for one reason: how many, the first and the last."""
+
+    framework: str
+    name: str
+    why: str
+    count: int
+    first: float
+    last: float
+    compile_time_s: float  # in all of them
+
+
+def group_misses(records: Sequence[Mapping[str, Any]]) -> list[MissGroup]:
+    """Misses grouped by (framework, function, explanation), the most recent group first."""
+    groups: dict[tuple[str, str, str], MissGroup] = {}
+    for m in records:
+        framework, name = str(m.get("framework", "")), str(m.get("name", ""))
+        why = explain.describe_record(m).split(": ", 1)[-1]
+        t = float(m.get("time", 0.0) or 0.0)
+        seconds = float(m.get("compile_time_s", 0.0) or 0.0)
+        group = groups.get((framework, name, why))
+        if group is None:
+            groups[(framework, name, why)] = MissGroup(framework, name, why, 1, t, t, seconds)
+            continue
+        group.count += 1
+        group.first, group.last = min(group.first, t), max(group.last, t)
+        group.compile_time_s += seconds
+    return sorted(groups.values(), key=lambda g: -g.last)
+
+
+def _when(t: float, form: str = "%m-%d %H:%M:%S") -> str:
+    return time.strftime(form, time.localtime(t)) if t else "?"
+
+
+def _misses_table(groups: Sequence[MissGroup]) -> str:
+    if not groups:
+        return '<p class="empty">No misses recorded yet.</p>'
+    rows = "".join(
+        '<tr class="miss">'
+        f"<td>{_esc(g.framework)}</td>"
+        f"<td>{_esc(g.name)}</td>"
+        f"<td>{_esc(g.why)}</td>"
+        f'<td class="count">{g.count}</td>'
+        f'<td class="first">{_esc(_when(g.first))}</td>'
+        f'<td class="last">{_esc(_when(g.last))}</td>'
+        f'<td class="compile">{_esc(duration(g.compile_time_s))}</td>'
+        "</tr>"
+        for g in groups[:MAX_MISSES]
+    )
+    more = (
+        f'<p class="empty">... and {len(groups) - MAX_MISSES} more (compilecache explain '
+        "lists them)</p>"
+        if len(groups) > MAX_MISSES
+        else ""
+    )
+    return (
+        "<table><tr><th>framework</th><th>function</th><th>why it missed</th><th>misses</th>"
+        "<th>first</th><th>last</th><th>compile time (all)</th></tr>"
+        f"{rows}</table>{more}"
+    )
 
 
 def build_html(store: Store, *, now: float | None = None) -> str:
     """The report as one HTML document."""
-    from compilecache.cli import stats_report
-
     now = time.time() if now is None else now
-    report = stats_report(store)
-    runs = _runs(history.read(store, history.RUN))
-    misses = history.read(store, history.MISS, MAX_MISSES)
     infos = list(store.scan())
+    report = StatsReport.build(store.url, store.read_stats(), infos)
+    runs = _runs(history.read(store, history.RUN))
+    # The whole capped log: a group's count and first time need every miss, not the newest 50.
+    misses = group_misses(history.read(store, history.MISS))
 
-    saved = [(_when(float(r["time"])), float(r["compile_time_saved_s"])) for r in runs]
-    rates = []
-    for r in runs:
-        lookups = float(r["hits"]) + float(r["misses"])
-        rates.append((_when(float(r["time"])), float(r["hits"]) / lookups if lookups else 0.0))
+    labels = [r.label(now) for r in runs]
+    titles = [r.title() for r in runs]
+    saved = [(label, r.compile_time_saved_s) for label, r in zip(labels, runs, strict=True)]
+    rates = [(label, r.hit_rate) for label, r in zip(labels, runs, strict=True)]
 
-    functions = sorted(
-        report.get("functions", {}).values(),
-        key=lambda f: -float(f.get("compile_time_s", 0.0)),
-    )[:MAX_FUNCTIONS]
+    functions = sorted(report.functions.values(), key=lambda f: -f.compile_time_s)
     top = [
-        (f"{f['name']} ({f['framework']})", float(f.get("compile_time_s", 0.0)))
-        for f in functions
-        if float(f.get("compile_time_s", 0.0)) > 0
+        (f"{f.name} ({f.framework})", f.compile_time_s)
+        for f in functions[:MAX_FUNCTIONS]
+        if f.compile_time_s > 0
     ]
     if not top:  # no per-function counters yet: the stored entries' compile times
         per_name: dict[str, float] = {}
@@ -348,29 +483,14 @@ def build_html(store: Store, *, now: float | None = None) -> str:
         ages[label] += 1
 
     numbers = [
-        ("entries", str(report["entries"])),
-        ("size", format_size(report["size_bytes"])),
-        ("hits", str(report["hits"])),
-        ("misses", str(report["misses"])),
-        ("hit rate", f"{report['hit_rate']:.0%}"),
-        ("compile time saved", f"{report['compile_time_saved_s']:.1f} s"),
+        ("entries", str(report.entries)),
+        ("size", format_size(report.size_bytes)),
+        ("hits", str(report.hits)),
+        ("misses", str(report.misses)),
+        ("hit rate", f"{report.hit_rate:.0%}"),
+        ("compile time saved", duration(report.compile_time_saved_s)),
     ]
-    miss_rows = "".join(
-        "<tr>"
-        f"<td>{_esc(_when(float(m.get('time', 0.0) or 0.0)))}</td>"
-        f"<td>{_esc(m.get('framework', ''))}</td>"
-        f"<td>{_esc(m.get('name', ''))}</td>"
-        f"<td>{_esc(explain.describe_record(m).split(': ', 1)[-1])}</td>"
-        f"<td>{_esc(_fmt(float(m.get('compile_time_s', 0.0) or 0.0), 's'))}</td>"
-        "</tr>"
-        for m in misses
-    )
-    misses_html = (
-        "<table><tr><th>when</th><th>framework</th><th>function</th><th>why it missed</th>"
-        f"<th>compile</th></tr>{miss_rows}</table>"
-        if misses
-        else '<p class="empty">No misses recorded yet.</p>'
-    )
+    misses_html = _misses_table(misses)
 
     def card(title: str, body: str) -> str:
         return f'<div class="card"><h2>{_esc(title)}</h2>{body}</div>'
@@ -378,9 +498,12 @@ def build_html(store: Store, *, now: float | None = None) -> str:
     charts = [
         card(
             "Compile time saved per run",
-            bar_chart(saved, colour=SAVED_COLOUR, unit="s"),
+            bar_chart(saved, colour=SAVED_COLOUR, unit="s", titles=titles),
         ),
-        card("Hit rate per run", bar_chart(rates, colour=HIT_RATE_COLOUR, unit="%", top=1.0)),
+        card(
+            "Hit rate per run",
+            bar_chart(rates, colour=HIT_RATE_COLOUR, unit="%", top=1.0, titles=titles),
+        ),
         card(
             "Top functions by compile time",
             hbar_chart(top, colour=COMPILE_COLOUR, unit="s"),
@@ -399,10 +522,10 @@ def build_html(store: Store, *, now: float | None = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">"
-        f"<title>compilecache report: {_esc(report['url'])}</title>"
+        f"<title>compilecache report: {_esc(report.url)}</title>"
         f"<style>{_CSS}</style></head><body>"
         "<h1>compilecache report</h1>"
-        f'<div class="sub">{_esc(report["url"])}, generated '
+        f'<div class="sub">{_esc(report.url)}, generated '
         f"{_esc(time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now)))}</div>"
         '<div class="numbers">'
         + "".join(f"<div><b>{_esc(v)}</b>{_esc(k)}</div>" for k, v in numbers)

@@ -1,0 +1,189 @@
+"""The statistics report: one frozen, typed record of a store's counters and contents.
+
+``stats`` (text, ``--json``, ``--prometheus``) and ``report --html`` all show this record, so they
+cannot disagree. It is built from two questions every store answers: ``read_stats()`` (the
+persistent counters; ``{}`` where none are kept) and ``scan()`` (entry metadata, no payloads).
+Entries are compiled entries: the lookup manifests a tiered store keeps beside them
+(:mod:`compilecache.manifest`) are not counted.
+
+Why a module of its own: :mod:`compilecache.stats` is ground level (``stores.tiered`` imports it
+to name level counters), while this record reads a store, so it sits just above the stores and
+below both :mod:`compilecache.cli` and :mod:`compilecache.report`, which used to import each other
+for it. It is generic over :data:`compilecache.stats.COUNTERS`: a counter added there appears in
+``stats --json`` and in the Prometheus output without a change here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from compilecache import manifest, stats
+from compilecache.stores.base import EntryInfo, Store
+
+# Totals that count events; the JSON shows them as integers (the others stay floats, as always).
+INTEGER_COUNTERS = ("hits", "misses", "writes", "errors", "corrupt", "skipped")
+
+
+def _frozen(nested: Mapping[str, Mapping[str, float]]) -> Mapping[str, Mapping[str, float]]:
+    return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in nested.items()})
+
+
+@dataclass(frozen=True)
+class FunctionStats:
+    """One function's persistent counters and the entries it has in the store now."""
+
+    framework: str
+    name: str
+    hits: float = 0.0
+    misses: float = 0.0
+    writes: float = 0.0
+    compile_time_s: float = 0.0
+    compile_time_saved_s: float = 0.0
+    entries: int = 0
+    size_bytes: int = 0
+
+    @property
+    def label(self) -> str:
+        """``jax/jit_step``: the function's key in :attr:`StatsReport.functions`."""
+        return f"{self.framework}/{self.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """What ``stats`` shows: every total of ``COUNTERS``, plus per framework, function and level.
+
+    ``counters`` holds every name of :data:`~compilecache.stats.COUNTERS` (zero when never
+    counted); the headline numbers are typed properties over it. ``frameworks`` maps a framework
+    to its counters plus ``entries`` and ``size_bytes`` of its stored entries; ``functions`` maps
+    ``framework/name`` to a :class:`FunctionStats`; ``levels`` maps a level URL to its counters.
+    The mappings are read-only views.
+    """
+
+    url: str
+    counters: Mapping[str, float]
+    entries: int
+    size_bytes: int
+    frameworks: Mapping[str, Mapping[str, float]]
+    functions: Mapping[str, FunctionStats]
+    levels: Mapping[str, Mapping[str, float]]
+
+    @classmethod
+    def of(cls, store: Store) -> StatsReport:
+        """The report of ``store``: its persistent counters and a scan of its entries."""
+        return cls.build(store.url, store.read_stats(), store.scan())
+
+    @classmethod
+    def build(
+        cls, url: str, counters: Mapping[str, float], infos: Iterable[EntryInfo]
+    ) -> StatsReport:
+        """The report of a flat counter mapping (see :mod:`compilecache.stats`) and entries."""
+        totals, per_framework, per_function, levels = stats.split_counters(counters)
+        frameworks = {fw: dict(values) for fw, values in per_framework.items()}
+        stored: dict[tuple[str, str], tuple[int, int]] = {}  # (framework, name) -> entries, bytes
+        entries = size = 0
+        for info in infos:
+            if info.key.startswith(manifest.PREFIX):
+                continue  # a job's lookup list, kept beside the entries: not a compiled entry
+            entries += 1
+            size += info.size
+            fw = frameworks.setdefault(info.framework or "other", {})
+            # Integers on purpose: the JSON has always shown entry counts and sizes as such.
+            fw["entries"] = int(fw.get("entries", 0)) + 1
+            fw["size_bytes"] = int(fw.get("size_bytes", 0)) + info.size
+            n, b = stored.get((info.framework, info.name), (0, 0))
+            stored[(info.framework, info.name)] = (n + 1, b + info.size)
+        functions = {}
+        for (framework, name), values in per_function.items():
+            n, b = stored.get((framework, name), (0, 0))
+            function = FunctionStats(
+                framework,
+                name,
+                hits=values.get("hits", 0.0),
+                misses=values.get("misses", 0.0),
+                writes=values.get("writes", 0.0),
+                compile_time_s=values.get("compile_time_s", 0.0),
+                compile_time_saved_s=values.get("compile_time_saved_s", 0.0),
+                entries=n,
+                size_bytes=b,
+            )
+            functions[function.label] = function
+        return cls(
+            url=url,
+            # Read at call time: the record follows the tuple, whoever extends it.
+            counters=MappingProxyType({name: totals.get(name, 0.0) for name in stats.COUNTERS}),
+            entries=entries,
+            size_bytes=size,
+            frameworks=_frozen(frameworks),
+            functions=MappingProxyType(functions),
+            levels=_frozen(levels),
+        )
+
+    # -- the headline numbers -----------------------------------------------------------------
+
+    def count(self, name: str) -> int:
+        """An event counter as an integer (0 when never counted)."""
+        return int(self.counters.get(name, 0.0))
+
+    @property
+    def hits(self) -> int:
+        return self.count("hits")
+
+    @property
+    def misses(self) -> int:
+        return self.count("misses")
+
+    @property
+    def writes(self) -> int:
+        return self.count("writes")
+
+    @property
+    def errors(self) -> int:
+        return self.count("errors")
+
+    @property
+    def corrupt(self) -> int:
+        return self.count("corrupt")
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped")
+
+    @property
+    def compile_time_s(self) -> float:
+        """Compile time of the compiles that missed and were timed."""
+        return float(self.counters.get("compile_time_s", 0.0))
+
+    @property
+    def compile_time_saved_s(self) -> float:
+        """Compile time the hits did not spend."""
+        return float(self.counters.get("compile_time_saved_s", 0.0))
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits / (hits + misses); 0 before any lookup."""
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``stats --json`` prints: the totals of ``COUNTERS`` (event counts as integers),
+        then ``entries``, ``size_bytes``, ``url``, ``frameworks``, ``functions``, ``levels`` and
+        ``hit_rate``."""
+        data: dict[str, Any] = {
+            name: self.count(name) if name in INTEGER_COUNTERS else value
+            for name, value in self.counters.items()
+        }
+        data["entries"] = self.entries
+        data["size_bytes"] = self.size_bytes
+        data["url"] = self.url
+        data["frameworks"] = {fw: dict(values) for fw, values in self.frameworks.items()}
+        data["functions"] = {label: fn.to_json() for label, fn in self.functions.items()}
+        data["levels"] = {url: dict(values) for url, values in self.levels.items()}
+        data["hit_rate"] = self.hit_rate
+        return data
