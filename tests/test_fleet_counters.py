@@ -54,7 +54,7 @@ def test_a_shared_level_counts_what_it_served_every_host(
 
     fleet = _stats(shared, tmp_path)
     assert fleet["hits"] == second["hits"]  # served by the shared level, to host b
-    assert fleet["writes"] == first["writes"] + 1  # written by host a: its entries, its manifest
+    assert fleet["writes"] == first["writes"]  # written to it by host a
     assert fleet["misses"] == first["misses"]  # host a's lookups that reached it and missed
     assert fleet["compile_time_saved_s"] > 0
 

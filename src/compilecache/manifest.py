@@ -2,7 +2,8 @@
 
 A fresh host asks the remote level once per function, in order, as the framework compiles: tens
 to hundreds of round trips. Each run therefore records the keys it looked up, in order, as one
-small entry ``manifest/<job>`` in the store (in every level, so the shared one has it). At the
+small entry ``manifest/<job>`` in the shared levels of the store (written at exit, and only when
+the run looked up keys the manifest did not list). At the
 next start of the same job, on any host, the session reads the manifest in the background and
 asks the tiers to prefetch what the local level lacks (in batches of one round trip each); the
 framework's lookups then find their entries local, or wait for the batch on its way.
@@ -75,18 +76,28 @@ def load(store: Store, key: str, secret: bytes | None) -> list[str]:
 
 
 def save(store: Store, key: str, job: str, keys: Sequence[str], secret: bytes | None) -> bool:
-    """Write the manifest of this run. Never raises; ``False`` when not written."""
+    """Write the manifest of this run into the slower levels of ``store`` (the ones a fresh host
+    reads it from; the first level, this host's own disk, has no use for it). Never raises;
+    ``False`` when written nowhere."""
     keys = [k for k in keys if not k.startswith(PREFIX)][:MAX_KEYS]
     if not keys:
         return False
     header = EntryHeader(framework=FRAMEWORK, key=key, name=job[:80])
     try:
         data = entry.encode(header, json.dumps(keys).encode(), secret=secret)
-        store.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
     except Exception as exc:
-        log.debug("compilecache: could not write the manifest %s: %s", key, exc)
+        log.debug("compilecache: could not encode the manifest %s: %s", key, exc)
         return False
-    return True
+    written = False
+    for level in store.levels[1:]:
+        if level.read_only:
+            continue
+        try:
+            level.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
+            written = True
+        except Exception as exc:
+            log.debug("compilecache: could not write the manifest to %s: %s", level.url, exc)
+    return written
 
 
 class Prefetch:
