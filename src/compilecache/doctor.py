@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,54 +39,8 @@ from compilecache import explain
 _TAIL_CHARS = 2000
 
 
-# -- the child side: facts about a process, written to the spool at exit -----------------------
-
-
+# Keys of torch's kernel binaries and autotune records: parts of a graph, not functions.
 _GRAPH_PARTS = ("torch/kernel/", "torch/autotune/")
-
-
-def collect_facts() -> dict[str, Any]:
-    """Framework versions and the settings that decide caching, for frameworks already imported
-    by this process (nothing is imported here). Never raises."""
-    facts: dict[str, Any] = {"pid": os.getpid(), "python": sys.version.split()[0]}
-    if "jax" in sys.modules:
-        try:
-            facts["jax"] = _jax_facts()
-        except Exception as exc:
-            facts["jax"] = {"error": str(exc)}
-    if "torch" in sys.modules:
-        try:
-            facts["torch"] = _torch_facts()
-        except Exception as exc:
-            facts["torch"] = {"error": str(exc)}
-    return facts
-
-
-def _jax_facts() -> dict[str, Any]:
-    from compilecache.frameworks import jax as integration
-
-    jax: Any = sys.modules["jax"]
-    cfg = jax.config
-    return {
-        "version": str(jax.__version__),
-        "hooked": integration.active_adapter() is not None,
-        "marker": integration.MARKER_DIR,
-        "cache_dir": str(cfg.jax_compilation_cache_dir),
-        "min_compile_time_secs": float(cfg.jax_persistent_cache_min_compile_time_secs),
-        "enable_xla_caches": str(getattr(cfg, "jax_persistent_cache_enable_xla_caches", "")),
-    }
-
-
-def _torch_facts() -> dict[str, Any]:
-    torch: Any = sys.modules["torch"]
-    out: dict[str, Any] = {
-        "version": str(torch.__version__),
-        "num_threads": int(torch.get_num_threads()),
-    }
-    inductor: Any = sys.modules.get("torch._inductor.config")
-    if inductor is not None:
-        out["precompile_headers"] = bool(getattr(inductor, "cpp_cache_precompile_headers", False))
-    return out
 
 
 # -- results -----------------------------------------------------------------------------------

@@ -155,10 +155,8 @@ class Session:
         """``<pid>.json``: this process's counters (summed by ``run``); ``<pid>.events.jsonl``:
         facts about the process, then one line per compile event (read by ``doctor``)."""
         try:
-            from compilecache import doctor
-
             (spool / f"{os.getpid()}.json").write_text(json.dumps(current))
-            lines = [json.dumps({"facts": doctor.collect_facts()}, default=str)]
+            lines = [json.dumps({"facts": frameworks.facts()}, default=str)]
             lines += [json.dumps(e, default=str) for e in list(self.cache.events or ())]
             (spool / f"{os.getpid()}.events.jsonl").write_text("\n".join(lines) + "\n")
         except Exception as exc:  # the spool is a report: never fail the program's exit
