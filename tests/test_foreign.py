@@ -145,3 +145,11 @@ def test_import_does_not_write_over_a_foreign_entry(tmp_path: Path) -> None:
     assert report.transferred == ["jax/new"]
     assert [key for key, _ in report.skipped] == ["jax/a"]
     assert ours.peek("jax/a") == kept  # S1's entry, still there
+
+
+def test_the_run_summary_says_how_many_entries_were_signed_with_another_key() -> None:
+    from compilecache.stats import Summary
+
+    line = Summary.of({"hits": 1, "misses": 3, "foreign": 3}).line()
+    assert "3 misses, 3 signed with another key," in line
+    assert "signed" not in Summary.of({"hits": 1, "misses": 3}).line()

@@ -72,6 +72,8 @@ class Summary:
     writes: int
     errors: int
     compile_time_saved_s: float
+    # Entries signed with another key (COMPILECACHE_SECRET differs): said only when there are.
+    foreign: int = 0
 
     @classmethod
     def of(cls, counters: Mapping[str, float]) -> Summary:
@@ -81,12 +83,14 @@ class Summary:
             writes=int(counters.get("writes", 0)),
             errors=int(counters.get("errors", 0)),
             compile_time_saved_s=float(counters.get("compile_time_saved_s", 0.0)),
+            foreign=int(counters.get("foreign", 0)),
         )
 
     def line(self) -> str:
+        foreign = f", {self.foreign} signed with another key" if self.foreign else ""
         return (
-            f"compilecache: {self.hits} hits, {self.misses} misses, {self.writes} writes, "
-            f"{self.errors} errors, {self.compile_time_saved_s:.1f}s compile time saved"
+            f"compilecache: {self.hits} hits, {self.misses} misses{foreign}, {self.writes} "
+            f"writes, {self.errors} errors, {self.compile_time_saved_s:.1f}s compile time saved"
         )
 
 
