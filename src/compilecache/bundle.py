@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import functools
 import hashlib
 import io
 import json
@@ -48,7 +47,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -56,8 +54,9 @@ import zstandard
 
 from compilecache import entry
 from compilecache.config import parse_duration
-from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
+from compilecache.host import HostCheck, cpu_target, installed_frameworks, installed_version
+from compilecache.host import entry_backend as _backend
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 FORMAT = "compilecache-bundle"
@@ -67,144 +66,6 @@ MANIFEST = "manifest.json"
 _MAX_MANIFEST = 256 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-# The CPU features compilers target (x86 flags of /proc/cpuinfo); on other architectures every
-# listed feature counts.
-_X86_ISA = re.compile(
-    r"(sse\w*|ssse3|avx\w*|fma\w*|f16c|bmi\d|popcnt|abm|lzcnt|movbe|amx\w*|adx|sha_ni|aes|"
-    r"pclmulqdq|vpclmulqdq|gfni|vaes|xop|cx16)"
-)
-_GPU_PLATFORMS = {"gpu", "cuda", "rocm"}
-
-
-# -- the host ------------------------------------------------------------------------------------
-
-
-@functools.cache
-def cpu_target() -> dict[str, Any]:
-    """This host's CPU architecture and ISA features: what a CPU executable may rely on (XLA and
-    Inductor compile for the host CPU, and neither cache key says which one)."""
-    features: list[str] = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            name = name.strip()
-            if name == "flags":
-                features = sorted({f for f in value.split() if _X86_ISA.fullmatch(f)})
-                break
-            if name == "Features":
-                features = sorted(set(value.split()))
-                break
-    return {"machine": platform.machine(), "features": features}
-
-
-def _version_problem(header: EntryHeader, package: str, framework: str) -> str | None:
-    """Why an entry built against ``package`` cannot run here: it is missing, or another version."""
-    local = _installed(package)
-    if local is None:
-        return f"{framework} is not installed here"
-    built = header.versions.get(package)
-    if built and built != local:
-        return f"built with {package} {built}; this host has {package} {local}"
-    return None
-
-
-def _installed(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _backend(header: EntryHeader) -> tuple[str, set[str]]:
-    """The backend platform (``cpu``, ``gpu``, ``tpu``) and device kinds a JAX entry was
-    compiled for, from the readable key components recorded with it."""
-    readable = header.extra.get("readable")
-    if not isinstance(readable, dict):
-        return "", set()
-    backend = str(readable.get("backend version", "")).split()
-    name = backend[0].lower() if backend else ""
-    # "8 x NVIDIA H100 80GB HBM3", or "4 x cpu (1 used)".
-    accel = re.sub(r"\s*\(\d+ used\)$", "", str(readable.get("accelerator_config", "")))
-    kinds = {k.strip() for k in accel.partition(" x ")[2].split(",") if k.strip()}
-    return ("gpu" if name in _GPU_PLATFORMS else name), kinds
-
-
-class HostCheck:
-    """Whether an entry can run on this host; the reason when it cannot."""
-
-    def __init__(self, fallback_cpu: Mapping[str, Any] | None = None) -> None:
-        self.fallback_cpu = fallback_cpu
-        self._jax_devices: dict[str, set[str]] | None = None
-
-    def reason(self, header: EntryHeader) -> str | None:
-        if header.framework == "jax":
-            return self._jax(header)
-        if header.framework == "torch":
-            return self._torch(header)
-        return None
-
-    def _jax(self, header: EntryHeader) -> str | None:
-        problem = _version_problem(header, "jaxlib", "jax")
-        if problem:
-            return problem
-        backend, kinds = _backend(header)
-        if backend and backend != "cpu":
-            devices = self.jax_devices()
-            if backend not in devices:
-                have = ", ".join(sorted(devices)) or "none"
-                return f"compiled for {backend}; this host has no {backend} device ({have})"
-            missing = kinds - devices[backend]
-            if missing:
-                return (
-                    f"compiled for {', '.join(sorted(missing))}; this host has "
-                    f"{', '.join(sorted(devices[backend]))}"
-                )
-            return None
-        return self._cpu(header)
-
-    def _torch(self, header: EntryHeader) -> str | None:
-        problem = _version_problem(header, "torch", "torch")
-        if problem:
-            return problem
-        python = header.versions.get("python", "")
-        here = platform.python_version()
-        if python and python.split(".")[:2] != here.split(".")[:2]:
-            return f"built under Python {python}; this is Python {here}"
-        return self._cpu(header)
-
-    def _cpu(self, header: EntryHeader) -> str | None:
-        cpu = header.extra.get("cpu") or self.fallback_cpu
-        if not isinstance(cpu, Mapping):
-            return None
-        local = cpu_target()
-        machine = str(cpu.get("machine") or "")
-        if machine and machine != local["machine"]:
-            return f"compiled on {machine}; this host is {local['machine']}"
-        needed = {str(f) for f in cpu.get("features") or ()}
-        have = set(local["features"])
-        lacking = sorted(needed - have) if have else []
-        if lacking:
-            shown = ", ".join(lacking[:6]) + (", ..." if len(lacking) > 6 else "")
-            return f"compiled for a CPU with {shown}, which this CPU lacks"
-        return None
-
-    def jax_devices(self) -> dict[str, set[str]]:
-        """Platform -> device kinds JAX sees here (initialises its backends once, on demand)."""
-        if self._jax_devices is None:
-            # Late on purpose: only bundles holding accelerator entries initialise JAX.
-            import jax
-
-            found: dict[str, set[str]] = {}
-            for name in ("cpu", "gpu", "tpu"):
-                try:
-                    devices = jax.devices(name)
-                except RuntimeError:
-                    continue
-                for d in devices:
-                    plat = "gpu" if d.platform in _GPU_PLATFORMS else str(d.platform)
-                    found.setdefault(plat, set()).add(str(d.device_kind))
-            self._jax_devices = found
-        return self._jax_devices
 
 
 # -- selection and reports -----------------------------------------------------------------------
@@ -336,16 +197,11 @@ def _record(key: str, data: bytes, found: entry.Entry, file: str) -> dict[str, A
 
 
 def _manifest(source: str, records: list[dict[str, Any]]) -> dict[str, Any]:
-    frameworks = {
-        name: version
-        for name in ("jax", "jaxlib", "torch")
-        if (version := _installed(name)) is not None
-    }
     return {
         "format": FORMAT,
         "version": VERSION,
         "created": time.time(),
-        "compilecache": _installed("compilecache") or "",
+        "compilecache": installed_version("compilecache") or "",
         "source": source,
         "platform": {
             "system": platform.system(),
@@ -353,7 +209,7 @@ def _manifest(source: str, records: list[dict[str, Any]]) -> dict[str, Any]:
             "python": platform.python_version(),
         },
         "cpu": cpu_target(),
-        "frameworks": frameworks,
+        "frameworks": installed_frameworks(),
         "device_kinds": sorted({k for r in records for k in r["device_kinds"]}),
         "total_size": sum(r["size"] for r in records),
         "entries": records,

@@ -33,7 +33,6 @@ pickles without running them (:mod:`pickletools` only parses); what is not found
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import pickletools
 import re
@@ -44,18 +43,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from compilecache import entry
-from compilecache.bundle import EntryFilter, HostCheck, Progress, Report, _read_quietly, admit
+from compilecache.bundle import EntryFilter, Progress, Report, _read_quietly, admit
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.frameworks.torch import (
     _KNOWN_IDS,
     FUNCTORCH_FLAGS,
     INDUCTOR_FLAGS,
-    _versions,
     parse_debug_lines,
     store_key,
     torch_key_of,
 )
+from compilecache.host import HostCheck, torch_versions
+from compilecache.host import framework_module as _torch_module
 from compilecache.stores.base import Store
 from compilecache.stores.frame import write_atomic
 
@@ -100,11 +100,6 @@ _AOT_ID = re.compile(r"# AOT ID: \['([^']{1,100})'\]")
 _DEBUG_LINE = re.compile(r"\[[a-z0-9]{20,}\] ")
 _TIME_FIELDS = ("_time_taken_ns", "forward_time_taken_ns", "backward_time_taken_ns")
 _MEMO_OPS = {"MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"}
-
-
-def _torch_module(name: str) -> Any:
-    """A torch module, typed ``Any`` (private APIs); imported only when a blob is handled."""
-    return importlib.import_module(name)
 
 
 def sniff(path: str | os.PathLike[str]) -> Format:
@@ -276,7 +271,7 @@ def _header(p: _Planned) -> EntryHeader:
         key=store_key(p.layer, p.remote_key),
         name=(p.facts.aot_id if p.layer == "fx" else "") or IMPORTED_NAME,
         compile_time_s=p.own_ms / 1000,
-        versions=_versions(),
+        versions=torch_versions(),
         components=p.components,
         extra=extra,
     )

@@ -59,7 +59,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import importlib
 import json
 import logging
 import re
@@ -74,6 +73,8 @@ from compilecache import _importhook
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
+from compilecache.host import framework_module as _private
+from compilecache.host import torch_versions
 
 log = logging.getLogger("compilecache")
 
@@ -133,11 +134,6 @@ HOOKED_MODULES = (
     CPU_VEC_ISA,
     COMPILE_FX,
 )
-
-
-def _private(name: str) -> Any:
-    """A torch module, typed ``Any``: private APIs, guarded at install time."""
-    return importlib.import_module(name)
 
 
 def store_key(layer: str, remote_key: str) -> str:
@@ -280,7 +276,7 @@ class Integration:
             key=key,
             name=_graph_name(layer),
             compile_time_s=self.accounting.exclusive(layer, taken_s),
-            versions=_versions(),
+            versions=torch_versions(),
             components=components,
             extra=extra,
         )
@@ -671,15 +667,6 @@ def _graph_name(layer: str) -> str:
         return name[:200]
     except Exception:
         return ""
-
-
-def _versions() -> dict[str, str]:
-    torch = _private("torch")
-    return {
-        "torch": str(torch.__version__),
-        "git": str(getattr(getattr(torch, "version", None), "git_version", "")),
-        "python": sys.version.split()[0],
-    }
 
 
 _installed: Integration | None = None

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import logging
 import os
 import platform
@@ -46,6 +45,8 @@ from typing import Any
 
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
+from compilecache.host import framework_module as _private
+from compilecache.host import native_cpu, torch_versions
 
 log = logging.getLogger("compilecache")
 
@@ -54,21 +55,6 @@ LAYER = "kernel"
 KEY_VERSION = "compilecache-torch-kernel-v1"
 _CACHE_DIR_MARK = "<inductor-cache>"
 _DEFAULT_DIR_MARK = "<inductor-default-cache>"
-# CPU properties that -march=native derives code generation from (x86 and Arm spellings).
-_CPU_FIELDS = (
-    "vendor_id",
-    "cpu family",
-    "model",
-    "flags",
-    "CPU implementer",
-    "CPU architecture",
-    "CPU variant",
-    "CPU part",
-    "Features",
-)
-_READABLE_CPU_FIELDS = ("model name", "vendor_id", "cpu family", "model", "CPU part")
-
-
 TAG_ATTRIBUTE = "_compilecache_tag"
 
 
@@ -78,60 +64,8 @@ def current_tag() -> str:
     return str(getattr(torch.compiler.config, "cache_key_tag", ""))
 
 
-def _private(name: str) -> Any:
-    """A torch module, typed ``Any``: private APIs, guarded where they are used."""
-    return importlib.import_module(name)
-
-
 def store_key(digest: str) -> str:
     return f"torch/kernel/{digest}"
-
-
-def read_cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
-    """The first processor block of ``/proc/cpuinfo`` (empty where there is none)."""
-    fields: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    if fields:
-                        break
-                    continue
-                name, sep, value = line.partition(":")
-                if sep:
-                    fields.setdefault(name.strip(), value.strip())
-    except OSError:
-        pass
-    return fields
-
-
-_cpu_lock = threading.Lock()
-_cpu_cached: tuple[str, str] | None = None
-
-
-def cpu_identity() -> tuple[str, str]:
-    """(digest, readable) of what ``-march=native`` resolves from on this CPU."""
-    global _cpu_cached
-    with _cpu_lock:
-        if _cpu_cached is None:
-            info = read_cpuinfo()
-            parts = [f"machine={platform.machine()}"]
-            for name in _CPU_FIELDS:
-                if name in info:
-                    value = info[name]
-                    if name in ("flags", "Features"):
-                        value = " ".join(sorted(set(value.split())))
-                    parts.append(f"{name}={value}")
-            if len(parts) == 1:
-                # No /proc/cpuinfo (macOS, containers that hide it): the best we can say.
-                parts.append(f"processor={platform.processor()}")
-            digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-            readable = (
-                ", ".join(f"{n}={info[n]}" for n in _READABLE_CPU_FIELDS if n in info)
-                or platform.processor()
-            )
-            _cpu_cached = (digest, f"{platform.machine()} {readable}".strip())
-        return _cpu_cached
 
 
 def _file_digest(path: str) -> str:
@@ -200,7 +134,7 @@ def kernel_key(
         sources.update(_file_digest(path).encode())
     native = "native" in normalized  # -march=native / -mcpu=native
     if native:
-        cpu_digest, cpu_readable = cpu_identity()
+        cpu_digest, cpu_readable = native_cpu()
     else:
         cpu_digest, cpu_readable = _hash(f"machine={platform.machine()}"), platform.machine()
     libc = " ".join(platform.libc_ver())
@@ -364,7 +298,7 @@ class KernelCache:
                 key=key.store_key,
                 name=os.path.basename(target),
                 compile_time_s=elapsed,
-                versions=_versions(),
+                versions=torch_versions(),
                 components=key.components,
                 extra={"layer": LAYER, "readable": key.readable},
             )
@@ -382,11 +316,6 @@ def _cacheable(builder: Any) -> bool:
         return False
     target = str(builder.get_target_file_path())
     return target.endswith((".so", ".o", ".dylib", ".pyd", ".dll"))
-
-
-def _versions() -> dict[str, str]:
-    torch = _private("torch")
-    return {"torch": str(torch.__version__), "python": sys.version.split()[0]}
 
 
 _REQUIRED = ("build", "get_command_line", "get_target_file_path")
