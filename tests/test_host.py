@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -124,7 +125,8 @@ def test_a_bundle_of_entries_recorded_under_a_local_label_imports_where_the_whee
 
     # The host: a fresh process whose torch distribution says the public version only.
     forged = _forged_distribution(tmp_path / "site", public)
-    env = clean_env({"PYTHONPATH": str(forged)})
+    # compilecache itself from where this test imported it (PACKAGE's parent), after the forgery.
+    env = clean_env({"PYTHONPATH": os.pathsep.join([str(forged), str(PACKAGE.parent)])})
     target = tmp_path / "target"
     proc = run_python(
         ["-m", "compilecache", "import", str(path), "--url", str(target), "--json"], env

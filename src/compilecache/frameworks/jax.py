@@ -9,17 +9,26 @@ directory into every key is neutralised twice, by the constant marker and by set
 ``jax_persistent_cache_enable_xla_caches`` to ``none``.
 
 We also wrap ``compilation_cache.get_cache_key`` (looked up at call time by ``compiler.py``) to
-remember the arguments of each key, so that after a miss the eight key components can be hashed
-one by one and stored with the entry for miss explanations. That costs one extra key computation
-per *miss*, after the compile; hits pay nothing.
+remember the arguments of each key, so that after a miss the key components can be hashed one by
+one and stored with the entry for miss explanations. That costs one extra key computation per
+*miss*, after the compile; hits pay nothing. The steps of JAX's key differ between releases
+(0.4.30 has seven, 0.10 eight): they are chosen from the helpers' signatures and checked against
+the real key (:func:`key_components`).
+
+``jax_compilation_cache_check_contents`` is honoured as JAX's own ``VerificationCache`` does it:
+the first lookup of each key in a process compiles afresh, and the result is compared with the
+stored executable. A mismatch raises JAX's ``CacheVerificationError`` from the write, the one
+exception the adapter lets through: JAX raises it to the program, as with its own cache, because
+that is what the flag asks for.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
+import inspect
 import logging
+import math
 import os
 import sys
 import threading
@@ -31,8 +40,12 @@ from typing import Any
 
 import zstandard
 
+from compilecache import entry
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
+from compilecache.errors import CorruptEntry, ForeignEntry
+from compilecache.host import cpu_target, jax_versions
+from compilecache.host import framework_module as _private
 
 log = logging.getLogger("compilecache")
 
@@ -64,6 +77,30 @@ def module_name(jax_key: str) -> str:
 class _Pending:
     args: tuple[Any, ...] | None = None
     miss_time: float | None = None
+    # get() answered a miss for this key (JAX will compile it).
+    looked_up: bool = False
+    # A lookup that jax_compilation_cache_check_contents turned into a compile: put() compares.
+    verify: bool = False
+
+
+def _clock() -> float | None:
+    """A monotonic reading, or ``None``: a clock that fails (a test mocking it with a few values)
+    must neither raise into JAX nor lose the write (the entry then records JAX's own whole-second
+    compile time). Not ``time.monotonic``, which JAX's own tests mock."""
+    try:
+        return float(time.perf_counter())
+    except Exception:
+        return None
+
+
+def _seconds(value: Any) -> float:
+    """A duration as a plain float (a numpy scalar would not encode into an entry's header);
+    0.0 for anything that is not a finite, non-negative number."""
+    try:
+        seconds = float(value)
+    except Exception:
+        return 0.0
+    return seconds if math.isfinite(seconds) and seconds >= 0 else 0.0
 
 
 class JaxCacheAdapter:
@@ -74,6 +111,16 @@ class JaxCacheAdapter:
         self._path = MARKER_DIR
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._lock = threading.Lock()
+        # jax_compilation_cache_check_contents, read when JAX builds its cache (as JAX does), and
+        # the keys already compared in this process.
+        self.check_contents = False
+        self._verified: set[str] = set()
+
+    def configure(self, check_contents: bool) -> None:
+        """JAX is building its cache: apply ``jax_compilation_cache_check_contents``."""
+        with self._lock:
+            self.check_contents = check_contents
+            self._verified.clear()
 
     def _slot(self, key: str) -> _Pending:
         with self._lock:
@@ -88,6 +135,12 @@ class JaxCacheAdapter:
         self._slot(key).args = args
 
     def get(self, key: str) -> bytes | None:
+        if self.check_contents and key not in self._verified:
+            # The first lookup of a key in this process compiles afresh; put() compares.
+            slot = self._slot(key)
+            slot.miss_time, slot.looked_up, slot.verify = _clock(), True, True
+            self.cache.stats.add("misses", framework=FRAMEWORK)
+            return None
         try:
             # Single-flight: on a miss, wait for another process compiling the same key, or
             # lead (released in put, or when compile_or_get_cached returns without a put).
@@ -99,41 +152,55 @@ class JaxCacheAdapter:
             with self._lock:
                 self._pending.pop(key, None)
             return found.payload
-        self._slot(key).miss_time = time.monotonic()
+        slot = self._slot(key)
+        slot.miss_time, slot.looked_up = _clock(), True
         return None
 
     def put(self, key: str, value: bytes) -> None:
+        mismatch: Exception | None = None
         try:
-            self._put(key, value)
+            mismatch = self._put(key, value)
         except Exception as exc:  # never raise into JAX
             self.cache.warn_once("jax:put", f"write failed: {exc}")
         finally:
             self.cache.finish_lead(store_key(key))
+        if mismatch is not None:
+            # What the user asked for with jax_compilation_cache_check_contents: JAX's own
+            # error, raised from the write as JAX's VerificationCache raises it.
+            raise mismatch
 
-    def _put(self, key: str, value: bytes) -> None:
+    def _put(self, key: str, value: bytes) -> Exception | None:
+        """Store a compile; with ``check_contents``, first compare it with the stored entry
+        (returns the error to raise when they differ; nothing is written then)."""
         with self._lock:
             slot = self._pending.pop(key, _Pending())
-        now = time.monotonic()
-        compile_time = (
-            now - slot.miss_time if slot.miss_time is not None else _stored_compile_time(value)
-        )
+        if slot.verify:
+            with self._lock:
+                self._verified.add(key)
+            verdict = self._verify(key, value)
+            if verdict is not None:
+                return verdict if isinstance(verdict, Exception) else None
+        now = _clock()
+        if slot.miss_time is not None and now is not None:
+            compile_time = _seconds(now - slot.miss_time)
+        else:
+            compile_time = _stored_compile_time(value)
         components: dict[str, str] = {}
         readable: dict[str, str] = {}
         extra: dict[str, Any] = {}
-        if slot.args is not None:
-            components, readable, verified = key_components(key, *slot.args)
+        found = _components(key, slot)
+        if found is not None:
+            components, readable, verified = found
             extra = {"readable": readable, "components_verified": verified}
         # XLA compiles CPU code for this CPU and its key does not say which: bundle imports
         # check this against the importing host.
-        from compilecache.bundle import cpu_target
-
         extra["cpu"] = cpu_target()
         header = EntryHeader(
             framework=FRAMEWORK,
             key=store_key(key),
             name=module_name(key),
             compile_time_s=compile_time,
-            versions=_versions(),
+            versions=jax_versions(),
             components=components,
             extra=extra,
         )
@@ -141,6 +208,33 @@ class JaxCacheAdapter:
         stored = self.cache.save(header, value, compress=False)
         reason = "" if stored else self.cache.skip_reason(compile_time)
         self._explain(key, components, readable, compile_time, stored, reason)
+        return None
+
+    def _verify(self, key: str, value: bytes) -> Exception | bool | None:
+        """Compare a fresh compile with the stored entry, read without counting a hit: ``True``
+        when they match (nothing to write), JAX's error when they differ, ``None`` when there is
+        nothing to compare with (a true miss: stored as usual). An entry signed with another key
+        is neither compared nor replaced (``False``)."""
+        data = self.cache.store.peek(store_key(key))
+        if data is None:
+            return None
+        try:
+            stored = entry.decode(data, secret=self.cache.secret, expect_key=store_key(key))
+        except CorruptEntry:
+            return None  # a damaged entry is replaced by the fresh compile
+        except ForeignEntry:
+            return False
+        compilation_cache = _private("jax._src.compilation_cache")
+        if _executable(compilation_cache, stored.payload) == _executable(compilation_cache, value):
+            return True
+        return compilation_cache.CacheVerificationError(  # type: ignore[no-any-return]
+            f"Persistent compilation cache inconsistency for key {key}. Executable found in "
+            f"the compilecache store {self.cache.store.url} does not match the freshly "
+            "compiled executable.",
+            key,
+            stored.payload,
+            value,
+        )
 
     def _explain(
         self,
@@ -171,15 +265,13 @@ class JaxCacheAdapter:
         """JAX compiled ``key`` after our miss but will not hand it to ``put`` (host callbacks,
         its own minimum compile time, not process 0): record the miss and why. Never raises."""
         try:
+            compile_time = _seconds(compile_time)
             with self._lock:
                 slot = self._pending.get(key)
-                if slot is None or slot.miss_time is None:
+                if slot is None or not slot.looked_up:
                     return  # not a lookup of ours (another cache directory)
                 del self._pending[key]
-            components: dict[str, str] = {}
-            readable: dict[str, str] = {}
-            if slot.args is not None:
-                components, readable, _ = key_components(key, *slot.args)
+            components, readable, _ = _components(key, slot) or ({}, {}, False)
             self.cache.stats.add("skipped", framework=FRAMEWORK)
             self._explain(key, components, readable, compile_time, False, reason)
         except Exception as exc:
@@ -195,14 +287,124 @@ def _stored_compile_time(value: bytes) -> float:
         return 0.0
 
 
-def _private(name: str) -> Any:
-    """A JAX module, typed ``Any``: these are private APIs we guard at install time."""
-    return importlib.import_module(name)
+def _components(key: str, slot: _Pending) -> tuple[dict[str, str], dict[str, str], bool] | None:
+    """:func:`key_components` of a remembered lookup; ``None`` when there is none or it fails
+    (an explanation is a convenience: the entry is written without one)."""
+    if slot.args is None:
+        return None
+    try:
+        return key_components(key, *slot.args)
+    except Exception as exc:
+        log.debug("compilecache: key components of %s not recorded: %s", key, exc)
+        return None
 
 
-def _versions() -> dict[str, str]:
-    jax, jaxlib = _private("jax"), _private("jaxlib")
-    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": sys.version.split()[0]}
+def _executable(compilation_cache: Any, value: bytes) -> bytes:
+    """The serialized executable in a value JAX stores, without its compile-time prefix."""
+    executable, _ = compilation_cache.extract_executable_and_time(
+        compilation_cache.decompress_executable(value)
+    )
+    return bytes(executable)
+
+
+# The steps of ``cache_key.get``, in order, as JAX releases have had them. The newest first:
+# 0.4.31 and later hash the backend's platform version as a step of its own; 0.4.30 hashes it only
+# inside accelerator_config, when the topology cannot be serialized.
+_LAYOUTS: tuple[tuple[str, ...], ...] = (
+    (
+        "computation",
+        "jax_lib version",
+        "backend version",
+        "XLA flags",
+        "compile_options",
+        "accelerator_config",
+        "compression",
+        "custom_hook",
+    ),
+    (
+        "computation",
+        "jax_lib version",
+        "XLA flags",
+        "compile_options",
+        "accelerator_config",
+        "compression",
+        "custom_hook",
+    ),
+)
+
+
+class _Recorder:
+    """Stands in for the running sha256 of ``cache_key.get``: keeps what one step feeds it, so
+    each step runs once and its bytes can be hashed alone and chained in any layout."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def update(self, data: Any) -> None:
+        self.parts.append(bytes(data))
+
+    def data(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _positional(function: Any) -> int:
+    """How many positional parameters ``function`` takes (-1 when it cannot be read)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return -1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in kinds)
+
+
+def _key_steps(
+    ck: Any,
+    module: Any,
+    devices: Any,
+    compile_options: Any,
+    backend: Any,
+    ignore_callbacks: Any,
+    compression: str,
+) -> dict[str, Callable[[Any], object]]:
+    """Each step of this JAX's ``cache_key.get``, called as its own ``get`` calls it (the
+    helpers' signatures differ between releases: 0.4.30 has no ``ignore_callbacks`` and hashes
+    the backend inside ``_hash_accelerator_config``)."""
+    if _positional(ck._hash_computation) >= 3:
+
+        def computation(h: Any) -> object:
+            return ck._hash_computation(h, module, ignore_callbacks)
+    else:
+
+        def computation(h: Any) -> object:
+            return ck._hash_computation(h, module)
+
+    if _positional(ck._hash_accelerator_config) >= 3:
+
+        def accelerator(h: Any) -> object:
+            return ck._hash_accelerator_config(h, devices, backend)
+    else:
+
+        def accelerator(h: Any) -> object:
+            return ck._hash_accelerator_config(h, devices)
+
+    return {
+        "computation": computation,
+        "jax_lib version": lambda h: h.update(ck.jaxlib_version_str.encode("utf-8")),
+        "backend version": lambda h: ck._hash_platform(h, backend),
+        "XLA flags": lambda h: ck._hash_xla_flags(h, ck.get_flag_prefixes()),
+        "compile_options": lambda h: ck._hash_serialized_compile_options(
+            h, compile_options, strip_device_assignment=(backend.platform == "gpu")
+        ),
+        "accelerator_config": accelerator,
+        "compression": lambda h: ck._hash_string(h, compression),
+        "custom_hook": lambda h: ck._hash_string(h, ck.custom_hook()),
+    }
+
+
+def _preferred_layout(ck: Any) -> tuple[str, ...]:
+    """The layout this JAX's helpers point to: 0.4.30's ``_hash_accelerator_config`` takes the
+    backend because its key has no platform step."""
+    return _LAYOUTS[1] if _positional(ck._hash_accelerator_config) >= 3 else _LAYOUTS[0]
 
 
 def key_components(
@@ -214,49 +416,53 @@ def key_components(
     ignore_callbacks: Any,
     compression: str,
 ) -> tuple[dict[str, str], dict[str, str], bool]:
-    """Hash each of the eight key components separately, as ``cache_key.get`` does in sequence.
+    """Hash each key component separately, as ``cache_key.get`` does in sequence.
 
     Returns the per-component hashes, readable values for the small components, and whether the
-    components, chained, reproduce ``key`` (a self-check that fails loudly if JAX changes).
+    components, chained, reproduce ``key`` (a self-check that fails loudly if JAX changes). The
+    steps are chosen by the helpers' signatures; of the known layouts, the one that reproduces
+    the key is kept (else this JAX's preferred one, unverified).
     """
     ck = _private("jax._src.cache_key")
-    steps: list[tuple[str, Callable[[Any], object]]] = [
-        ("computation", lambda h: ck._hash_computation(h, module, ignore_callbacks)),
-        ("jax_lib version", lambda h: h.update(ck.jaxlib_version_str.encode("utf-8"))),
-        ("backend version", lambda h: ck._hash_platform(h, backend)),
-        ("XLA flags", lambda h: ck._hash_xla_flags(h, ck.get_flag_prefixes())),
-        (
-            "compile_options",
-            lambda h: ck._hash_serialized_compile_options(
-                h, compile_options, strip_device_assignment=(backend.platform == "gpu")
-            ),
-        ),
-        ("accelerator_config", lambda h: ck._hash_accelerator_config(h, devices)),
-        ("compression", lambda h: ck._hash_string(h, compression)),
-        ("custom_hook", lambda h: ck._hash_string(h, ck.custom_hook())),
-    ]
-    running = hashlib.sha256()
-    hashes: dict[str, str] = {}
-    for name, step in steps:
-        fresh = hashlib.sha256()
-        step(fresh)
-        step(running)
-        hashes[name] = fresh.hexdigest()
-    verified = key.endswith("-" + running.hexdigest())
+    steps = _key_steps(ck, module, devices, compile_options, backend, ignore_callbacks, compression)
+    fed: dict[str, bytes] = {}
+    for name, step in steps.items():
+        recorder = _Recorder()
+        try:
+            step(recorder)
+        except Exception as exc:  # a helper this JAX calls differently: that component is unknown
+            log.debug("compilecache: key component %s not hashed: %s", name, exc)
+            continue
+        fed[name] = recorder.data()
+    preferred = _preferred_layout(ck)
+    layout, verified = preferred, False
+    for candidate in (preferred, *(c for c in _LAYOUTS if c != preferred)):
+        if all(n in fed for n in candidate) and key.endswith(
+            "-" + hashlib.sha256(b"".join(fed[n] for n in candidate)).hexdigest()
+        ):
+            layout, verified = candidate, True
+            break
+    hashes = {name: hashlib.sha256(fed[name]).hexdigest() for name in layout if name in fed}
     kinds = [str(d.device_kind) for d in devices.flat]
-    readable = {
-        "jax_lib version": str(ck.jaxlib_version_str),
-        "backend version": f"{backend.platform} {backend.platform_version}",
-        "XLA flags": " ".join(_xla_flags(ck)),
+    said: dict[str, Callable[[], str]] = {
+        "jax_lib version": lambda: str(ck.jaxlib_version_str),
+        "backend version": lambda: f"{backend.platform} {backend.platform_version}",
+        "XLA flags": lambda: " ".join(_xla_flags(ck)),
         # jit(compiler_options=...) land here: the part of compile_options people set.
-        "compile_options": " ".join(
+        "compile_options": lambda: " ".join(
             sorted(f"{k}={v}" for k, v in getattr(compile_options, "env_option_overrides", ()))
         )[:2000],
         # The topology fingerprint covers the client's devices, not only those used here.
-        "accelerator_config": _topology(devices, kinds),
-        "compression": compression,
-        "custom_hook": str(ck.custom_hook())[:500],
+        "accelerator_config": lambda: _topology(devices, kinds),
+        "compression": lambda: compression,
+        "custom_hook": lambda: str(ck.custom_hook())[:500],
     }
+    readable: dict[str, str] = {}
+    for name, say in said.items():
+        try:
+            readable[name] = say()
+        except Exception as exc:  # one value this JAX cannot say: the others still help
+            log.debug("compilecache: readable %s not recorded: %s", name, exc)
     return hashes, readable, verified
 
 
@@ -306,7 +512,8 @@ def _xla_flags(ck: Any) -> list[str]:
     flags.extend(
         a for a in sys.argv if a.startswith("--xla") or any(a.startswith(p) for p in prefixes)
     )
-    excluded = set(ck.xla_flags_to_exclude_from_cache_key)
+    # A module constant since 0.4.31; 0.4.30 keeps the list inside _hash_xla_flags.
+    excluded = set(getattr(ck, "xla_flags_to_exclude_from_cache_key", ()))
     return [f for f in sorted(flags) if f.split("=")[0] not in excluded]
 
 
@@ -362,6 +569,7 @@ def install(cache: Cache) -> bool:
 
     def get_file_cache(path: str) -> tuple[JaxCacheAdapter, str] | None:
         if path == MARKER_DIR:
+            adapter.configure(_check_contents(cache))
             return adapter, MARKER_DIR
         result: tuple[JaxCacheAdapter, str] | None = original_factory(path)
         return result
@@ -371,7 +579,9 @@ def install(cache: Cache) -> bool:
     ) -> str:
         key: str = original_key(module, devices, compile_options, backend, *args, **kwargs)
         try:
-            no_ignore = _private("jax._src.cache_key").IgnoreCallbacks.NO
+            # JAX 0.4.30 has no IgnoreCallbacks (nor the argument): then it is never used.
+            ignore_type = getattr(_private("jax._src.cache_key"), "IgnoreCallbacks", None)
+            no_ignore = getattr(ignore_type, "NO", None)
             ignore = args[0] if args else kwargs.get("ignore_callbacks", no_ignore)
             compression = "zstandard" if compilation_cache.zstandard is not None else "zlib"
             if getattr(compilation_cache, "zstd", None) is not None:
@@ -399,6 +609,29 @@ def install(cache: Cache) -> bool:
     _installed.original_compile = _release_leases_after_compiles(cache)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
+
+
+_VERIFY_HELPERS = ("CacheVerificationError", "decompress_executable", "extract_executable_and_time")
+
+
+def _check_contents(cache: Cache) -> bool:
+    """Whether ``jax_compilation_cache_check_contents`` is set (read, as JAX reads it, when JAX
+    builds its cache) and can be honoured; a warning, once, when it cannot. Never raises."""
+    try:
+        flag = getattr(_private("jax._src.config"), "compilation_cache_check_contents", None)
+        if flag is None or not bool(flag.value):
+            return False
+        compilation_cache = _private("jax._src.compilation_cache")
+        if all(hasattr(compilation_cache, name) for name in _VERIFY_HELPERS):
+            return True
+        cache.warn_once(
+            "jax:check-contents",
+            "jax_compilation_cache_check_contents is not honoured: this JAX lacks "
+            "compilation_cache." + ", ".join(_VERIFY_HELPERS),
+        )
+    except Exception as exc:
+        log.debug("compilecache: jax_compilation_cache_check_contents not read: %s", exc)
+    return False
 
 
 def _writers() -> str:
@@ -471,9 +704,10 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
     ) -> Any:
         reason = "?"
         try:
-            reason = skip_reason(compile_time_secs, host_callbacks)
+            seconds = _seconds(compile_time_secs)  # JAX's value may be a numpy scalar
+            reason = skip_reason(seconds, host_callbacks)
             if reason:
-                adapter.not_written(cache_key, reason, compile_time_secs)
+                adapter.not_written(cache_key, reason, seconds)
         except Exception as exc:
             log.debug("compilecache: could not check a JAX cache write: %s", exc)
         process = getattr(distributed.global_state, "process_id", 0)
@@ -483,7 +717,7 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
             # compile per key, so this process's entry (its keys differ from process 0's: the
             # topology fingerprint follows the process) is written as process 0's would be.
             try:
-                put(cache_key, module_name, executable, backend, int(compile_time_secs))
+                put(cache_key, module_name, executable, backend, int(_seconds(compile_time_secs)))
             except Exception as exc:  # never raise into JAX
                 adapter.cache.warn_once("jax:put", f"write failed: {exc}")
             return None

@@ -1,0 +1,252 @@
+"""The JAX adapter under conditions JAX users create (issue 11, item 14).
+
+- ``jax_compilation_cache_check_contents=True`` is honoured, as JAX's own ``VerificationCache``
+  does it: the first lookup of a key in a process compiles afresh and the result is compared
+  with the stored executable; a stored executable that differs is reported (JAX's
+  ``CacheVerificationError``, which JAX turns into a warning), later lookups of a compared key
+  hit. Real JAX processes.
+- A clock that fails (JAX's own tests mock ``time.monotonic`` with a few values), a numpy
+  compile time, or key components that cannot be computed never raise into JAX and never lose
+  the write. Unit tests of the adapter on a real local store.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import zstandard
+
+from compilecache import entry, history
+from compilecache.cache import Cache
+from compilecache.entry import EntryHeader
+from compilecache.frameworks import jax as integration
+from compilecache.stats import function_counter
+from compilecache.stores.local import LocalStore
+from tests.conftest import clean_env, last_json
+
+# -- jax_compilation_cache_check_contents, in real processes -------------------------------------
+
+PROGRAM = """
+import json, sys
+import compilecache
+compilecache.enable()
+import jax, jax.numpy as jnp
+
+def f(x):
+    return jnp.tanh(x @ x.T).sum(axis=0) * 3.0 + jnp.sin(x).mean()
+
+x = jnp.linspace(-1.0, 1.0, 32 * 32, dtype=jnp.float32).reshape(32, 32)
+first = jax.jit(f)(x)
+jax.clear_caches()  # the in-memory caches: the next call looks the key up again
+second = jax.jit(f)(x)
+print(json.dumps({
+    "first": float(first.sum()),
+    "second": float(second.sum()),
+    "check_contents": bool(jax.config.jax_compilation_cache_check_contents),
+    "stats": compilecache.active().stats(),
+}))
+"""
+
+
+def _has_check_contents() -> bool:
+    try:
+        from jax._src import compilation_cache, config
+    except ImportError:
+        return False
+    return hasattr(config, "compilation_cache_check_contents") and all(
+        hasattr(compilation_cache, n) for n in integration._VERIFY_HELPERS
+    )
+
+
+def _start(script: Path, store: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env({"COMPILECACHE_URL": str(store), **extra})
+    return subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _run(script: Path, store: Path, **extra: str) -> tuple[dict[str, Any], str]:
+    proc = _start(script, store, **extra)
+    assert proc.returncode == 0, proc.stderr
+    return last_json(proc.stdout), proc.stderr
+
+
+def _jit_f(store: Path) -> str:
+    s = LocalStore(store)
+    try:
+        return next(i.key for i in s.scan() if i.name == "jit_f")
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_check_contents(), reason="this JAX has no check_contents")
+def test_check_contents_compiles_afresh_compares_and_then_hits(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    store = tmp_path / "store"
+    cold, _ = _run(script, store)
+    assert cold["stats"]["writes"] >= 1
+    key = _jit_f(store)
+
+    plain, _ = _run(script, store)
+    assert plain["stats"]["misses"] == 0  # without the flag: every lookup hits
+
+    checked, stderr = _run(script, store, JAX_COMPILATION_CACHE_CHECK_CONTENTS="true")
+    assert checked["check_contents"] is True
+    stats = checked["stats"]
+    # Each key's first lookup compiled afresh (misses, no hit), matched, and was not rewritten;
+    # jit_f's second lookup, after clear_caches, hit the compared entry.
+    assert stats["fn.jax.jit_f.hits"] == 1
+    assert stats["misses"] >= 1 and stats["writes"] == 0
+    assert stats["hits"] == stats["fn.jax.jit_f.hits"]
+    assert "inconsistency" not in stderr
+    assert checked["first"] == checked["second"] == cold["first"]
+    s = LocalStore(store)
+    try:
+        assert s.stat(key) is not None
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_check_contents(), reason="this JAX has no check_contents")
+def test_check_contents_reports_a_stored_executable_that_differs(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    store = tmp_path / "store"
+    cold, _ = _run(script, store)
+    key = _jit_f(store)
+    # Under jit_f's key: another function's executable, in an intact, correctly keyed entry.
+    s = LocalStore(store)
+    try:
+        victim = entry.decode(s.get(key) or b"")
+        donor_key = next(i.key for i in s.scan() if i.key != key)
+        donor = entry.decode(s.get(donor_key) or b"")
+        s.put(key, entry.encode(victim.header, donor.payload, compress=False))
+    finally:
+        s.close()
+
+    # What JAX does with its own cache: CacheVerificationError, raised to the program.
+    proc = _start(script, store, JAX_COMPILATION_CACHE_CHECK_CONTENTS="true")
+    assert proc.returncode != 0
+    assert "CacheVerificationError: Persistent compilation cache inconsistency" in proc.stderr
+    assert key.removeprefix("jax/") in proc.stderr
+    # Without the flag the damaged entry would have been served; it is left for the user to see.
+    assert cold["stats"]["writes"] >= 2
+    s = LocalStore(store)
+    try:
+        assert entry.decode(s.get(key) or b"").payload == donor.payload
+    finally:
+        s.close()
+
+
+# -- the adapter: clocks, numpy scalars, key components ------------------------------------------
+
+KEY = "jit_step-" + "ab" * 32
+
+
+def _jax_value(seconds: int, executable: bytes = b"executable") -> bytes:
+    """A value as JAX stores it: compressed 4-byte compile time + serialized executable."""
+    return zstandard.ZstdCompressor().compress(seconds.to_bytes(4, "big") + executable)
+
+
+@pytest.fixture
+def adapter(tmp_path: Path) -> Any:
+    store = LocalStore(tmp_path / "store")
+    yield integration.JaxCacheAdapter(Cache(store))
+    store.close()
+
+
+def _stored(adapter: Any, key: str = KEY) -> EntryHeader:
+    data = adapter.cache.store.get(integration.store_key(key))
+    assert data is not None, "the write was lost"
+    return entry.decode(data).header
+
+
+def _broken(*_: Any) -> float:
+    raise StopIteration  # what a mock with too few values raises
+
+
+def test_a_failing_clock_neither_raises_nor_loses_the_write(
+    adapter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # JAX's own tests patch the time module's clocks; ours must not break under them.
+    monkeypatch.setattr(
+        integration, "time", SimpleNamespace(perf_counter=_broken, monotonic=_broken)
+    )
+    assert adapter.get(KEY) is None
+    adapter.put(KEY, _jax_value(3))
+    header = _stored(adapter)
+    assert header.compile_time_s == 3.0  # JAX's own whole seconds, from the value
+    assert adapter.cache.stats.snapshot()["writes"] == 1
+
+
+def test_a_clock_that_fails_only_after_the_lookup_still_writes(
+    adapter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert adapter.get(KEY) is None
+    monkeypatch.setattr(
+        integration, "time", SimpleNamespace(perf_counter=_broken, monotonic=_broken)
+    )
+    adapter.put(KEY, _jax_value(2))
+    assert _stored(adapter).compile_time_s == 2.0
+
+
+def test_numpy_compile_times_are_stored_as_floats(
+    adapter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readings = iter([np.float32(10.0), np.float32(11.5)])
+    clock = SimpleNamespace(perf_counter=lambda: next(readings), monotonic=lambda: next(readings))
+    monkeypatch.setattr(integration, "time", clock)
+    assert adapter.get(KEY) is None
+    adapter.put(KEY, _jax_value(1))
+    header = _stored(adapter)
+    assert type(header.compile_time_s) is float and header.compile_time_s == 1.5
+
+
+def test_an_unwritten_compile_with_a_numpy_time_is_recorded(adapter: Any) -> None:
+    assert adapter.get(KEY) is None
+    adapter.not_written(KEY, "it uses host callbacks", np.float32(2.0))
+    stats = adapter.cache.stats.snapshot()
+    assert stats["skipped"] == 1
+    spent = stats[function_counter("jax", "jit_step", "compile_time_s")]
+    assert type(spent) is float and spent == 2.0
+    json.dumps(stats)  # counters stay plain numbers (the run summary writes them as JSON)
+    records = history.read(adapter.cache.store, history.MISS)
+    assert records and records[0]["compile_time_s"] == 2.0
+
+
+def test_cache_write_watcher_takes_numpy_times(
+    adapter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JAX's ``_cache_write`` receives its compile time from numpy arithmetic in some paths."""
+    pytest.importorskip("jax")
+    from jax._src import compiler
+
+    seen: list[Any] = []
+    monkeypatch.setattr(compiler, "_cache_write", lambda *a, **k: seen.append(a))
+    original = integration._watch_cache_writes(adapter)
+    try:
+        assert adapter.get(KEY) is None
+        compiler._cache_write(KEY, np.float32(0.5), "jit_step", None, None, [object()])
+    finally:
+        compiler._cache_write = original
+    assert len(seen) == 1 and seen[0][1] == np.float32(0.5)  # JAX gets its own value back
+    records = history.read(adapter.cache.store, history.MISS)
+    assert records and "host callbacks" in records[0]["reason"]
+
+
+def test_key_components_that_fail_never_lose_the_write(adapter: Any) -> None:
+    adapter.remember_key_args(KEY, (object(),) * 6)  # nothing JAX's helpers can hash
+    assert adapter.get(KEY) is None
+    adapter.put(KEY, _jax_value(1))
+    header = _stored(adapter)
+    assert header.components == {}
