@@ -233,9 +233,13 @@ def test_second_machine_hits_every_layer_and_runs_no_compiler(
     layers: dict[str, list[str]] = {}
     for key in written:
         layers.setdefault(key.split("/")[1], []).append(key)
+    # ISA probe verdicts and compiler checks are answers, not compiles (torch_probes): a new
+    # machine takes them from the store, so it needs no ISA probe library (a kernel entry).
+    probes = [k for k in layers.pop("probe", []) if k.startswith("torch/probe/")]
+    isa_probes = sum(k.startswith("torch/probe/isa/") for k in probes)
     assert sorted(layers) == ["aot", "fx", "kernel"]
     assert len(layers["fx"]) == 2 and len(layers["aot"]) == 1
-    assert first["stats"]["writes"] == len(written)
+    assert first["stats"]["writes"] == len(written) - len(probes)
 
     second = Machine(tmp_path / "machine-b", cold["fake_bin"])
     warm = second.run(str(cold["store"]), allow_compiler=False)
@@ -248,12 +252,13 @@ def test_second_machine_hits_every_layer_and_runs_no_compiler(
     stats = warm["stats"]
     assert stats["torch.fx.hits"] == 2
     assert stats["torch.aot.hits"] == 1
-    assert stats["torch.kernel.hits"] == len(layers["kernel"])
+    assert stats["torch.kernel.hits"] == len(layers["kernel"]) - isa_probes
     assert stats["misses"] == 0 and stats["writes"] == 0 and stats["errors"] == 0
-    assert stats["torch.hits"] == len(written)
+    assert stats["torch.hits"] == len(written) - len(probes) - isa_probes
+    assert stats["torch.isa_probe_hits"] == isa_probes > 0
     assert 0 < stats["compile_time_saved_s"] <= first["stats"]["compile_time_s"]
     # The kernel binaries were written into machine B's own inductor directory.
-    assert len(list(second.inductor.rglob("c*.so"))) == len(layers["kernel"])
+    assert len(list(second.inductor.rglob("c*.so"))) == len(layers["kernel"]) - isa_probes
 
 
 @pytest.mark.slow
@@ -263,7 +268,10 @@ def test_entries_describe_layer_name_time_and_key_components(cold: dict[str, Any
         assert header.framework == "torch"
         assert header.extra["layer"] == layer
         assert header.versions["torch"] == torch.__version__
-        if layer == "kernel":
+        if layer == "probe":
+            assert header.extra["kind"] in ("isa", "compiler")
+            assert set(header.components) >= {"compiler"}
+        elif layer == "kernel":
             assert header.name.endswith(".so")
             assert header.compile_time_s > 0
             assert set(header.components) >= {"command", "inputs", "compiler", "cpu", "torch"}

@@ -94,7 +94,12 @@ def stored_names(url: str) -> Counter[str]:
     """Stored entries per name: the FX and AOTAutograd graphs, and the C++ kernels."""
     store = open_url(url)
     try:
-        return Counter(info.name for info in store.scan() if info.key.startswith("torch/"))
+        return Counter(
+            info.name
+            for info in store.scan()
+            # Probe answers (torch_probes) are not compiles: every process may write them.
+            if info.key.startswith("torch/") and not info.key.startswith("torch/probe/")
+        )
     finally:
         store.close()
 

@@ -41,6 +41,24 @@ every warm start on a new machine about 3x slower (+7 s), while turning them off
 cold compile nothing measurable on the MLP and +1 to +12 s wall (+10 s CPU) on the transformer
 block.
 
+**torch's local hits are counted** (issue 11, item 13). torch looks in its own directory first;
+a graph found there never reached compilecache, whose summary then said "0 hits, 0 misses" on a
+second run on the same machine. ``FxGraphCache._record_result`` and
+``AOTAutogradCache._record_result`` (torch's own hit/miss bookkeeping, told whether a hit was
+local) are wrapped: a local hit is a compilecache hit of the level ``torch-local``
+(``torch.fx.local_hits``, ``torch.aot.local_hits``, ``level.torch-local.hits``), and the compile
+time it saved is the stored entry's when the store holds that graph. Chosen over the
+alternative, turning torch's local caches off so that the bounded store is the only persistent
+copy, because (1) both cost the same on a warm start (benchmarks/bench_torch.py, rows
+"compilecache same machine" and "..., torch local off"); (2) it could not bound torch's
+directory anyway: the kernel binaries and generated modules must be there for torch to load
+them; (3) functorch hashes its whole config into AOTAutograd keys, so turning its local cache off
+changes every AOTAutograd key and cuts compilecache's entries off from plain torch processes
+(``export --format torch``, :data:`compilecache.torch_artifacts.TORCH_ENV`).
+
+**Probe answers** (issue 12): the vector-ISA probes and the compiler identity checks that torch
+repeats on every start are answered from the store (:mod:`compilecache.frameworks.torch_probes`).
+
 torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here is imported at
 ``install``: each hook is applied when its module is first imported (``_importhook``), which
 always happens before the first compile looks anything up.
@@ -73,8 +91,10 @@ from compilecache import _importhook
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
+from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
 from compilecache.host import framework_module as _private
 from compilecache.host import torch_versions
+from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counter
 
 log = logging.getLogger("compilecache")
 
@@ -224,6 +244,8 @@ class Integration:
         self.pending = _Pending()
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
         self.build_hook = BuildHook(self.kernels)
+        self.probe_hooks = ProbeHooks(ProbeCache(cache))
+        self.saved_record_result: dict[Any, Any] = {}
         self.saved_flags: dict[tuple[str, str], Any] = {}
         self.saved_defaults: dict[tuple[str, str], Any] = {}
         self.saved_overrides: dict[str, Any] = {}
@@ -366,6 +388,7 @@ class Integration:
     def _hook_cpp_builder(self, module: Any) -> None:
         # Warns by itself when this torch lacks what it needs (FX and AOT entries still work).
         self.build_hook.install()
+        self.probe_hooks.install_compiler(module)
 
     def _wrap(self, module: Any, name: str, make: Callable[[Any], Any]) -> None:
         original = getattr(module, name, None)
@@ -406,6 +429,54 @@ class Integration:
 
     def _hook_codecache(self, module: Any) -> None:
         self._wrap(module, "compiled_fx_graph_hash", self._remembering)
+        self._count_local_hits(getattr(module, "FxGraphCache", None), "fx")
+
+    def _count_local_hits(self, cls: Any, layer: str) -> None:
+        """Wrap ``cls._record_result`` (torch's hit/miss bookkeeping of a lookup, told whether
+        a hit came from its local directory) to count local hits as compilecache hits of the
+        ``torch-local`` level (see the module docstring). An optimisation of the counts only:
+        a torch without it is left alone."""
+        original = getattr(cls, "__dict__", {}).get("_record_result")
+        if not isinstance(original, classmethod):
+            log.debug("compilecache: no %s._record_result; torch's local hits not counted", layer)
+            return
+        func = original.__func__
+        integration = self
+
+        def record(klass: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                if kwargs.get("local_hit", args[0] if args else False):
+                    integration.local_hit(layer, str(key))
+            except Exception as exc:  # counting must never break a lookup
+                log.debug("compilecache: torch local hit not counted: %s", exc)
+            return func(klass, key, *args, **kwargs)
+
+        record.__wrapped__ = func  # type: ignore[attr-defined]
+        self.saved_record_result.setdefault(cls, original)
+        cls._record_result = classmethod(record)
+
+    def local_hit(self, layer: str, torch_key: str) -> None:
+        """A graph torch's own directory served: a hit of the ``torch-local`` level; the time
+        saved is the stored entry's compile time when the store has the graph."""
+        self.pending.pop(torch_key)
+        stats = self.cache.stats
+        stats.add("hits", framework=FRAMEWORK)
+        stats.add(f"{FRAMEWORK}.{layer}.local_hits")
+        stats.add(level_counter(TORCH_LOCAL_LEVEL, "hits"))
+        key = f"{FRAMEWORK}/{layer}/{torch_key}" if _SAFE_KEY.match(torch_key) else ""
+        try:
+            info = self.cache.store.stat(key) if key else None
+        except Exception:  # a store that is down: the hit counts, the time saved is unknown
+            info = None
+        if info is not None:
+            saved = float(info.meta.compile_time_s)
+            stats.add("compile_time_saved_s", saved, framework=FRAMEWORK)
+            stats.add(level_counter(TORCH_LOCAL_LEVEL, "compile_time_saved_s"), saved)
+            if info.meta.name:
+                stats.add(function_counter(FRAMEWORK, info.meta.name, "hits"))
+                stats.add(
+                    function_counter(FRAMEWORK, info.meta.name, "compile_time_saved_s"), saved
+                )
 
     def _hook_autograd_cache(self, module: Any) -> None:
         if hasattr(module, "_get_debug_lines_for_cache_key"):
@@ -414,6 +485,7 @@ class Integration:
             self._wrap(module, "_get_debug_lines_for_cache_key", self._debug_lines)
         else:
             self._wrap(module, "autograd_cache_key", self._remembering)
+        self._count_local_hits(getattr(module, "AOTAutogradCache", None), "aot")
         cls = getattr(module, "AOTAutogradCache", None)
         get_remote = getattr(cls, "get_remote_cache", None)
         # functools.cache'd: drop a None (or a Redis cache) created before we were installed.
@@ -421,6 +493,11 @@ class Integration:
             get_remote.cache_clear()
 
     def _hook_cpu_vec_isa(self, module: Any) -> None:
+        # The probe verdicts come from the store (torch_probes); on a miss the probe runs.
+        self.probe_hooks.install_isa(module)
+        self._hook_probe_env(module)
+
+    def _hook_probe_env(self, module: Any) -> None:
         """Inductor checks each vector ISA by loading a probe library in a child Python (six
         of them per process on x86). Under ``compilecache run`` every Python child enables
         compilecache at start-up, which costs more than the probe itself; the probe has nothing
@@ -489,6 +566,10 @@ class Integration:
             for name in HOOKED_MODULES:
                 _importhook.cancel(name)
             self.build_hook.uninstall()
+            self.probe_hooks.uninstall()
+            for cls, original in self.saved_record_result.items():
+                cls._record_result = original
+            self.saved_record_result.clear()
             remote = sys.modules.get(REMOTE_CACHE)
             for name, previous in self.saved_overrides.items():
                 cls = getattr(remote, name, None)
@@ -545,6 +626,13 @@ class Integration:
         vec_isa = getattr(_private(CPU_VEC_ISA), "VecISA", None)
         probe_env = getattr(vec_isa, "_build_probe_env", None)
         status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")
+        status.update(self.probe_hooks.live())
+        for cls, original in self.saved_record_result.items():
+            current = cls.__dict__.get("_record_result")
+            status[f"local_hits.{cls.__name__}"] = (
+                getattr(getattr(current, "__func__", None), "__wrapped__", None)
+                is original.__func__
+            )
         for label, module_name in (("fx", CODECACHE), ("aot", AUTOGRAD_CACHE)):
             module = _private(module_name)
             originals = {n: f for (m, n), f in self.saved_functions.items() if m == module_name}

@@ -1,0 +1,304 @@
+"""Warm starts at the floor (issue 12) and honest same-machine counts (issue 11, item 13).
+
+Real torch processes (the ``tiny`` workload of ``compilecache.workloads.torch_step``), each with
+its own ``TORCHINDUCTOR_CACHE_DIR`` and ``TMPDIR`` unless it plays the same machine again. Each
+child logs every subprocess it starts (``subprocess.Popen`` patched), so a test sees whether the
+vector-ISA probes (``python -c "...cdll.LoadLibrary..."``) and the compiler identity checks
+(``g++ -v`` / ``g++ --version``) ran. Unit tests check the probe keys part by part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache import history, host
+from compilecache.cache import Cache
+from compilecache.frameworks import torch_probes
+from compilecache.stores.local import LocalStore
+from compilecache.stores.memory import MemoryStore
+from tests.conftest import clean_env, last_json, run_python
+from tests.servers import free_port
+
+torch = pytest.importorskip("torch")
+
+# One process: log subprocesses, optionally fake a key part, enable compilecache, run the tiny
+# workload, report the result, the counters and the subprocesses it started.
+PROGRAM = r"""
+import json, subprocess, sys
+url, fake = sys.argv[1], sys.argv[2]
+started = []
+_init = subprocess.Popen.__init__
+def init(self, args, *a, **k):
+    started.append(args if isinstance(args, str) else " ".join(map(str, args)))
+    _init(self, args, *a, **k)
+subprocess.Popen.__init__ = init
+if fake == "cpu":
+    from compilecache import host
+    real = host.read_cpuinfo
+    def read_cpuinfo(*a, **k):
+        info = dict(real(*a, **k))
+        info["flags"] = info.get("flags", "") + " compilecache_fake_flag"
+        return info
+    host.read_cpuinfo = read_cpuinfo
+    host._native = None
+if fake == "torch":
+    import torch
+    torch.__version__ = type(torch.__version__)(torch.__version__ + ".other")
+import compilecache
+session = compilecache.enable(url)
+from compilecache.workloads import torch_step
+result = torch_step.run("tiny")
+result["stats"] = session.stats()
+result["started"] = started
+print(json.dumps(result), flush=True)
+"""
+
+WRAPPER = '#!/bin/sh\nexec "{real}" "$@"\n'
+
+
+def probes_run(result: dict[str, Any]) -> int:
+    return sum("cdll.LoadLibrary" in args for args in result["started"])
+
+
+def compiler_checks_run(result: dict[str, Any]) -> int:
+    return sum(args.endswith((" -v", " --version")) for args in result["started"])
+
+
+class Machine:
+    """A machine: its own inductor and temporary directories (kept for a second run)."""
+
+    def __init__(self, root: Path, path_prefix: str = "") -> None:
+        self.inductor = root / "inductor"
+        self.tmp = root / "tmp"
+        self.inductor.mkdir(parents=True)
+        self.tmp.mkdir()
+        self.path_prefix = path_prefix
+
+    def run(self, url: str, fake: str = "") -> dict[str, Any]:
+        env = clean_env(
+            {
+                "TORCHINDUCTOR_CACHE_DIR": str(self.inductor),
+                "TMPDIR": str(self.tmp),
+                "PATH": self.path_prefix + os.environ.get("PATH", ""),
+            }
+        )
+        proc = run_python(["-c", PROGRAM, url, fake], env, timeout=600)
+        result: dict[str, Any] = last_json(proc.stdout)
+        result["stderr"] = proc.stderr
+        return result
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Machine A compiles into a store; machine B, new, starts warm from it."""
+    root = tmp_path_factory.mktemp("torch-warm")
+    store = str(root / "store")
+    machine_a = Machine(root / "a")
+    cold = machine_a.run(store)
+    warm = Machine(root / "b").run(store)
+    return {"root": root, "store": store, "a": machine_a, "cold": cold, "warm": warm}
+
+
+def misses_explained(store: str) -> list[dict[str, Any]]:
+    s = LocalStore(Path(store))
+    try:
+        return [
+            r for r in history.read(s, history.MISS) if str(r.get("name", "")).startswith("isa")
+        ]
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+def test_new_machine_reuses_probe_answers_and_runs_no_probe(warmed: dict[str, Any]) -> None:
+    cold, warm = warmed["cold"], warmed["warm"]
+    assert probes_run(cold) > 0 and compiler_checks_run(cold) > 0  # torch did the work once
+    assert cold["stats"]["torch.isa_probe_misses"] > 0
+    assert cold["stats"].get("torch.isa_probe_hits", 0) == 0
+    stats = warm["stats"]
+    assert stats["torch.isa_probe_hits"] == cold["stats"]["torch.isa_probe_misses"]
+    assert stats.get("torch.isa_probe_misses", 0) == 0
+    assert stats["torch.compiler_check_hits"] > 0
+    assert stats.get("torch.compiler_check_misses", 0) == 0
+    assert probes_run(warm) == 0, warm["started"]
+    assert compiler_checks_run(warm) == 0, warm["started"]
+    assert warm["digest"] == cold["digest"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["cpu", "compiler", "torch"])
+def test_another_cpu_compiler_or_torch_never_reuses_an_answer(
+    warmed: dict[str, Any], tmp_path: Path, part: str
+) -> None:
+    """A fake CPU feature list, a wrapper script standing in for another g++, another torch
+    version string: the probes run again, and the miss names the part that changed."""
+    prefix = ""
+    if part == "compiler":
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for name in ("g++", "gcc", "c++", "cc"):
+            real = shutil.which(name)
+            if real is not None:
+                wrapper = bin_dir / name
+                wrapper.write_text(WRAPPER.format(real=real))
+                wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        prefix = f"{bin_dir}{os.pathsep}"
+    result = Machine(tmp_path / "m", prefix).run(
+        warmed["store"], fake=part if part != "compiler" else ""
+    )
+    stats = result["stats"]
+    assert stats["torch.isa_probe_misses"] > 0 and stats.get("torch.isa_probe_hits", 0) == 0
+    assert probes_run(result) > 0
+    if part == "compiler":
+        assert stats["torch.compiler_check_misses"] > 0
+        assert compiler_checks_run(result) > 0
+    assert result["digest"] == warmed["cold"]["digest"]
+    changed = {d["component"] for r in misses_explained(warmed["store"]) for d in r["differences"]}
+    assert part in changed, changed
+
+
+@pytest.mark.slow
+def test_unavailable_store_makes_torch_probe_itself(tmp_path: Path, warmed: dict[str, Any]) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0?timeout=1"
+    result = Machine(tmp_path / "m").run(url)
+    assert probes_run(result) > 0 and compiler_checks_run(result) > 0
+    assert result["stats"]["errors"] >= 1 and result["stats"]["hits"] == 0
+    assert result["digest"] == warmed["cold"]["digest"]
+    assert "Traceback" not in result["stderr"]
+
+
+@pytest.mark.slow
+def test_second_run_on_the_same_machine_counts_its_hits(warmed: dict[str, Any]) -> None:
+    """Issue 11 item 13: graphs torch's own directory serves on a second run on the same
+    machine are counted as hits of the ``torch-local`` level, with the time they saved."""
+    again = warmed["a"].run(warmed["store"])
+    counters, stats = again["torch_counters"], again["stats"]
+    assert counters["fxgraph_cache_hit"] == 2 and counters["autograd_cache_hit"] == 1
+    assert stats["torch.fx.local_hits"] == 2 and stats["torch.aot.local_hits"] == 1
+    assert stats["level.torch-local.hits"] == 3
+    assert stats["hits"] == 3 and stats["misses"] == 0 and stats["writes"] == 0
+    assert stats["compile_time_saved_s"] > 0
+    assert again["digest"] == warmed["cold"]["digest"]
+
+
+@pytest.mark.slow
+def test_compilecache_run_summary_counts_same_machine_hits(
+    warmed: dict[str, Any], tmp_path: Path
+) -> None:
+    """The exit summary of ``compilecache run`` on a second run on the same machine."""
+    env = clean_env(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": str(warmed["a"].inductor),
+            "TMPDIR": str(warmed["a"].tmp),
+            "COMPILECACHE_URL": warmed["store"],
+        }
+    )
+    command = [sys.executable, "-m", "compilecache.workloads.torch_step", "--model", "tiny"]
+    proc = run_python(["-m", "compilecache", "run", "--", *command], env, timeout=600)
+    summary = [line for line in proc.stderr.splitlines() if line.startswith("compilecache: ")]
+    assert summary, proc.stderr
+    hits = int(summary[-1].split()[1])
+    assert hits >= 3 and " 0 misses" in summary[-1], summary[-1]
+    assert json.loads(proc.stdout.splitlines()[-1])["torch_counters"]["fxgraph_cache_hit"] == 2
+
+
+# --- keys: every part counts ----------------------------------------------------------------
+
+
+def test_probe_key_changes_with_every_part(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    base = torch_probes.isa_key("avx2", "-mavx2", "code", "g++", "gcc version 12")
+    assert base.store_key.startswith("torch/probe/isa/")
+    variants = {
+        "isa": torch_probes.isa_key("avx512", "-mavx512f", "code", "g++", "gcc version 12"),
+        "source": torch_probes.isa_key("avx2", "-mavx2", "other code", "g++", "gcc version 12"),
+        "compiler_version": torch_probes.isa_key("avx2", "-mavx2", "code", "g++", "gcc 13"),
+    }
+    # Another compiler behind the same name: a wrapper script first on PATH.
+    wrapper = tmp_path / "g++"
+    wrapper.write_text(WRAPPER.format(real=shutil.which("g++") or "/usr/bin/g++"))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    variants["compiler"] = torch_probes.isa_key("avx2", "-mavx2", "code", "g++", "gcc version 12")
+    monkeypatch.undo()
+    # Another CPU: one more feature flag.
+    real = host.read_cpuinfo
+    monkeypatch.setattr(
+        host, "read_cpuinfo", lambda *a, **k: {**real(), "flags": real().get("flags", "") + " x"}
+    )
+    monkeypatch.setattr(host, "_native", None)
+    variants["cpu"] = torch_probes.isa_key("avx2", "-mavx2", "code", "g++", "gcc version 12")
+    monkeypatch.undo()
+    monkeypatch.setattr(host, "_native", None)
+    # Another torch.
+    monkeypatch.setattr(torch, "__version__", type(torch.__version__)("9.9.9"))
+    variants["torch"] = torch_probes.isa_key("avx2", "-mavx2", "code", "g++", "gcc version 12")
+    monkeypatch.undo()
+    assert torch_probes.isa_key("avx2", "-mavx2", "code", "g++", "gcc version 12") == base
+    for part, key in variants.items():
+        assert key.digest != base.digest, part
+        changed = {p for p in base.components if base.components[p] != key.components[p]}
+        assert changed == {part}, (part, changed)
+
+
+def test_compiler_check_key_follows_the_binary(tmp_path: Path) -> None:
+    script = tmp_path / "cxx"
+    script.write_text(WRAPPER.format(real="/usr/bin/g++"))
+    script.chmod(0o755)
+    first = torch_probes.compiler_check_key("get_compiler_version_info", (str(script),))
+    assert first is not None
+    script.write_text(WRAPPER.format(real="/usr/bin/clang++"))
+    second = torch_probes.compiler_check_key("get_compiler_version_info", (str(script),))
+    assert second is not None and second.digest != first.digest
+    other_flag = torch_probes.compiler_check_key("_is_intel_compiler", (str(script),))
+    assert other_flag is not None and other_flag.digest != second.digest
+    # A search that may install a compiler is left to torch.
+    os.environ["TORCH_INDUCTOR_INSTALL_GXX"] = "1"
+    try:
+        assert torch_probes.compiler_check_key("cpp_compiler_search", ((None, "g++"),)) is None
+    finally:
+        del os.environ["TORCH_INDUCTOR_INSTALL_GXX"]
+    assert torch_probes.compiler_check_key("cpp_compiler_search", ((None, "g++"),)) is not None
+
+
+def test_probe_cache_stores_only_successful_probes_and_never_raises() -> None:
+    cache = Cache(MemoryStore(f"memory://probe-{uuid.uuid4().hex}"))
+    probes = torch_probes.ProbeCache(cache)
+    calls: list[str] = []
+
+    def check(result: Any) -> Any:
+        def original(*args: Any) -> Any:
+            calls.append("ran")
+            return result
+
+        return original
+
+    key = torch_probes.compiler_check_key("get_compiler_version_info", ("g++",))
+    assert key is not None
+    assert probes.compiler_check("get_compiler_version_info", check("gcc 12"), ("g++",)) == "gcc 12"
+    fresh = torch_probes.ProbeCache(cache)  # another process: from the store, not memory
+    assert fresh.compiler_check("get_compiler_version_info", check("x"), ("g++",)) == "gcc 12"
+    assert calls == ["ran"]
+    assert cache.stats.snapshot()["torch.compiler_check_hits"] == 1
+
+    class Isa:
+        def __str__(self) -> str:
+            return "avx-fake"
+
+        def build_arch_flags(self) -> str:
+            return "-mfake"
+
+    assert probes.check_build(Isa(), "code", check(False)) is False
+    assert probes.check_build(Isa(), "code", check(False)) is False  # a failure is not kept
+    assert calls == ["ran", "ran", "ran"]
+    broken = torch_probes.ProbeCache(Cache(MemoryStore("memory://x")))
+    broken.cache.store.get = None  # type: ignore[assignment,method-assign]
+    assert broken.check_build(Isa(), "code", check(True)) is True  # the store fails: probe runs
