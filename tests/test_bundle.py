@@ -291,18 +291,19 @@ def test_export_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     Cache(store).save(EntryHeader(framework="torch", key="torch/fx/k1", name="forward"), b"t" * 100)
     path = tmp_path / "b.ccb"
 
-    def exported(*flags: str) -> set[str]:
-        assert main(["export", "--url", str(store.root), str(path), "--json", *flags]) == 0
+    def exported(*flags: str, to: Path = path) -> set[str]:
+        assert main(["export", "--url", str(store.root), str(to), "--json", *flags]) == 0
         capsys.readouterr()
-        return {r["key"] for r in json.loads(members(path)[0][1])["entries"]}
+        return {r["key"] for r in json.loads(members(to)[0][1])["entries"]}
 
     assert len(exported()) == 6
     assert exported("--framework", "torch") == {"torch/fx/k1"}
     assert len(exported("--name", "jit_train_step*")) == 3
     assert len(exported("--framework", "jax", "--name", "jit_eval1")) == 1
     assert len(exported("--since", "1h")) == 6
-    assert exported("--since", "2999-01-01") == set()
-    empty = bundle.import_bundle(path, LocalStore(tmp_path / "empty"))
+    # Nothing matched: a new file gets an empty bundle (issue 11: an existing one is kept).
+    assert exported("--since", "2999-01-01", to=tmp_path / "none.ccb") == set()
+    empty = bundle.import_bundle(tmp_path / "none.ccb", LocalStore(tmp_path / "empty"))
     assert empty.total == 0 and not empty.transferred and not empty.skipped
 
     now = time.time()

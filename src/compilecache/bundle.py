@@ -43,7 +43,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,7 +51,7 @@ from typing import IO, Any, BinaryIO
 
 import zstandard
 
-from compilecache import entry
+from compilecache import atomicfile, entry
 from compilecache.config import parse_duration
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck, cpu_target, installed_frameworks, installed_version
@@ -167,14 +166,30 @@ class Progress:
 # -- export --------------------------------------------------------------------------------------
 
 
-def _read_quietly(store: Store, key: str) -> bytes | None:
-    """A value without counting it as a hit where the store can (the local store's ``peek``)."""
-    peek = getattr(store, "peek", None)
-    if callable(peek):
-        value = peek(key)
-        if value is None or isinstance(value, bytes):
-            return value
-    return store.get(key)
+def read_entry(store: Store, key: str, secret: bytes | None) -> tuple[bytes, entry.Entry] | str:
+    """The bytes under ``key`` and their decoded entry, read with ``peek`` (no hit counted, no
+    access time touched, nothing backfilled, nothing repaired); or why there is none. A damaged
+    or foreign entry is reported and left where it is: a command that reads a store to copy it
+    never deletes from it."""
+    data = peek_entry(store, key)
+    if isinstance(data, str):
+        return data
+    try:
+        return data, entry.decode(data, secret=secret, expect_key=key)
+    except CorruptEntry as exc:
+        return f"corrupt (left in the source): {exc}"
+    except ForeignEntry as exc:
+        return f"foreign (left in the source): {exc}"
+
+
+def peek_entry(store: Store, key: str) -> bytes | str:
+    """The bytes under ``key`` read with ``peek``, or why there are none (a file the store
+    finds damaged stays where it is)."""
+    try:
+        data = store.peek(key)
+    except CorruptEntry as exc:
+        return f"corrupt (left in the source): {exc}"
+    return "removed while reading it" if data is None else data
 
 
 def _record(key: str, data: bytes, found: entry.Entry, file: str) -> dict[str, Any]:
@@ -225,12 +240,13 @@ def export_bundle(
 ) -> Report:
     """Write the entries of ``store`` that ``select`` matches to the bundle ``path``.
 
-    Entries are verified first (checksum, and the signature when ``secret`` is given); damaged
-    ones are left out and reported. The file appears complete or not at all (written under a
-    temporary name, then renamed)."""
+    Entries are read with ``peek`` and verified (checksum, and the signature when ``secret`` is
+    given); damaged ones are left out, reported and left in ``store``. The file appears complete
+    or not at all (written under a temporary name, then renamed), and an existing file is not
+    replaced by a bundle that holds nothing: that raises :class:`OutputError`."""
     select = select or EntryFilter()
-    target = Path(path)
-    report = Report("export", store.url, str(target))
+    target = atomicfile.target_of(path)  # a missing directory fails before the store is read
+    report = Report("export", store.url, str(Path(path)))
     infos = [i for i in store.scan() if select.matches(i)]
     report.total = len(infos)
     progress = Progress(len(infos), "reading")
@@ -241,29 +257,26 @@ def export_bundle(
     with tempfile.TemporaryFile(prefix="compilecache-export-") as spool:
         for info in infos:
             progress.advance()
-            data = _read_quietly(store, info.key)
-            if data is None:
-                report.skipped.append((info.key, "removed while exporting"))
+            read = read_entry(store, info.key, secret)
+            if isinstance(read, str):
+                report.skipped.append((info.key, read))
                 continue
-            try:
-                found = entry.decode(data, secret=secret, expect_key=info.key)
-            except CorruptEntry as exc:
-                report.skipped.append((info.key, f"corrupt: {exc}"))
-                continue
-            except ForeignEntry as exc:
-                report.skipped.append((info.key, f"foreign: {exc}"))
-                continue
+            data, found = read
             offsets.append(spool.tell())
             spool.write(data)
             records.append(_record(info.key, data, found, f"entries/{len(records):06d}.cce"))
             report.transferred.append(info.key)
             report.bytes += len(data)
         progress.close()
+        if not records and target.exists():
+            raise atomicfile.OutputError(
+                f"nothing to export ({report.total} entries matched, {len(report.skipped)} "
+                f"skipped): {os.fspath(path)} was left as it was"
+            )
         manifest = json.dumps(_manifest(store.url, records), indent=1, sort_keys=True).encode()
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
         progress = Progress(len(records), "writing")
         try:
-            with open(tmp, "wb") as raw:
+            with atomicfile.replacing(path) as raw:
                 compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
                 with (
                     compressor.stream_writer(raw, closefd=False) as compressed,
@@ -274,11 +287,6 @@ def export_bundle(
                         spool.seek(offset)
                         _add(tar, record["file"], record["size"], spool)
                         progress.advance()
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
         finally:
             progress.close()
     return report
@@ -482,17 +490,17 @@ def admit(
     if reason:
         report.skipped.append((key, reason))
         return False
-    existing = _read_quietly(target, key)
-    if existing is not None:
-        try:
+    try:
+        existing = target.peek(key)  # a damaged file raises here: it is replaced below
+        if existing is not None:
             entry.decode(existing, secret=secret, expect_key=key)
             report.present.append(key)
             return False  # a good entry is kept as it is
-        except ForeignEntry as exc:  # valid for another key's holders: never overwritten
-            report.skipped.append((key, f"foreign entry there left in place: {exc}"))
-            return False
-        except CorruptEntry:
-            pass  # a damaged one is replaced by the verified one
+    except ForeignEntry as exc:  # valid for another key's holders: never overwritten
+        report.skipped.append((key, f"foreign entry there left in place: {exc}"))
+        return False
+    except CorruptEntry:
+        pass  # a damaged one is replaced by the verified one
     header = found.header
     target.put(key, data, EntryMeta(header.framework, header.name, header.compile_time_s))
     report.transferred.append(key)
@@ -521,9 +529,9 @@ def warm(
     try:
         for info in infos:
             progress.advance()
-            data = _read_quietly(source, info.key)
-            if data is None:
-                report.skipped.append((info.key, "removed from the source meanwhile"))
+            data = peek_entry(source, info.key)  # admit() decodes it
+            if isinstance(data, str):  # damaged there: reported and left in the source
+                report.skipped.append((info.key, data))
                 continue
             admit(target, info.key, data, report, secret=secret, host=host)
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -15,17 +16,30 @@ from typing import Any
 
 from compilecache import config as config_mod
 from compilecache import entry, prune
-from compilecache.config import format_size, parse_duration, parse_size
+from compilecache.config import Config, format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
-from compilecache.session import open_store
 from compilecache.statsreport import StatsReport
+from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, Store
 
 HEADLINE = ("hits", "misses", "writes", "errors", "compile_time_saved_s")
 
 
+def _config(args: argparse.Namespace) -> Config:
+    """The configuration ``main`` loaded once for this command (``--url`` applied)."""
+    cfg: Config = args.config
+    return cfg
+
+
+def _open(cfg: Config, url: str | None = None) -> Store:
+    """Open ``url`` (default: the configured store) with the configured size and options."""
+    return registry.open_store(
+        url or cfg.url, cfg.max_size, read_only=cfg.read_only, tier_writes=cfg.tier_writes
+    )
+
+
 def _store(args: argparse.Namespace) -> Store:
-    return open_store(args.url)
+    return _open(_config(args))
 
 
 def _print_json(data: Any) -> None:
@@ -220,53 +234,79 @@ def _ago(seconds: float) -> str:
     return f"{max(seconds, 0):.0f}s ago"
 
 
-def _resolve_key(store: Store, key: str) -> str | None:
-    """Accept a full store key, a framework key without its prefix, or a unique prefix."""
-    for candidate in (key, f"jax/{key}", f"torch/{key}"):
+def _matching_keys(store: Store, text: str) -> list[str]:
+    """The keys ``text`` names: a full store key, a framework key without its prefix, else every
+    entry of that function name (one function has an entry per shape and flags), else every
+    key that starts with ``text`` (with or without its framework prefix)."""
+    for candidate in (text, f"jax/{text}", f"torch/{text}"):
         if store.stat(candidate) is not None:
-            return candidate
-    matches = [
-        i.key
-        for i in store.scan()
-        if i.key.startswith(key) or i.key.split("/", 1)[-1].startswith(key)
-    ]
+            return [candidate]
+    infos = list(store.scan())
+    by_name = sorted(i.key for i in infos if i.name == text)
+    return by_name or sorted(
+        i.key for i in infos if i.key.startswith(text) or i.key.split("/", 1)[-1].startswith(text)
+    )
+
+
+def _resolve_key(store: Store, key: str) -> str | None:
+    """The one entry ``key`` names (see :func:`_matching_keys`), or None when none or several."""
+    matches = _matching_keys(store, key)
     return matches[0] if len(matches) == 1 else None
 
 
+def _describe(store: Store, key: str, secret: bytes | None) -> dict[str, Any]:
+    """One entry's stored metadata and header, read with ``peek``: looking changes nothing, and
+    a damaged entry is reported (``error``), never removed."""
+    info = store.stat(key)
+    result: dict[str, Any] = {"store": _info_json(info) if info else {"key": key}}
+    try:
+        data = store.peek(key)
+        if data is None:
+            result["error"] = "the entry disappeared while reading it"
+            return result
+        header = entry.decode(data, secret=secret, expect_key=key).header
+    except CorruptEntry as exc:
+        result["error"] = f"corrupt: {exc}"
+        return result
+    except ForeignEntry as exc:
+        result["error"] = f"foreign (left in place): {exc}"
+        return result
+    result["entry"] = {
+        "framework": header.framework,
+        "key": header.key,
+        "name": header.name,
+        "created": header.created,
+        "compile_time_s": header.compile_time_s,
+        "payload_size": header.payload_size,
+        "stored_size": len(data),
+        "compression": header.compression,
+        "versions": header.versions,
+        "components": header.components,
+        "extra": header.extra,
+    }
+    return result
+
+
 def cmd_show(args: argparse.Namespace) -> int:
+    """One entry; or, when the name or prefix matches several (a function compiled at several
+    shapes), every one of them (``--json``: a list)."""
     store = _store(args)
-    key = _resolve_key(store, args.key)
-    if key is None:
+    keys = _matching_keys(store, args.key)
+    if not keys:
         print(f"compilecache: no entry matches {args.key!r}", file=sys.stderr)
         return 1
-    info = store.stat(key)
-    data = store.get(key)
-    result: dict[str, Any] = {"store": _info_json(info) if info else {"key": key}}
-    if data is None:
-        result["error"] = "the entry disappeared while reading it"
-    else:
-        try:
-            header = entry.decode(data).header
-            result["entry"] = {
-                "framework": header.framework,
-                "key": header.key,
-                "name": header.name,
-                "created": header.created,
-                "compile_time_s": header.compile_time_s,
-                "payload_size": header.payload_size,
-                "stored_size": len(data),
-                "compression": header.compression,
-                "versions": header.versions,
-                "components": header.components,
-                "extra": header.extra,
-            }
-        except CorruptEntry as exc:
-            result["error"] = f"corrupt: {exc}"
+    secret = _config(args).secret
+    results = [_describe(store, key, secret) for key in keys]
     if args.json:
-        _print_json(result)
+        _print_json(results[0] if len(results) == 1 else results)
     else:
-        _print_tree(result)
-    return 0 if "error" not in result else 1
+        if len(results) > 1:
+            print(f"{len(results)} entries match {args.key!r}:")
+        for n, result in enumerate(results):
+            if n:
+                print()
+            _print_tree(result)
+    return 1 if any("error" in r for r in results) else 0
 
 
 def _print_tree(data: dict[str, Any], indent: int = 0) -> None:
@@ -286,7 +326,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     max_size = parse_size(args.max_size, "--max-size") if args.max_size else None
     older = parse_duration(args.older_than, "--older-than") if args.older_than else None
     if max_size is None and older is None:
-        max_size = config_mod.load().max_size
+        max_size = _config(args).max_size
     the_plan = prune.plan(store, max_size=max_size, older_than=older)
     verb = "would remove" if args.dry_run else "removing"
     for info, reason in the_plan.victims:
@@ -333,33 +373,59 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every entry (read with ``peek``: nothing counted, nothing repaired) and report
+    each damaged one. Only ``--fix`` removes, and only damaged entries: an entry signed with
+    another key is intact and valid for the hosts that hold that key (removing it is how one
+    misconfigured host would empty a fleet's cache), so it is reported and always kept."""
     store = _store(args)
-    checked, bad, foreign = 0, [], []
+    secret = _config(args).secret
+    checked = 0
+    damaged: list[tuple[EntryInfo, str]] = []
+    foreign: list[tuple[EntryInfo, str]] = []
     for info in store.scan():
-        data = store.get(info.key)
-        if data is None:
-            continue
-        checked += 1
         try:
-            entry.decode(data, secret=config_mod.load().secret, expect_key=info.key)
-        except CorruptEntry as exc:
-            bad.append((info.key, str(exc)))
-        except ForeignEntry as exc:  # intact, for another key's holders: reported, never removed
-            foreign.append((info.key, str(exc)))
-    for key, reason in foreign:
-        print(f"foreign: {key}: {reason}")
-    for key, reason in bad:
-        action = "removed" if args.fix and store.delete(key) else "corrupt"
-        print(f"{action}: {key}: {reason}")
-    result = {"checked": checked, "corrupt": len(bad), "fixed": bool(args.fix)}
+            data = store.peek(info.key)
+            if data is None:
+                continue  # removed since the scan: nothing to check
+            entry.decode(data, secret=secret, expect_key=info.key)
+        except CorruptEntry as exc:  # truncated, empty, bit-flipped, another key's data
+            damaged.append((info, str(exc)))
+        except ForeignEntry as exc:
+            foreign.append((info, f"signed with another key ({exc}); kept"))
+        checked += 1
+    for info, reason in foreign:
+        print(f"foreign: {info.key}: {reason} [{info.name}]")
+    removed = []
+    for info, reason in damaged:
+        gone = bool(args.fix) and store.delete(info.key)
+        if gone:
+            removed.append(info.key)
+        print(f"{'removed' if gone else 'corrupt'}: {info.key}: {reason} [{info.name}]")
+    left = len(damaged) - len(removed)
     if args.json:
-        _print_json(result)
-    else:
-        print(
-            f"compilecache: {checked} entries checked, {len(bad)} corrupt"
-            + (" and removed" if args.fix and bad else "")
+        _print_json(
+            {
+                "checked": checked,
+                "corrupt": len(damaged),
+                "removed": len(removed),
+                "foreign": len(foreign),
+                "fixed": bool(args.fix),
+                "damaged": [
+                    {"key": i.key, "name": i.name, "reason": r, "removed": i.key in removed}
+                    for i, r in damaged
+                ],
+            }
         )
-    return 1 if bad and not args.fix else 0
+    else:
+        line = f"compilecache: {checked} entries checked, {len(damaged)} corrupt"
+        if removed:
+            line += f" ({len(removed)} removed)" if left else " and removed"
+        elif damaged:
+            line += " (kept: verify --fix removes them)"
+        if foreign:
+            line += f", {len(foreign)} signed with another key (kept)"
+        print(line)
+    return 1 if left else 0
 
 
 # -- export / import / warm --------------------------------------------------------------------
@@ -395,7 +461,7 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from compilecache import bundle
 
-    secret = config_mod.load().secret
+    secret = _config(args).secret
     if args.format == "torch":
         # Late on purpose: only this path imports torch (seconds).
         from compilecache import torch_artifacts
@@ -421,7 +487,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from compilecache import bundle, torch_artifacts
 
-    secret = config_mod.load().secret
+    secret = _config(args).secret
     kind = torch_artifacts.sniff(args.file) if args.format == "auto" else args.format
     if kind == "torch":
         report = torch_artifacts.import_blob(
@@ -443,10 +509,10 @@ def cmd_warm(args: argparse.Namespace) -> int:
     # The local level: the first of several (fastest first).
     target = store.levels[0] if isinstance(store, Tiered) else store
     report = bundle.warm(
-        open_store(args.source),
+        _open(_config(args), args.source),
         target,
         select=_entry_filter(args),
-        secret=config_mod.load().secret,
+        secret=_config(args).secret,
         check=not args.no_check,
     )
     _print_transfer(report, args, f"copied into {target.url}:")
@@ -491,11 +557,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", "run a command with compilecache enabled in it", json_flag=False)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    p.set_defaults(func=cmd_run)
+    # run, demo and doctor configure child processes: the parent loads no configuration.
+    p.set_defaults(func=cmd_run, needs_config=False)
 
     p = command("demo", "compile JAX and torch.compile workloads cold, then warm, and compare")
     p.add_argument("--layers", type=int, default=8, help="transformer layers (default 8)")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo, needs_config=False)
 
     p = command("stats", "show hits, misses, writes and time saved")
     p.add_argument("--zero", action="store_true", help="reset the persistent counters")
@@ -514,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, help="seconds allowed for each run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    p.set_defaults(func=cmd_doctor)
+    p.set_defaults(func=cmd_doctor, needs_config=False)
 
     p = command("report", "write an HTML report with charts", json_flag=False)
     p.add_argument("--html", required=True, metavar="FILE", help="where to write the report")
@@ -586,16 +653,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The status of a command whose reader went away (``compilecache ls | head -1``): 128 + SIGPIPE,
+# what the shell reports for ``ls``, ``cat`` or ``yes`` in the same pipeline, so that scripts
+# with ``set -o pipefail`` see the same as with the usual Unix tools.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "needs_config", True):
+            # Loaded once, here: every command (and bundle, verify, warm) uses this one.
+            args.config = config_mod.load(url=args.url)
         status: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except CompileCacheError as exc:
         print(f"compilecache: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit does not fail (and print) again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (captured): nothing to flush
+        pass
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from compilecache import entry
-from compilecache.bundle import EntryFilter, Progress, Report, _read_quietly, admit
+from compilecache.bundle import EntryFilter, Progress, Report, admit, peek_entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.frameworks.torch import (
@@ -392,9 +392,9 @@ def _torch_entry(
     store: Store, key: str, layer: str, secret: bytes | None
 ) -> tuple[tuple[str, bytes] | None, str]:
     """(torch's key, its pickle) of a stored FX or AOT entry, or None and why not."""
-    data = _read_quietly(store, key)
-    if data is None:
-        return None, "removed while exporting"
+    data = peek_entry(store, key)  # never counts a hit, never removes a damaged entry
+    if isinstance(data, str):
+        return None, data
     try:
         found = entry.decode(data, secret=secret, expect_key=key)
     except CorruptEntry as exc:
