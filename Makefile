@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 EXTRAS := jax,torch,test,dev,redis,s3
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean compat compat-torch compat-jax-old compat-jax-new
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +38,52 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_torch.py
 	$(PY) benchmarks/bench_singleflight.py
 
+# compat: the framework versions users run, each in its own venv (several GB: not part of
+# `make test` or CI). The newest torch on the index is a CUDA build; it runs here on the CPU.
+# A machine-wide pip constraint must not choose the version under test (PIP_CONSTRAINT).
+# README.md, "Supported versions", records what passed.
+COMPAT_TORCH ?= torch
+COMPAT_JAX_OLD ?= jax==0.4.30
+COMPAT_JAX_NEW ?= jax
+COMPAT_TORCH_VENV ?= .venv-compat-torch
+COMPAT_TORCH_TESTS ?= tests/test_host.py tests/test_torch_bundle.py tests/test_torch.py
+COMPAT_JAX_TESTS ?= tests/test_host.py tests/test_jax_versions.py tests/test_jax_adapter.py \
+	tests/test_jax.py tests/test_explain.py tests/test_bundle.py
+COMPAT_PYTEST ?= -n 0 -p no:cacheprovider --durations=10
+# The JAX venvs hold no torch: this test's torch entry is then refused for that reason instead.
+COMPAT_JAX_SKIP := --deselect \
+	tests/test_bundle.py::test_unusable_entries_are_skipped_with_reasons_and_never_replace_good_ones
+
+compat: compat-torch compat-jax-old compat-jax-new
+
+# $(call compat_venv,DIR,SPECS): a venv with SPECS installed first, then compilecache with the
+# test tools (no framework extra, so pip keeps SPECS as they are); prints what it holds.
+define compat_venv
+	test -f $(1)/.installed-stamp || ( \
+	  $(PYTHON) -m venv $(1) && \
+	  $(1)/bin/python -m pip install --quiet --upgrade pip && \
+	  PIP_CONSTRAINT=/dev/null $(1)/bin/python -m pip install --quiet $(2) && \
+	  $(1)/bin/python -m pip install --quiet -e '.[test,redis]' && \
+	  touch $(1)/.installed-stamp )
+	$(1)/bin/python -c "import importlib.metadata as m, importlib.util as u, sys; \
+	  print('compat: python', sys.version.split()[0], *(f'{d}=={m.version(d)}' \
+	  for d in ('torch', 'jax', 'jaxlib') if u.find_spec(d)))"
+endef
+
+compat-torch:
+	$(call compat_venv,$(COMPAT_TORCH_VENV),'$(COMPAT_TORCH)' numpy)
+	$(COMPAT_TORCH_VENV)/bin/pytest $(COMPAT_PYTEST) $(COMPAT_TORCH_TESTS)
+
+# 0.4.30 builds seven key components, not eight (test_jax_versions checks which per version).
+compat-jax-old:
+	$(call compat_venv,.venv-compat-jax-old,'$(COMPAT_JAX_OLD)')
+	.venv-compat-jax-old/bin/pytest $(COMPAT_PYTEST) $(COMPAT_JAX_TESTS) $(COMPAT_JAX_SKIP) \
+	  --deselect tests/test_jax.py::test_entries_record_float_compile_time_and_key_components
+
+compat-jax-new:
+	$(call compat_venv,.venv-compat-jax-new,'$(COMPAT_JAX_NEW)')
+	.venv-compat-jax-new/bin/pytest $(COMPAT_PYTEST) $(COMPAT_JAX_TESTS) $(COMPAT_JAX_SKIP)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-compat-* \
+	  .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -68,6 +68,19 @@ def store_key(digest: str) -> str:
     return f"torch/kernel/{digest}"
 
 
+# What -march=native resolves from on this CPU (host.native_cpu), kept here per process so that a
+# test can stand in for another CPU.
+_cpu_cached: tuple[str, str] | None = None
+
+
+def cpu_identity() -> tuple[str, str]:
+    """(digest, readable) of this CPU for ``-march=native`` kernels."""
+    global _cpu_cached
+    if _cpu_cached is None:
+        _cpu_cached = native_cpu()
+    return _cpu_cached
+
+
 def _file_digest(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -134,7 +147,7 @@ def kernel_key(
         sources.update(_file_digest(path).encode())
     native = "native" in normalized  # -march=native / -mcpu=native
     if native:
-        cpu_digest, cpu_readable = native_cpu()
+        cpu_digest, cpu_readable = cpu_identity()
     else:
         cpu_digest, cpu_readable = _hash(f"machine={platform.machine()}"), platform.machine()
     libc = " ".join(platform.libc_ver())
