@@ -80,7 +80,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return status, captured.out, captured.err
 
 
-def _python(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def _python(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "compilecache", *args],
         capture_output=True,
@@ -88,7 +88,6 @@ def _python(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
         env=clean_env(),
         timeout=120,
         check=False,
-        **kwargs,  # type: ignore[arg-type]
     )
 
 
