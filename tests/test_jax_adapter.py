@@ -250,3 +250,23 @@ def test_key_components_that_fail_never_lose_the_write(adapter: Any) -> None:
     adapter.put(KEY, _jax_value(1))
     header = _stored(adapter)
     assert header.components == {}
+
+
+@pytest.mark.skipif(not _has_check_contents(), reason="this JAX has no check_contents")
+def test_check_contents_in_the_adapter(adapter: Any) -> None:
+    """A key is served only once a fresh compile matched it; a mismatch keeps it unverified."""
+    from jax._src.compilation_cache import CacheVerificationError
+
+    assert adapter.get(KEY) is None
+    adapter.put(KEY, _jax_value(1, b"executable A"))  # stored the ordinary way
+    adapter.configure(True)
+    writes = adapter.cache.stats.snapshot()["writes"]
+
+    assert adapter.get(KEY) is None  # compiled afresh, even though the store holds it
+    with pytest.raises(CacheVerificationError):
+        adapter.put(KEY, _jax_value(1, b"executable B"))
+    assert adapter.get(KEY) is None  # still not trusted
+    adapter.put(KEY, _jax_value(2, b"executable A"))  # the same executable, another time
+    assert adapter.get(KEY) == _jax_value(1, b"executable A")  # now a hit
+    stats = adapter.cache.stats.snapshot()
+    assert stats["writes"] == writes and stats["hits"] == 1 and stats["misses"] == 3

@@ -175,11 +175,13 @@ class JaxCacheAdapter:
         with self._lock:
             slot = self._pending.pop(key, _Pending())
         if slot.verify:
+            verdict = self._verify(key, value)
+            if isinstance(verdict, Exception):
+                return verdict  # the key stays unverified: its next lookup compiles again
             with self._lock:
                 self._verified.add(key)
-            verdict = self._verify(key, value)
             if verdict is not None:
-                return verdict if isinstance(verdict, Exception) else None
+                return None
         now = _clock()
         if slot.miss_time is not None and now is not None:
             compile_time = _seconds(now - slot.miss_time)
@@ -225,7 +227,14 @@ class JaxCacheAdapter:
         except ForeignEntry:
             return False
         compilation_cache = _private("jax._src.compilation_cache")
-        if _executable(compilation_cache, stored.payload) == _executable(compilation_cache, value):
+        try:
+            same = _executable(compilation_cache, stored.payload) == _executable(
+                compilation_cache, value
+            )
+        except Exception as exc:  # a payload that does not decompress: replaced, as corrupt
+            log.debug("compilecache: stored executable of %s not compared: %s", key, exc)
+            return None
+        if same:
             return True
         return compilation_cache.CacheVerificationError(  # type: ignore[no-any-return]
             f"Persistent compilation cache inconsistency for key {key}. Executable found in "
@@ -283,7 +292,7 @@ def _stored_compile_time(value: bytes) -> float:
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(value)
         return float(int.from_bytes(reader.read(4), "big"))
-    except zstandard.ZstdError:
+    except Exception:  # not zstd (zlib, or damage): the write goes on without a time
         return 0.0
 
 
