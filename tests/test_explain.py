@@ -170,6 +170,7 @@ def test_explain_a_stored_key_without_a_recorded_miss(
 def test_explain_without_history_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    LocalStore(tmp_path / "empty").close()  # reading commands never create a store (issue 11)
     assert main(["explain", "--url", str(tmp_path / "empty")]) == 0
     assert "no misses recorded" in capsys.readouterr().out
     assert main(["explain", "--url", "memory://no-history"]) == 0

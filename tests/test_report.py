@@ -119,6 +119,7 @@ def test_report_is_self_contained(
 
 def test_report_on_an_empty_store(tmp_path: Path) -> None:
     out = tmp_path / "empty.html"
+    LocalStore(tmp_path / "empty").close()  # reading commands never create a store (issue 11)
     assert main(["report", "--html", str(out), "--url", str(tmp_path / "empty")]) == 0
     page = out.read_text()
     assert "No data yet." in page and "No misses recorded yet." in page

@@ -31,15 +31,21 @@ def _config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def _open(cfg: Config, url: str | None = None) -> Store:
-    """Open ``url`` (default: the configured store) with the configured size and options."""
+def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Store:
+    """Open ``url`` (default: the configured store) with the configured size and options.
+    ``create=False`` for commands that only look at a store: a directory that does not exist is
+    an error naming it, not a new, empty store."""
     return registry.open_store(
-        url or cfg.url, cfg.max_size, read_only=cfg.read_only, tier_writes=cfg.tier_writes
+        url or cfg.url,
+        cfg.max_size,
+        read_only=cfg.read_only,
+        tier_writes=cfg.tier_writes,
+        create=create,
     )
 
 
-def _store(args: argparse.Namespace) -> Store:
-    return _open(_config(args))
+def _store(args: argparse.Namespace, *, create: bool = True) -> Store:
+    return _open(_config(args), create=create)
 
 
 def _print_json(data: Any) -> None:
@@ -50,7 +56,7 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = _store(args, create=False)
     if args.zero:
         store.zero_stats()  # nothing, where the store keeps no counters
         print("compilecache: statistics zeroed")
@@ -110,7 +116,7 @@ def _number(value: float) -> str:
 def cmd_explain(args: argparse.Namespace) -> int:
     from compilecache import explain, history
 
-    store = _store(args)
+    store = _store(args, create=False)
     records = history.read(store, history.MISS)
     if args.key:
         wanted = args.key
@@ -180,7 +186,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from compilecache import atomicfile, report
 
     atomicfile.target_of(args.html)  # a missing directory is an error before the store is read
-    page = report.build_html(_store(args))
+    page = report.build_html(_store(args, create=False))
     # Whole or not at all: a full disk never leaves a partial page or spoils an existing one.
     atomicfile.write_text(args.html, page)
     print(f"compilecache: report written to {args.html}")
@@ -204,7 +210,7 @@ def _info_json(info: EntryInfo) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    infos = list(_store(args).scan())
+    infos = list(_store(args, create=False).scan())
     if args.framework:
         infos = [i for i in infos if i.framework == args.framework]
     sort_key = {
@@ -290,7 +296,7 @@ def _describe(store: Store, key: str, secret: bytes | None) -> dict[str, Any]:
 def cmd_show(args: argparse.Namespace) -> int:
     """One entry; or, when the name or prefix matches several (a function compiled at several
     shapes), every one of them (``--json``: a list)."""
-    store = _store(args)
+    store = _store(args, create=False)
     keys = _matching_keys(store, args.key)
     if not keys:
         print(f"compilecache: no entry matches {args.key!r}", file=sys.stderr)
@@ -322,7 +328,7 @@ def _print_tree(data: dict[str, Any], indent: int = 0) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = _store(args, create=False)
     max_size = parse_size(args.max_size, "--max-size") if args.max_size else None
     older = parse_duration(args.older_than, "--older-than") if args.older_than else None
     if max_size is None and older is None:
@@ -352,7 +358,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = _store(args, create=False)
     infos = list(store.scan())
     if not args.yes:
         if not sys.stdin.isatty():
@@ -377,7 +383,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     each damaged one. Only ``--fix`` removes, and only damaged entries: an entry signed with
     another key is intact and valid for the hosts that hold that key (removing it is how one
     misconfigured host would empty a fleet's cache), so it is reported and always kept."""
-    store = _store(args)
+    store = _store(args, create=False)
     secret = _config(args).secret
     checked = 0
     damaged: list[tuple[EntryInfo, str]] = []
@@ -467,7 +473,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from compilecache import torch_artifacts
 
         report = torch_artifacts.export_blob(
-            _store(args), args.file, select=_entry_filter(args), secret=secret
+            _store(args, create=False), args.file, select=_entry_filter(args), secret=secret
         )
         _print_transfer(report, args, f"wrote {args.file}:")
         if not args.json:
@@ -478,7 +484,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             )
         return 0
     report = bundle.export_bundle(
-        _store(args), args.file, select=_entry_filter(args), secret=secret
+        _store(args, create=False), args.file, select=_entry_filter(args), secret=secret
     )
     _print_transfer(report, args, f"wrote {args.file}:")
     return 0
@@ -509,7 +515,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     # The local level: the first of several (fastest first).
     target = store.levels[0] if isinstance(store, Tiered) else store
     report = bundle.warm(
-        _open(_config(args), args.source),
+        _open(_config(args), args.source, create=False),
         target,
         select=_entry_filter(args),
         secret=_config(args).secret,
