@@ -329,3 +329,19 @@ def test_the_configuration_is_loaded_once_per_command(
         main([*command, "--url", target])
         capsys.readouterr()
         assert calls == [target], (command, calls)
+
+
+def test_torch_blob_export_keeps_an_existing_file_and_names_a_missing_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    _fill(root, GOOD)  # no torch entries: a torch blob of this store holds nothing
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"a blob saved earlier")
+    status, _, err = _cli(capsys, "export", str(blob), "--format", "torch", "--url", str(root))
+    assert status == 2 and "left as it was" in err, err
+    assert blob.read_bytes() == b"a blob saved earlier"
+    missing = tmp_path / "no" / "dir" / "blob.bin"
+    proc = _python("export", str(missing), "--format", "torch", "--url", str(root))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and str(missing) in proc.stderr

@@ -36,13 +36,12 @@ import contextlib
 import os
 import pickletools
 import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from compilecache import entry
+from compilecache import atomicfile, entry
 from compilecache.bundle import EntryFilter, Progress, Report, admit, peek_entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
@@ -57,7 +56,6 @@ from compilecache.frameworks.torch import (
 from compilecache.host import HostCheck, torch_versions
 from compilecache.host import framework_module as _torch_module
 from compilecache.stores.base import Store
-from compilecache.stores.frame import write_atomic
 
 Format = Literal["bundle", "torch"]
 
@@ -359,9 +357,9 @@ def export_blob(
     select = select or EntryFilter()
     if select.framework not in (None, "torch"):
         raise ConfigError("a torch blob holds torch entries only: leave out --framework")
-    target = Path(path)
+    target = atomicfile.target_of(path)  # a missing directory fails before the store is read
     infos = [i for i in store.scan() if i.framework == "torch" and select.matches(i)]
-    report = Report("export", store.url, str(target), total=len(infos))
+    report = Report("export", store.url, str(Path(path)), total=len(infos))
     groups: dict[str, list[tuple[str, bytes]]] = {kind: [] for kind in LAYER_OF}
     progress = Progress(len(infos), "reading")
     try:
@@ -383,8 +381,14 @@ def export_blob(
             report.bytes += len(payload)
     finally:
         progress.close()
+    if not report.transferred and target.exists():
+        raise atomicfile.OutputError(
+            f"nothing to export ({report.total} torch entries matched, {len(report.skipped)} "
+            f"skipped): {os.fspath(path)} was left as it was"
+        )
     blob = write_blob((kind, items) for kind, items in groups.items() if items)
-    _write_blob_file(target, blob)
+    # Whole or not at all: a full disk is one line and never spoils an existing file.
+    atomicfile.write_bytes(path, blob)
     return report
 
 
@@ -409,9 +413,3 @@ def _torch_entry(
     if not remote_key or store_key(layer, remote_key) != key or torch_key == remote_key:
         return None, "no torch key recorded with the entry"
     return (torch_key, found.payload), ""
-
-
-def _write_blob_file(target: Path, data: bytes) -> None:
-    """Write the blob next to ``target``, then rename it over: never a partial blob."""
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-    write_atomic(tmp, target, (data,))
