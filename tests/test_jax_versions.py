@@ -239,8 +239,13 @@ def test_a_miss_records_verified_components_and_is_explained(tmp_path: Path) -> 
     assert len(mine) == 1
     header = mine[0]
     assert header.extra["components_verified"] is True, header.extra
-    expected = SEVEN if _jax_version() < (0, 4, 31) else EIGHT
-    assert set(header.components) == set(expected)
+    version = _jax_version()
+    if version <= (0, 4, 30):
+        assert set(header.components) == set(SEVEN)
+    elif version >= (0, 10):
+        assert set(header.components) == set(EIGHT)
+    else:  # releases in between were not run: one of the two
+        assert set(header.components) in (set(SEVEN), set(EIGHT))
     assert header.extra["readable"]["backend version"].startswith("cpu")
 
     _run(script, store, BODY="2")

@@ -316,29 +316,23 @@ def _executable(compilation_cache: Any, value: bytes) -> bytes:
     return bytes(executable)
 
 
-# The steps of ``cache_key.get``, in order, as JAX releases have had them. The newest first:
-# 0.4.31 and later hash the backend's platform version as a step of its own; 0.4.30 hashes it only
-# inside accelerator_config, when the topology cannot be serialized.
+# The steps of ``cache_key.get``, in order, as JAX releases have had them. The newest first: 0.10
+# hashes the backend's platform version as a step of its own; 0.4.30 hashes it only inside
+# accelerator_config, when the topology cannot be serialized. Releases between those two were not
+# run here: whichever layout reproduces the key is kept.
+_STEPS_NEWEST = (
+    "computation",
+    "jax_lib version",
+    "backend version",
+    "XLA flags",
+    "compile_options",
+    "accelerator_config",
+    "compression",
+    "custom_hook",
+)
 _LAYOUTS: tuple[tuple[str, ...], ...] = (
-    (
-        "computation",
-        "jax_lib version",
-        "backend version",
-        "XLA flags",
-        "compile_options",
-        "accelerator_config",
-        "compression",
-        "custom_hook",
-    ),
-    (
-        "computation",
-        "jax_lib version",
-        "XLA flags",
-        "compile_options",
-        "accelerator_config",
-        "compression",
-        "custom_hook",
-    ),
+    _STEPS_NEWEST,
+    tuple(step for step in _STEPS_NEWEST if step != "backend version"),  # 0.4.30
 )
 
 
