@@ -83,3 +83,57 @@ def test_tier_writes_local_writes_only_the_first_level(monkeypatch: pytest.Monke
     store.put("k", b"v")
     assert MemoryStore(fast).get("k") == b"v"
     assert MemoryStore(slow).get("k") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("rel/cache", "/work/dir/rel/cache"),
+        ("./cache", "/work/dir/cache"),
+        ("../up/cache?max_size=1GB", "/work/up/cache?max_size=1GB"),
+        ("file:rel/cache", "file:///work/dir/rel/cache"),
+        ("file://./cache?shared=1", "file:///work/dir/cache?shared=1"),
+        ("./a?max_size=1GB,redis://h:6379/0", "/work/dir/a?max_size=1GB,redis://h:6379/0"),
+        ("memory://x,rel", "memory://x,/work/dir/rel"),
+        # written as they are: absolute paths, remote and in-memory stores
+        ("/abs/cache/", "/abs/cache/"),
+        ("file:///abs/cache", "file:///abs/cache"),
+        ("redis://localhost:6379/0?prefix=a", "redis://localhost:6379/0?prefix=a"),
+        ("s3://bucket/prefix", "s3://bucket/prefix"),
+        ("memory://x", "memory://x"),
+    ],
+)
+def test_relative_store_paths_are_made_absolute(url: str, expected: str) -> None:
+    assert config.absolute_url(url, cwd="/work/dir") == expected
+
+
+def test_relative_url_resolved_once_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    cfg = config.load({"COMPILECACHE_URL": "./cache?max_size=1GB"})
+    assert cfg.url == f"{tmp_path / 'cache'}?max_size=1GB"
+    assert config.load(url="~/cache").url == str(home / "cache")
+    # The Config keeps naming the same store after the program moves elsewhere.
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert cfg.url == f"{tmp_path / 'cache'}?max_size=1GB"
+    assert config.load(url="cache").url == str(tmp_path / "sub" / "cache")
+
+
+def test_store_opened_from_a_relative_url_survives_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    store = compilecache.open_store("rel/cache")
+    try:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        store.put("k", b"value")
+        assert store.get("k") == b"value"
+    finally:
+        store.close()
+    assert (tmp_path / "rel" / "cache").is_dir()
+    assert not any((tmp_path / "elsewhere").iterdir())

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from compilecache.errors import ConfigError
 
@@ -78,6 +79,60 @@ def default_url(env: Mapping[str, str]) -> str:
     return str(base / "compilecache")
 
 
+# Schemes whose URL names a directory on this machine (the registry's local and shared-directory
+# backends); their relative paths are made absolute by :func:`absolute_url`.
+_DIRECTORY_SCHEMES = ("file", "file+shared")
+
+
+def absolute_url(url: str, cwd: str | None = None) -> str:
+    """``url`` with each relative local directory (``rel/cache``, ``./cache``, ``~/cache``,
+    ``file:rel/cache``, ``file://./cache``; alone or as a level of a comma list) made absolute
+    against ``cwd`` (default: the current directory), ``?options`` kept.
+
+    Resolved once, when the cache is enabled: a store opened on a relative path would follow
+    the program's later ``os.chdir`` and fail (or split) its writes. Remote levels and absolute
+    paths are returned as written; a current directory that no longer exists leaves the URL as
+    it is (the store then reports what fails).
+    """
+    try:
+        base = cwd if cwd is not None else os.getcwd()
+    except OSError:
+        return url
+    return ",".join(_absolute_level(level, base) for level in url.split(","))
+
+
+def _absolute_level(level: str, cwd: str) -> str:
+    text = level.strip()
+    if not text:
+        return level
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # not a URL this module can read: the registry reports it
+        return level
+    scheme = parts.scheme.lower()
+    if len(scheme) <= 1:  # a bare path (or a Windows drive letter), as the registry reads it
+        path, sep, query = text.partition("?")
+        resolved = _absolute_path(path, cwd) if path else path
+        return level if resolved == path else resolved + sep + query
+    if scheme not in _DIRECTORY_SCHEMES:
+        return level
+    # The same reading as stores.frame.directory_and_size: ``file://rel/x`` names ``rel/x``.
+    path = parts.path if scheme == "file" and not parts.netloc else parts.netloc + parts.path
+    resolved = _absolute_path(path, cwd) if path else path
+    if resolved == path:
+        return level
+    query = f"?{parts.query}" if parts.query else ""
+    fragment = f"#{parts.fragment}" if parts.fragment else ""
+    return f"{parts.scheme}://{resolved}{query}{fragment}"
+
+
+def _absolute_path(path: str, cwd: str) -> str:
+    expanded = os.path.expanduser(path)
+    if os.path.isabs(expanded):
+        return expanded
+    return os.path.normpath(os.path.join(cwd, expanded))
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     value = env.get(name, "").strip().lower()
     if not value:
@@ -93,6 +148,7 @@ def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
 class Config:
     """Resolved settings of one compilecache session."""
 
+    # Local directories in it are absolute (resolved at load, see absolute_url).
     url: str
     max_size: int = DEFAULT_MAX_SIZE
     disabled: bool = False
@@ -134,7 +190,7 @@ def load(
     """Resolve the configuration: explicit arguments > environment > defaults."""
     env = os.environ if env is None else env
 
-    resolved_url = url or env.get("COMPILECACHE_URL", "").strip() or default_url(env)
+    resolved_url = absolute_url(url or env.get("COMPILECACHE_URL", "").strip() or default_url(env))
 
     size_value: int | str = (
         max_size if max_size is not None else env.get("COMPILECACHE_MAX_SIZE", "")
