@@ -16,7 +16,12 @@ empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TMPDIR`` unless the scenario says otherw
 - ``compilecache (local store)`` / ``compilecache (Redis store)``: ``compilecache run``'s
   bootstrap with ``COMPILECACHE_URL`` = a local directory, or the same entries copied into Redis;
 - ``compilecache, PCH on``: the same with Inductor's precompiled headers left on (the decision
-  compilecache makes for you is to turn them off; this measures the alternative).
+  compilecache makes for you is to turn them off; this measures the alternative);
+- ``compilecache same machine``: compilecache's first run's own directories again (a second run
+  on the same machine: torch's local caches serve the graphs, compilecache counts them as hits of
+  its ``torch-local`` level); ``compilecache same machine, torch local off``: the alternative of
+  issue 11 item 13 (torch's local FX/AOT caches off, so the store serves every graph), with its
+  own first run and store (its AOTAutograd keys differ).
 
 Reported: ``first_step_s`` (``torch.compile`` to the end of ``backward``, imports excluded),
 ``first_step_cpu_s`` (CPU of the process and its C++ compiler children meanwhile) and ``wall_s``
@@ -25,6 +30,7 @@ produce the same output and gradients (SHA-256 digest).
 
     python benchmarks/bench_torch.py              # mlp and block, 3 warm runs per scenario
     python benchmarks/bench_torch.py --quick      # mlp only, 1 warm run per scenario
+    python benchmarks/bench_torch.py --warm-start # issue 12's rows only (bench_torch-warm-start)
 """
 
 from __future__ import annotations
@@ -49,15 +55,21 @@ SRC = common.REPO_ROOT / "src"
 MODELS = {"mlp": "MLP 256-1024-256", "block": "transformer block d=128 h=4"}
 TARGET_OVER_WARM_LOCAL = 1.5  # compilecache hit <= 1.5 x torch's warm local disk
 TARGET_SPEEDUP_OVER_TORCH_REMOTE = 5.0  # and >= 5x faster than torch's remote and mega-cache
+# Issue 12: warm starts through compilecache, on a new machine and on the same one, take at most
+# half of torch's own warm local start (the probe answers come from the store).
+TARGET_WARM_OVER_TORCH_WARM_LOCAL = 0.5
 METRICS = ("first_step_s", "first_step_cpu_s", "wall_s")
 
 # compilecache is enabled by the bootstrap (sitecustomize) before this runs; "pch-on" keeps
 # Inductor's precompiled headers on, to measure the alternative to compilecache's choice.
 CHILD = r"""
 import runpy, sys
+from compilecache.frameworks import torch as integration
 if sys.argv[1] == "pch-on":
-    from compilecache.frameworks import torch as integration
     integration.INDUCTOR_FLAGS["cpp_cache_precompile_headers"] = True
+if sys.argv[1] == "torch-local-off":
+    integration.INDUCTOR_FLAGS["fx_graph_cache"] = False
+    integration.FUNCTORCH_FLAGS["enable_autograd_cache"] = False
 sys.argv = ["torch_step", *sys.argv[2:]]
 runpy.run_module("compilecache.workloads.torch_step", run_name="__main__")
 """
@@ -67,6 +79,7 @@ POPULATE = {
     "torch_remote_populate": "torch remote (Redis), first run",
     "cc_populate": "compilecache, first run (PCH off)",
     "cc_pch_populate": "compilecache, first run (PCH on)",
+    "cc_tl_populate": "compilecache, first run (torch local off)",
 }
 # In rotation order: compilecache's hit runs next to torch's warm local run, so that the two
 # compared by the main target see the same machine load (see the paired ratios).
@@ -77,7 +90,15 @@ WARM = {
     "torch_remote": "torch remote (Redis) hit, empty dirs",
     "torch_mega": "torch mega-cache loaded, empty dirs",
     "cc_pch": "compilecache hit, PCH on, empty dirs",
+    "cc_same": "compilecache same machine (its dirs again)",
+    "cc_same_tl": "compilecache same machine, torch local off",
 }
+
+
+# ``--warm-start``: the rows of issue 12 and issue 11 item 13 only (torch's warm local start
+# against compilecache's, on a new machine and on the same one), in their own results file.
+WARM_START_POPULATE = ("cold", "cc_populate", "cc_tl_populate")
+WARM_START_WARM = ("torch_warm_local", "cc_local", "cc_same", "cc_same_tl")
 
 
 def fresh_dirs(root: Path) -> dict[str, str]:
@@ -99,6 +120,9 @@ class Bench:
         self.mega = self.root / "mega.bin"
         self.cc_store = str(self.root / "cc-store")
         self.cc_pch_store = str(self.root / "cc-store-pch")
+        self.cc_tl_store = str(self.root / "cc-store-torch-local")
+        self.cc_dirs = fresh_dirs(self.root)  # compilecache's first run, then cc_same
+        self.cc_tl_dirs = fresh_dirs(self.root)
         self.cc_redis = f"{redis_url}/cc-{self.model}-{uuid.uuid4().hex[:8]}"
         self.runs: list[dict[str, Any]] = []
 
@@ -107,12 +131,12 @@ class Bench:
         args = [sys.executable, "-m", "compilecache.workloads.torch_step", "--model", self.model]
         return common.run_json([*args, "--salt", self.salt, *extra], child_env, timeout=1800), {}
 
-    def _cc(self, dirs: dict[str, str], url: str, pch: bool) -> Any:
+    def _cc(self, dirs: dict[str, str], url: str, pch: bool, mode: str = "") -> Any:
         with tempfile.TemporaryDirectory(prefix="bench-torch-spool-") as spool:
             env = runner.child_environment(
                 common.clean_env(**dirs, PYTHONPATH=str(SRC)), spool, {"COMPILECACHE_URL": url}
             )
-            args = [sys.executable, "-c", CHILD, "pch-on" if pch else "pch-off"]
+            args = [sys.executable, "-c", CHILD, mode or ("pch-on" if pch else "pch-off")]
             args += ["--model", self.model, "--salt", self.salt]
             proc = common.run_json(args, env, timeout=1800)
             return proc, runner.read_spool(Path(spool))
@@ -132,7 +156,11 @@ class Bench:
             proc, counters = self._plain(fresh_dirs(self.root), [], redis_env)
         elif scenario == "torch_mega":
             proc, counters = self._plain(fresh_dirs(self.root), ["--load-mega", str(self.mega)], {})
-        elif scenario in ("cc_populate", "cc_local"):
+        elif scenario in ("cc_populate", "cc_same"):
+            proc, counters = self._cc(self.cc_dirs, self.cc_store, pch=False)
+        elif scenario in ("cc_tl_populate", "cc_same_tl"):
+            proc, counters = self._cc(self.cc_tl_dirs, self.cc_tl_store, False, "torch-local-off")
+        elif scenario == "cc_local":
             proc, counters = self._cc(fresh_dirs(self.root), self.cc_store, pch=False)
         elif scenario == "cc_redis":
             proc, counters = self._cc(fresh_dirs(self.root), self.cc_redis, pch=False)
@@ -156,6 +184,9 @@ class Bench:
             + (
                 f"  kernels {int(cc.get('torch.kernel.hits', 0))} hit "
                 f"{int(cc.get('torch.kernel.misses', 0))} miss"
+                f"  probes {int(cc.get('torch.isa_probe_hits', 0))} hit "
+                f"{int(cc.get('torch.isa_probe_misses', 0))} miss"
+                f"  cc hits {int(cc.get('hits', 0))}"
                 if cc
                 else ""
             )
@@ -195,6 +226,9 @@ def summarize(bench: Bench) -> dict[str, Any]:
             "kernel_hits": [int(r["compilecache"].get("torch.kernel.hits", 0)) for r in mine],
             "kernel_misses": [int(r["compilecache"].get("torch.kernel.misses", 0)) for r in mine],
             "cc_errors": [int(r["compilecache"].get("errors", 0)) for r in mine],
+            "cc_hits": [int(r["compilecache"].get("hits", 0)) for r in mine],
+            "probe_hits": [int(r["compilecache"].get("torch.isa_probe_hits", 0)) for r in mine],
+            "probe_misses": [int(r["compilecache"].get("torch.isa_probe_misses", 0)) for r in mine],
         }
     return summary
 
@@ -206,10 +240,18 @@ def paired(runs: list[dict[str, Any]], numerator: str, denominator: str, metric:
     return common.median([common.ratio(a, b) for a, b in zip(top, bottom, strict=False)])
 
 
+class _Medians(dict[str, Any]):
+    """``summary`` where a scenario that did not run reads as NaN (``--warm-start``)."""
+
+    def __missing__(self, scenario: str) -> dict[str, float]:
+        return {m: float("nan") for m in METRICS}
+
+
 def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Ratios of medians on wall time (the targets) and on CPU time (a cross-check that a shared
     machine's load disturbs less), and the same ratios paired by rotation round."""
     out: dict[str, Any] = {"paired": {}}
+    summary = _Medians(summary)
     for metric in ("first_step_s", "first_step_cpu_s"):
         hit = summary["cc_local"][metric]
         ratios = {
@@ -226,30 +268,51 @@ def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, A
             "cc_populate_over_cold": common.ratio(
                 summary["cc_populate"][metric], summary["cold"][metric]
             ),
+            "cc_same_over_torch_warm_local": common.ratio(
+                summary["cc_same"][metric], summary["torch_warm_local"][metric]
+            ),
+            "cc_same_over_cc_same_torch_local": common.ratio(
+                summary["cc_same"][metric], summary["cc_same_tl"][metric]
+            ),
         }
         out[metric] = ratios
         out["paired"][metric] = {
             "cc_local_over_torch_warm_local": paired(runs, "cc_local", "torch_warm_local", metric),
             "torch_remote_over_cc_local": paired(runs, "torch_remote", "cc_local", metric),
             "torch_mega_over_cc_local": paired(runs, "torch_mega", "cc_local", metric),
+            "cc_same_over_torch_warm_local": paired(runs, "cc_same", "torch_warm_local", metric),
+            "cc_same_over_cc_same_torch_local": paired(runs, "cc_same", "cc_same_tl", metric),
         }
     wall = out["first_step_s"]
     out["met"] = {
         "hit_vs_warm_local": wall["cc_local_over_torch_warm_local"] <= TARGET_OVER_WARM_LOCAL,
         "vs_torch_remote": wall["torch_remote_over_cc_local"] >= TARGET_SPEEDUP_OVER_TORCH_REMOTE,
         "vs_torch_mega": wall["torch_mega_over_cc_local"] >= TARGET_SPEEDUP_OVER_TORCH_REMOTE,
+        "new_machine_half_of_warm_local": wall["cc_local_over_torch_warm_local"]
+        <= TARGET_WARM_OVER_TORCH_WARM_LOCAL,
+        "same_machine_half_of_warm_local": wall["cc_same_over_torch_warm_local"]
+        <= TARGET_WARM_OVER_TORCH_WARM_LOCAL,
     }
     return out
 
 
-def measure(model: str, root: Path, redis_url: str, redis_port: int, warm_runs: int) -> Any:
+def measure(
+    model: str,
+    root: Path,
+    redis_url: str,
+    redis_port: int,
+    warm_runs: int,
+    warm_start_only: bool = False,
+) -> Any:
     bench = Bench(model, root, redis_url, redis_port)
     common.progress(f"{model}: populate runs (cold compiles)")
-    for scenario in POPULATE:
+    for scenario in WARM_START_POPULATE if warm_start_only else POPULATE:
         bench.run(scenario)
-    copied = bench.copy_store_to_redis()
+    copied = 0 if warm_start_only else bench.copy_store_to_redis()
     common.progress(f"{model}: {copied} compilecache entries copied to Redis; warm runs")
-    for _, scenario in common.rotations(list(WARM), warm_runs):
+    for _, scenario in common.rotations(
+        list(WARM_START_WARM if warm_start_only else WARM), warm_runs
+    ):
         bench.run(scenario)
     summary = summarize(bench)
     digests = {r["digest"] for r in bench.runs}
@@ -261,6 +324,15 @@ def measure(model: str, root: Path, redis_url: str, redis_port: int, warm_runs: 
         for r in bench.runs
         if r["scenario"] in ("cc_local", "cc_redis", "cc_pch")
     )
+    probes_reused = all(
+        r["compilecache"].get("torch.isa_probe_misses", 0) == 0
+        and r["compilecache"].get("torch.isa_probe_hits", 0) > 0
+        for r in bench.runs
+        if r["scenario"] in ("cc_local", "cc_redis", "cc_same")
+    )
+    same_machine_counted = all(
+        r["compilecache"].get("hits", 0) > 0 for r in bench.runs if r["scenario"] == "cc_same"
+    )
     return {
         "model": model,
         "description": MODELS[model],
@@ -269,6 +341,8 @@ def measure(model: str, root: Path, redis_url: str, redis_port: int, warm_runs: 
         "identical_results": len(digests) == 1,
         "digest": bench.runs[0]["digest"],
         "compilecache_hits_every_layer": cc_hits_every_layer,
+        "probe_answers_reused": probes_reused,
+        "same_machine_hits_counted": same_machine_counted,
         "entries_copied_to_redis": copied,
         "runs": bench.runs,
     }
@@ -306,6 +380,14 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
             kernels = (
                 pairs(v["kernel_hits"], v["kernel_misses"]) if scenario.startswith("cc") else "-"
             )
+            probes = (
+                pairs(v.get("probe_hits", []), v.get("probe_misses", []))
+                if scenario.startswith("cc")
+                else "-"
+            )
+            cc_hits = (
+                ", ".join(map(str, v.get("cc_hits", []))) if scenario.startswith("cc") else "-"
+            )
             rows.append(
                 [
                     label,
@@ -314,6 +396,8 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
                     pairs(v["fx_hits"], v["fx_misses"]),
                     pairs(v["aot_hits"], v["aot_misses"]),
                     kernels,
+                    probes,
+                    cc_hits,
                 ]
             )
         verdict = block["verdicts"]
@@ -323,6 +407,8 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
             label: str, name: str, target: str = "", ok: bool | None = None, v: Any = verdict
         ) -> list[object]:
             outcome = "" if ok is None else ("met" if ok else "MISSED")
+            if v["first_step_s"][name] != v["first_step_s"][name]:  # NaN: not run
+                outcome = "not run" if ok is not None else ""
             pair = v["paired"]["first_step_s"].get(name, float("nan"))
             pair_cpu = v["paired"]["first_step_cpu_s"].get(name, float("nan"))
             return [
@@ -340,7 +426,17 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
             f"## {block['description']}",
             "",
             common.markdown_table(
-                ["scenario", "runs", *METRICS, "FX hits", "AOT hits", "kernel hits"], rows
+                [
+                    "scenario",
+                    "runs",
+                    *METRICS,
+                    "FX hits",
+                    "AOT hits",
+                    "kernel hits",
+                    "ISA probe hits",
+                    "compilecache hits",
+                ],
+                rows,
             ),
             "",
             "Ratios of medians (the targets are on `first_step_s`; CPU seconds are a cross-check "
@@ -376,6 +472,22 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
                         f">= {TARGET_SPEEDUP_OVER_TORCH_REMOTE}",
                         met["vs_torch_mega"],
                     ),
+                    row(
+                        "compilecache hit, new machine / torch warm local disk (issue 12)",
+                        "cc_local_over_torch_warm_local",
+                        f"<= {TARGET_WARM_OVER_TORCH_WARM_LOCAL}",
+                        met.get("new_machine_half_of_warm_local"),
+                    ),
+                    row(
+                        "compilecache same machine / torch warm local disk (issue 12)",
+                        "cc_same_over_torch_warm_local",
+                        f"<= {TARGET_WARM_OVER_TORCH_WARM_LOCAL}",
+                        met.get("same_machine_half_of_warm_local"),
+                    ),
+                    row(
+                        "compilecache same machine: torch local counted / torch local off (item 13)",
+                        "cc_same_over_cc_same_torch_local",
+                    ),
                     row("cold / compilecache hit", "cold_over_cc_local"),
                     row(
                         "compilecache hit, Redis store / torch warm local disk",
@@ -391,7 +503,10 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
             f"Identical output and gradients in all {len(block['runs'])} runs: "
             f"{'yes' if block['identical_results'] else 'NO'}. Every compilecache warm run hit "
             f"every FX, AOT and kernel entry (no C++ compiler run): "
-            f"{'yes' if block['compilecache_hits_every_layer'] else 'NO'}.",
+            f"{'yes' if block['compilecache_hits_every_layer'] else 'NO'}. "
+            f"Every compilecache warm run took every ISA probe verdict from the store: "
+            f"{'yes' if block.get('probe_answers_reused') else 'NO'}. Every same-machine run "
+            f"counted its hits: {'yes' if block.get('same_machine_hits_counted') else 'NO'}.",
         ]
     parts += [
         "",
@@ -409,6 +524,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="mlp only, 1 warm run per scenario")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), help="default: mlp block")
     parser.add_argument("--warm-runs", type=int, help="warm runs per scenario (default 3)")
+    parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="issue 12's rows only (cold, compilecache first runs, warm local, new machine, same "
+        "machine); results/bench_torch-warm-start.*",
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write results/")
     parser.add_argument(
         "--rerender", action="store_true", help="rewrite results/bench_torch.md from the JSON"
@@ -435,7 +556,9 @@ def main(argv: list[str] | None = None) -> int:
         server = RedisServer(root / "redis").start()
         try:
             for model in models:
-                blocks.append(measure(model, root, server.url, server.port, warm_runs))
+                blocks.append(
+                    measure(model, root, server.url, server.port, warm_runs, args.warm_start)
+                )
         finally:
             server.stop()
     command = common.command_line()
@@ -455,12 +578,17 @@ def main(argv: list[str] | None = None) -> int:
             targets={
                 "compilecache_hit_over_torch_warm_local_max": TARGET_OVER_WARM_LOCAL,
                 "torch_remote_and_mega_over_compilecache_hit_min": TARGET_SPEEDUP_OVER_TORCH_REMOTE,
+                "compilecache_warm_over_torch_warm_local_max": TARGET_WARM_OVER_TORCH_WARM_LOCAL,
             },
             targets_met=ok,
             models=blocks,
         )
-        paths = common.write_results(NAME, data, markdown)
-        common.progress(f"wrote {paths[0]} and {paths[1]}")
+        if args.warm_start:
+            paths = common.write_results(f"{NAME}-warm-start", data, markdown)
+            common.progress(f"wrote {paths[0]} and {paths[1]}")
+        else:
+            # A quick run writes bench_torch-quick.*: it never replaces the full results.
+            common.save_results(NAME, args.quick, data, markdown)
     return 0
 
 
