@@ -36,6 +36,7 @@ import importlib.util
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +77,15 @@ print(json.dumps(record, default=str), flush=True)
 def workloads(quick: bool) -> dict[str, tuple[str, list[str], str]]:
     """name -> (module file, arguments, the record's own span field)."""
     return {
-        "jax_step": (
-            "jax_step.py",
-            ["--json", "--layers", "2" if quick else "12"],
-            "first_step_s",
-        ),
         "jax_many": (
             "jax_many.py",
             ["--json", "--count", "30" if quick else "120"],
             "first_calls_s",
+        ),
+        "jax_step": (
+            "jax_step.py",
+            ["--json", "--layers", "2" if quick else "12"],
+            "first_step_s",
         ),
         "torch_mlp": ("torch_step.py", ["--model", "tiny" if quick else "mlp"], "first_step_s"),
     }
@@ -129,7 +130,13 @@ def jax_s3_status() -> str:
     return "not run: etils is installed but this benchmark does not configure it for moto"
 
 
-def measure(quick: bool, rounds: int, delay_s: float, root: Path) -> dict[str, Any]:
+def measure(
+    quick: bool,
+    rounds: int,
+    delay_s: float,
+    root: Path,
+    done: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
     from tests.servers import DelayProxy, MotoServer, RedisServer
 
     redis = RedisServer(root / "redis").start()
@@ -193,8 +200,12 @@ def measure(quick: bool, rounds: int, delay_s: float, root: Path) -> dict[str, A
                 rec["wall_s"] = proc.wall_s
                 samples[name].append(rec)
                 cc = rec.get("compilecache", {})
+                # Process start to enable() done, and what the process spends after the
+                # workload ends (the exit: write-behind drain, manifest record).
+                rec["exit_s"] = proc.wall_s - rec["setup_s"] - rec["total_s"]
                 common.progress(
                     f"  {wname} r{rnd} {name:<24} wall {proc.wall_s:7.2f} s  "
+                    f"setup {rec['setup_s']:5.2f} s  exit {rec['exit_s']:5.2f} s  "
                     f"{span} {rec[span]:7.2f} s  digest {rec['digest'][:8]}  "
                     f"hits {cc.get('hits', '?')} misses {cc.get('misses', '?')}"
                 )
@@ -210,6 +221,8 @@ def measure(quick: bool, rounds: int, delay_s: float, root: Path) -> dict[str, A
                     "span_median_s": common.median(spans),
                     "span_min_s": min(spans),
                     "span_max_s": max(spans),
+                    "setup_median_s": common.median([r["setup_s"] for r in recs]),
+                    "exit_median_s": common.median([r["exit_s"] for r in recs]),
                     "runs": recs,
                 }
             v = summary["variants"]
@@ -228,6 +241,7 @@ def measure(quick: bool, rounds: int, delay_s: float, root: Path) -> dict[str, A
                     )
             summary["ratios"] = ratios
             results[wname] = summary
+            done(results)  # a partial results file after each workload
     finally:
         redis_proxy.close()
         s3_proxy.close()
@@ -248,6 +262,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"JAX's own cache on the same S3 bucket: {data['jax_s3']}.",
         "",
     ]
+    if not data.get("complete", True):
+        lines += ["PARTIAL: the run stopped before every workload was measured.", ""]
     for wname, s in data["workloads"].items():
         v, r = s["variants"], s["ratios"]
         lines += [f"## {wname}", ""]
@@ -258,11 +274,20 @@ def markdown(data: dict[str, Any]) -> str:
                     name,
                     f"{x['wall_median_s']:.2f} s ({x['wall_min_s']:.2f}-{x['wall_max_s']:.2f})",
                     f"{x['span_median_s']:.2f} s ({x['span_min_s']:.2f}-{x['span_max_s']:.2f})",
+                    f"{x['setup_median_s']:.2f} s",
+                    f"{x['exit_median_s']:.2f} s",
                 ]
             )
         lines.append(
             common.markdown_table(
-                ["variant", "wall median (min-max)", f"{s['span']} median (min-max)"], rows
+                [
+                    "variant",
+                    "wall median (min-max)",
+                    f"{s['span']} median (min-max)",
+                    "enable()",
+                    "exit",
+                ],
+                rows,
             )
         )
         lines += [
@@ -313,12 +338,17 @@ def main() -> None:
         rounds=rounds,
         jax_s3=jax_s3_status(),
     )
+    total = len(workloads(args.quick))
+
+    def save(results: dict[str, Any]) -> None:
+        data["workloads"] = results
+        data["complete"] = len(results) == total
+        if not args.no_write:
+            common.save_results(NAME, args.quick, data, markdown(data))
+
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        data["workloads"] = measure(args.quick, rounds, args.delay_ms / 1000.0, Path(tmp))
-    text = markdown(data)
-    print(text)
-    if not args.no_write:
-        common.save_results(NAME, args.quick, data, text)
+        measure(args.quick, rounds, args.delay_ms / 1000.0, Path(tmp), save)
+    print(markdown(data))
 
 
 if __name__ == "__main__":
