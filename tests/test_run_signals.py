@@ -63,6 +63,19 @@ sys.exit(5)
 """
 
 
+# The wrapper as users start it (signals taken with sigtimedwait, which tells who sent each),
+# and as it runs where Python has no sigtimedwait (macOS): Python signal handlers pass them on.
+WRAPPERS = {
+    "sigtimedwait": [sys.executable, "-m", "compilecache"],
+    "handlers": [
+        sys.executable,
+        "-c",
+        "import signal, sys; del signal.sigtimedwait; from compilecache.cli import main; "
+        "sys.exit(main(sys.argv[1:]))",
+    ],
+}
+
+
 class Run:
     """One ``compilecache run -- python -c CHILD`` under test."""
 
@@ -78,8 +91,9 @@ class Run:
                 "TMPDIR": str(self.tmp),
             }
         )
-        command = [sys.executable, "-m", "compilecache", "run", "--"]
-        command += [sys.executable, "-c", CHILD, str(self.out), mode]
+        wrapper = popen.pop("wrapper", WRAPPERS["sigtimedwait"])
+        assert isinstance(wrapper, list)
+        command = [*wrapper, "run", "--", sys.executable, "-c", CHILD, str(self.out), mode]
         popen.setdefault("stdout", subprocess.PIPE)
         popen.setdefault("stderr", subprocess.PIPE)
         self.prefix = popen.pop("prefix", [])
@@ -158,11 +172,12 @@ def leftover_spools(tmp: Path) -> list[str]:
     return [p.name for p in tmp.iterdir() if p.name.startswith("compilecache-run-")]
 
 
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_is_forwarded_and_the_childs_status_returned(
-    tmp_path: Path, runs: list[Run], sig: signal.Signals
+    tmp_path: Path, runs: list[Run], sig: signal.Signals, wrapper: str
 ) -> None:
-    run = Run(tmp_path, "trap")
+    run = Run(tmp_path, "trap", wrapper=WRAPPERS[wrapper])
     runs.append(run)
     child = run.wait_for_child()
     os.kill(run.proc.pid, sig)
@@ -174,8 +189,11 @@ def test_signal_is_forwarded_and_the_childs_status_returned(
     assert leftover_spools(run.tmp) == []
 
 
-def test_child_killed_by_the_signal_gives_128_plus_n(tmp_path: Path, runs: list[Run]) -> None:
-    run = Run(tmp_path, "default")
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+def test_child_killed_by_the_signal_gives_128_plus_n(
+    tmp_path: Path, runs: list[Run], wrapper: str
+) -> None:
+    run = Run(tmp_path, "default", wrapper=WRAPPERS[wrapper])
     runs.append(run)
     child = run.wait_for_child()
     os.kill(run.proc.pid, signal.SIGTERM)
@@ -217,10 +235,29 @@ def test_wrapper_waits_for_a_child_that_ignores_sigterm(tmp_path: Path, runs: li
     assert leftover_spools(run.tmp) == []
 
 
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path: Path, runs: list[Run]) -> None:
+    """``nohup compilecache run -- CMD``: CMD must ignore SIGHUP as it would without the
+    wrapper, so the wrapper may not take SIGHUP over (that would reset it in CMD)."""
+    run = Run(tmp_path, "default", prefix=["nohup"], start_new_session=True)
+    runs.append(run)
+    child = run.wait_for_child()
+    os.killpg(run.proc.pid, signal.SIGHUP)  # the terminal hangs up: the whole group
+    time.sleep(1.0)
+    assert run.proc.poll() is None and not gone(child, timeout=0)
+    os.kill(run.proc.pid, signal.SIGTERM)
+    rc, stderr = run.finish()
+    assert rc == 128 + signal.SIGTERM, stderr
+    assert gone(child)
+    assert leftover_spools(run.tmp) == []
+
+
 PRESSES = 8
 
 
-def test_ctrl_c_on_a_terminal_reaches_the_child_once(tmp_path: Path, runs: list[Run]) -> None:
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+def test_ctrl_c_on_a_terminal_reaches_the_child_once(
+    tmp_path: Path, runs: list[Run], wrapper: str
+) -> None:
     """A terminal sends Ctrl-C to its whole foreground process group, the child included: the
     wrapper must not pass on a second one (a program that saves a checkpoint on SIGINT would be
     interrupted while saving)."""
@@ -235,6 +272,7 @@ def test_ctrl_c_on_a_terminal_reaches_the_child_once(tmp_path: Path, runs: list[
     run = Run(
         tmp_path,
         "terminal",
+        wrapper=WRAPPERS[wrapper],
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -25,9 +25,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from compilecache.config import absolute_url
 from compilecache.stats import Summary, merge
@@ -120,11 +121,25 @@ class Forwarder:
         self.pid: int | None = None
         self.ended = False
         self.held: list[int] = []
-        self._previous: dict[int, signal._HANDLER] = {}
+        # signal -> the handler it had before (what signal.signal returns)
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+
+    @property
+    def signals(self) -> set[int]:
+        """The signals being passed on."""
+        return set(self._previous)
 
     def install(self) -> None:
+        """Handle the forwarded signals, except those this process was started ignoring:
+        ``nohup`` (SIGHUP) or a shell's background job (SIGINT, SIGQUIT) means the child should
+        ignore them too, and it inherits that only if they stay ignored here."""
         for sig in FORWARDED_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
+            try:
+                if signal.getsignal(sig) == signal.SIG_IGN:
+                    continue
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: Python lets only that one set handlers
+                break
 
     def restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -158,23 +173,19 @@ class Forwarder:
 
 def wait(proc: subprocess.Popen[bytes], forwarder: Forwarder) -> int:
     """Wait for ``proc`` while passing signals on; its status (``-N``: ended by signal N)."""
-    if not hasattr(signal, "sigtimedwait"):  # macOS, Windows: Python handlers forward
-        code = proc.wait()
+    if not forwarder.signals or not hasattr(signal, "sigtimedwait"):
+        code = proc.wait()  # macOS, Windows: the Python handlers pass signals on
         forwarder.stopped()
         return code
-    waited = {*FORWARDED_SIGNALS, signal.SIGCHLD}
+    waited = {*forwarder.signals, signal.SIGCHLD}
     # Blocked, the signals queue up for sigtimedwait, which tells who sent each one.
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
         while (status := _reap(proc)) is None:
             info = signal.sigtimedwait(waited, _POLL_S)
-            if info is None or info.si_signo == signal.SIGCHLD:
-                continue
-            # si_code > 0: the kernel sent it (a terminal's Ctrl-C or Ctrl-\, its hang-up) to
-            # the whole foreground process group, the child included; < 0 or 0: kill() or
-            # sigqueue() from a process, to this one.
-            if info.si_code <= 0:
-                forwarder.forward(info.si_signo)
+            if info is None or info.si_signo == signal.SIGCHLD or _sent_to_the_group(info):
+                continue  # a child's end (the loop looks) or a signal the child got as well
+            forwarder.forward(info.si_signo)
         forwarder.stopped()
         while signal.sigtimedwait(waited, 0) is not None:
             pass  # came after the child ended: nobody to pass them to
@@ -199,6 +210,17 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
         if pid == proc.pid:  # ended between poll() and here
             proc.returncode = os.waitstatus_to_exitcode(raw)
             return proc.returncode
+
+
+def _sent_to_the_group(info: signal.struct_siginfo) -> bool:
+    """Whether the kernel sent this signal to the whole foreground process group, so that the
+    child (in the same group) got it too: a terminal's Ctrl-C or Ctrl-\\, or a hang-up that is
+    not this process's own as a session leader (that one goes to the leader alone)."""
+    if info.si_code <= 0:  # kill() or sigqueue() from a process: to this one
+        return False
+    if info.si_signo == getattr(signal, "SIGHUP", None):
+        return os.getsid(0) != os.getpid()
+    return True
 
 
 def _terminal_foreground() -> bool:
