@@ -21,6 +21,7 @@ from typing import Any
 from compilecache import config as config_mod
 from compilecache import runner
 from compilecache.config import format_size
+from compilecache.errors import ConfigError
 from compilecache.session import open_store
 
 
@@ -98,11 +99,22 @@ def _measure(workload: Workload, url: str) -> dict[str, Any]:
 
 
 def main(url: str | None = None, layers: int = 8, json_output: bool = False) -> int:
+    """Run the demo; 0 when the warm runs computed what the cold ones did.
+
+    A ``layers`` below 1 is a :class:`ConfigError` (one line from the CLI), raised before
+    anything runs or any store is created.
+    """
+    if layers < 1:
+        raise ConfigError(f"demo --layers must be at least 1, got {layers}")
     cfg = config_mod.load(url=url)
     url = cfg.url
     salt = f"compilecache-demo-{uuid.uuid4().hex}"
     print(f"compilecache demo: store {url}", file=sys.stderr)
-    rows = [_measure(workload, url) for workload in _workloads(layers, salt, cfg.frameworks)]
+    try:
+        rows = [_measure(workload, url) for workload in _workloads(layers, salt, cfg.frameworks)]
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # a workload failed: say how
+        print(f"compilecache demo: {exc}", file=sys.stderr)
+        return 1
     store = open_store(url)
     infos = list(store.scan())
     store.close()
