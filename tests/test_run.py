@@ -120,3 +120,27 @@ def test_run_persists_stats_for_the_stats_command(tmp_path: Path) -> None:
     report = json.loads(stats.stdout)
     assert report["hits"] == entries and report["entries"] == entries
     assert report["compile_time_saved_s"] > 0
+
+
+def test_run_gives_children_an_absolute_store_url(tmp_path: Path) -> None:
+    """A relative ``--url`` (or COMPILECACHE_URL) names the store next to where ``run`` started,
+    for every process under it, whichever directory that process starts in."""
+    (tmp_path / "elsewhere").mkdir()
+    show = "import os; print(os.environ['COMPILECACHE_URL'])"
+    grandchild = (
+        "import os, subprocess, sys; os.chdir('elsewhere'); "
+        f"subprocess.run([sys.executable, '-c', {show!r}], check=True)"
+    )
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "compilecache", "run", "--url", "rel/cache?max_size=1GB"),
+            *("--", sys.executable, "-c", grandchild),
+        ],
+        env=clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{tmp_path / 'rel' / 'cache'}?max_size=1GB"
