@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stores.tiered",),
     ("stores.registry", "stores"),
     # the runtime the integrations call
-    ("singleflight", "history", "manifest", "statsreport"),
+    ("singleflight", "history", "manifest", "statsreport", "transfer"),
     ("cache",),
     ("explain",),
     # framework integrations

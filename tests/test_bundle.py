@@ -21,7 +21,6 @@ import pytest
 import zstandard
 
 from compilecache import bundle, entry
-from compilecache.bundle import EntryFilter, Progress, parse_since
 from compilecache.cache import Cache
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
@@ -29,6 +28,7 @@ from compilecache.errors import BundleError, ConfigError
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
+from compilecache.transfer import EntryFilter, Progress, parse_since
 from tests import servers
 from tests.conftest import TESTS, clean_env, last_json, run_python
 from tests.servers import RedisServer, namespace

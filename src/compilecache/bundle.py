@@ -32,31 +32,35 @@ Import reads the file twice and writes nothing until the first pass has read all
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import hashlib
 import io
 import json
 import os
 import platform
 import re
-import sys
 import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
 from compilecache import atomicfile, entry
-from compilecache.config import parse_duration
-from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
+from compilecache.errors import BundleError
 from compilecache.host import HostCheck, cpu_target, installed_frameworks, installed_version
 from compilecache.host import entry_backend as _backend
-from compilecache.stores.base import EntryInfo, EntryMeta, Store
+from compilecache.stores.base import Store
+from compilecache.transfer import (
+    EntryFilter,
+    Progress,
+    Report,
+    admit,
+    peek_entry,
+    read_entry,
+)
 
 FORMAT = "compilecache-bundle"
 VERSION = 1
@@ -67,129 +71,7 @@ _READ_CHUNK = 1024 * 1024
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-# -- selection and reports -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EntryFilter:
-    """``--framework``, ``--since`` and ``--name``: which entries to export or warm."""
-
-    framework: str | None = None
-    since: float | None = None  # a time: entries used (or written) at or after it
-    name: str | None = None  # a glob over the function name or the key
-
-    def matches(self, info: EntryInfo) -> bool:
-        if self.framework and info.framework != self.framework:
-            return False
-        if self.since is not None and max(info.accessed, info.created) < self.since:
-            return False
-        return not self.name or (
-            fnmatch.fnmatchcase(info.name, self.name) or fnmatch.fnmatchcase(info.key, self.name)
-        )
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """``7d`` (that long ago) or an ISO date or time (``2024-06-01``) into a time."""
-    try:
-        return (time.time() if now is None else now) - parse_duration(text, "--since")
-    except ConfigError:
-        pass
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise ConfigError(
-            f"--since: cannot read {text!r} (a duration such as 7d, or a date such as 2024-06-01)"
-        ) from None
-
-
-@dataclass
-class Report:
-    """What an export, import or warm did."""
-
-    operation: str
-    source: str
-    target: str
-    total: int = 0
-    transferred: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    bytes: int = 0
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "operation": self.operation,
-            "source": self.source,
-            "target": self.target,
-            "total": self.total,
-            "transferred": len(self.transferred),
-            "already_present": len(self.present),
-            "skipped": [{"key": k, "reason": r} for k, r in self.skipped],
-            "bytes": self.bytes,
-        }
-
-
-class Progress:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
-
-    def __init__(self, total: int, label: str, stream: IO[str] | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.total = total
-        self.label = label
-        self.done = 0
-        self._last = 0.0
-        self._drawn = False
-        try:
-            self.enabled = total > 0 and self.stream.isatty()
-        except (AttributeError, ValueError):
-            self.enabled = False
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self._last < 0.1 and self.done < self.total:
-            return
-        self._last = now
-        frac = min(self.done / self.total, 1.0)
-        bar = "#" * int(frac * 30)
-        self.stream.write(f"\r{self.label:<10} [{bar:<30}] {self.done}/{self.total} {frac:4.0%}")
-        self.stream.flush()
-        self._drawn = True
-
-    def close(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 # -- export --------------------------------------------------------------------------------------
-
-
-def read_entry(store: Store, key: str, secret: bytes | None) -> tuple[bytes, entry.Entry] | str:
-    """The bytes under ``key`` and their decoded entry, read with ``peek`` (no hit counted, no
-    access time touched, nothing backfilled, nothing repaired); or why there is none. A damaged
-    or foreign entry is reported and left where it is: a command that reads a store to copy it
-    never deletes from it."""
-    data = peek_entry(store, key)
-    if isinstance(data, str):
-        return data
-    try:
-        return data, entry.decode(data, secret=secret, expect_key=key)
-    except CorruptEntry as exc:
-        return f"corrupt (left in the source): {exc}"
-    except ForeignEntry as exc:
-        return f"foreign (left in the source): {exc}"
-
-
-def peek_entry(store: Store, key: str) -> bytes | str:
-    """The bytes under ``key`` read with ``peek``, or why there are none (a file the store
-    finds damaged stays where it is)."""
-    try:
-        data = store.peek(key)
-    except CorruptEntry as exc:
-        return f"corrupt (left in the source): {exc}"
-    return "removed while reading it" if data is None else data
 
 
 def _record(key: str, data: bytes, found: entry.Entry, file: str) -> dict[str, Any]:
@@ -469,43 +351,6 @@ def import_bundle(
         if record:
             admit(target, record["key"], data, report, secret=secret, host=host)
     return report
-
-
-def admit(
-    target: Store,
-    key: str,
-    data: bytes,
-    report: Report,
-    *,
-    secret: bytes | None,
-    host: HostCheck | None,
-) -> bool:
-    """Write one entry to ``target`` if it is valid, can run here and is not there already."""
-    try:
-        found = entry.decode(data, secret=secret, expect_key=key)
-    except (CorruptEntry, ForeignEntry) as exc:
-        report.skipped.append((key, f"rejected: {exc}"))
-        return False
-    reason = host.reason(found.header) if host is not None else None
-    if reason:
-        report.skipped.append((key, reason))
-        return False
-    try:
-        existing = target.peek(key)  # a damaged file raises here: it is replaced below
-        if existing is not None:
-            entry.decode(existing, secret=secret, expect_key=key)
-            report.present.append(key)
-            return False  # a good entry is kept as it is
-    except ForeignEntry as exc:  # valid for another key's holders: never overwritten
-        report.skipped.append((key, f"foreign entry there left in place: {exc}"))
-        return False
-    except CorruptEntry:
-        pass  # a damaged one is replaced by the verified one
-    header = found.header
-    target.put(key, data, EntryMeta(header.framework, header.name, header.compile_time_s))
-    report.transferred.append(key)
-    report.bytes += len(data)
-    return True
 
 
 # -- warm ----------------------------------------------------------------------------------------

@@ -438,7 +438,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _entry_filter(args: argparse.Namespace) -> Any:
-    from compilecache.bundle import EntryFilter, parse_since
+    from compilecache.transfer import EntryFilter, parse_since
 
     return EntryFilter(
         framework=args.framework,

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from compilecache import atomicfile, entry
-from compilecache.bundle import EntryFilter, Progress, Report, admit, peek_entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.frameworks.torch import (
@@ -56,6 +55,7 @@ from compilecache.frameworks.torch import (
 from compilecache.host import HostCheck, torch_versions
 from compilecache.host import framework_module as _torch_module
 from compilecache.stores.base import Store
+from compilecache.transfer import EntryFilter, Progress, Report, admit, peek_entry
 
 Format = Literal["bundle", "torch"]
 
