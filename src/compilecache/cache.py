@@ -165,7 +165,7 @@ class Cache:
             self._corrupt(framework, key, exc, remove=True)
             return None, False
         except ForeignEntry as exc:
-            self._foreign_entry(framework, key, exc)
+            self.note_foreign(framework, key, exc)
             return None, False
         except Exception as exc:  # a store returning something other than bytes
             self.stats.add("errors", framework=framework)
@@ -196,10 +196,14 @@ class Cache:
             except Exception as delete_exc:
                 log.debug("compilecache: could not remove corrupt entry %s: %s", key, delete_exc)
 
-    def _foreign_entry(self, framework: str, key: str, exc: ForeignEntry) -> None:
-        """An intact entry this process cannot verify: a miss, left in place, not replaced."""
+    def note_foreign(
+        self, framework: str, key: str, exc: ForeignEntry, *, count_miss: bool = True
+    ) -> None:
+        """An intact entry this process cannot verify: a miss (counted unless the caller counts
+        its misses apart), left in place, not replaced; one warning per process."""
         self.stats.add("foreign", framework=framework)
-        self.stats.add("misses", framework=framework)
+        if count_miss:
+            self.stats.add("misses", framework=framework)
         with self._warn_lock:
             self._foreign.add(key)
         self.warn_once(

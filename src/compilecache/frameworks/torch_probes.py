@@ -55,6 +55,7 @@ from typing import Any
 from compilecache import entry, host
 from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
+from compilecache.errors import ForeignEntry
 from compilecache.stores.base import EntryMeta
 
 log = logging.getLogger("compilecache")
@@ -204,6 +205,8 @@ class ProbeCache:
                 cache.stats.add(f"{FRAMEWORK}.{counter}_hits")
                 cache.stats.add(f"{FRAMEWORK}.probe_time_saved_s", max(0.0, saved))
                 return True, value
+        except ForeignEntry as exc:  # signed with another key: one warning per process, kept
+            cache.note_foreign(FRAMEWORK, key.store_key, exc, count_miss=False)
         except Exception as exc:  # never raise into torch: a miss, and torch does the work
             cache.stats.add(f"{FRAMEWORK}.probe_errors")
             cache.warn_once("torch:probe-get", f"probe answer not read, torch probes: {exc}")
