@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import common
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 
 NAME = "bench_store"

@@ -20,15 +20,16 @@ from typing import Any
 import pytest
 import zstandard
 
-from compilecache import bundle, entry
-from compilecache.cache import Cache
+from compilecache import entry
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError
+from compilecache.runtime.cache import Cache
+from compilecache.runtime.transfer import EntryFilter, Progress, parse_since
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
-from compilecache.transfer import EntryFilter, Progress, parse_since
+from compilecache.tools import bundle
 from tests import servers
 from tests.conftest import TESTS, clean_env, last_json, run_python
 from tests.servers import RedisServer, namespace

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from compilecache import entry
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
+from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore

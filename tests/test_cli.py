@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.cache import Cache
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 
 

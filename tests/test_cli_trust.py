@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from compilecache import config as config_mod
-from compilecache.cache import Cache
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from compilecache import doctor
-from compilecache.doctor import RunResult
 from compilecache.frameworks.jax import MARKER_DIR
+from compilecache.tools import doctor
+from compilecache.tools.doctor import RunResult
 from tests.conftest import clean_env
 
 # Planted: a host callback (never stored), a compile option holding a fresh temporary path

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from compilecache import explain, history
-from compilecache.cache import Cache
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
+from compilecache.runtime import explain, history
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from tests.conftest import clean_env

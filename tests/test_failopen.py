@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import compilecache
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry, ReadOnlyStore, StoreUnavailable
+from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta
 from compilecache.stores.guarded import DeadlineExceeded, Guarded, LevelSkipped
 from compilecache.stores.memory import MemoryStore

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from compilecache import entry
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
 from tests import servers
@@ -134,7 +134,7 @@ def test_verify_fix_reports_foreign_entries_and_keeps_them(
 
 
 def test_import_does_not_write_over_a_foreign_entry(tmp_path: Path) -> None:
-    from compilecache import bundle
+    from compilecache.tools import bundle
 
     theirs = _signed_store(tmp_path / "theirs", S2.encode(), ["jax/a", "jax/new"])
     path = tmp_path / "b.ccb"

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from compilecache import bundle, entry, host
-from compilecache.cache import Cache
+from compilecache import entry, host
 from compilecache.entry import EntryHeader
 from compilecache.host import HostCheck, same_version, split_version
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
+from compilecache.tools import bundle
 from tests.conftest import clean_env, run_python
 
 PACKAGE = Path(host.__file__).resolve().parent

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
+from compilecache.runtime.cache import Cache
 from compilecache.stores.base import Store
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url

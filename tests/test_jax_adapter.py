@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 import zstandard
 
-from compilecache import entry, history
-from compilecache.cache import Cache
+from compilecache import entry
 from compilecache.entry import EntryHeader
 from compilecache.frameworks import jax as integration
+from compilecache.runtime import history
+from compilecache.runtime.cache import Cache
 from compilecache.stats import function_counter
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env, last_json

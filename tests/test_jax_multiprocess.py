@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from compilecache import bundle, config, explain, history
+from compilecache import config
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
+from compilecache.runtime import explain, history
 from compilecache.stores.registry import open_url
+from compilecache.tools import bundle
 from tests import servers
 from tests.conftest import clean_env, last_json
 from tests.servers import RedisServer, namespace

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from compilecache import entry, history
+from compilecache import entry
 from compilecache.frameworks import jax as integration
+from compilecache.runtime import history
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env
 

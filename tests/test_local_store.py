@@ -28,9 +28,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
+from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta
 from compilecache.stores.local import CACHEDIR_TAG, LocalStore
 
@@ -662,7 +662,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 _FILE_SIZE_LIMITED = """
 import json, logging, os, resource, signal, sys
 sys.path.insert(0, {repo!r})
-from compilecache.cache import Cache
+from compilecache.runtime.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.stores.local import LocalStore
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from compilecache import manifest
 from compilecache.config import Config
 from compilecache.errors import StoreUnavailable
+from compilecache.runtime import manifest
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.tiered import Tiered

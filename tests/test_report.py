@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from compilecache import history, report
-from compilecache.cache import Cache
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
+from compilecache.runtime import history
+from compilecache.runtime.cache import Cache
 from compilecache.stats import Stats
 from compilecache.stores.local import LocalStore
+from compilecache.tools import report
 from tests.conftest import clean_env
 
 CHART_COLOURS = {
@@ -139,7 +140,7 @@ def test_report_imports_no_cli() -> None:
         for alias in node.names
     }
     assert "compilecache.cli" not in imported
-    assert "compilecache.statsreport" in imported
+    assert "compilecache.tools.statsreport" in imported
 
 
 # -- readable in a browser (issue 11, item 12) ------------------------------------------------

@@ -18,9 +18,9 @@ import pytest
 import xxhash
 
 from compilecache import config, entry
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError, CorruptEntry, ForeignEntry
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env, last_json, run_python
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
-from compilecache.singleflight import SingleFlight
+from compilecache.runtime.cache import Cache
+from compilecache.runtime.singleflight import SingleFlight
 from compilecache.stats import Stats
 from compilecache.stores.base import NO_COORDINATION, Store
 from compilecache.stores.guarded import Guarded
@@ -389,7 +389,7 @@ def test_singleflight_does_not_import_the_cache() -> None:
     """No import loop cache <-> singleflight, not even one for type checking."""
     import ast
 
-    import compilecache.singleflight as module
+    import compilecache.runtime.singleflight as module
 
     tree = ast.parse(Path(module.__file__ or "").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
@@ -398,7 +398,7 @@ def test_singleflight_does_not_import_the_cache() -> None:
         if isinstance(node, ast.Import)
         for alias in node.names
     }
-    assert "compilecache.cache" not in imported, imported
+    assert "compilecache.runtime.cache" not in imported, imported
 
 
 def test_no_single_flight_where_it_cannot_work(tmp_path: Path) -> None:

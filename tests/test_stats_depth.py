@@ -13,21 +13,23 @@ from pathlib import Path
 import pytest
 
 from compilecache import config as config_mod
-from compilecache import history, prune, stats
-from compilecache import report as report_mod
-from compilecache.cache import Cache
+from compilecache import stats
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
-from compilecache.report import prometheus
+from compilecache.runtime import history
+from compilecache.runtime.cache import Cache
 from compilecache.session import Session, _open
 from compilecache.stats import function_counter, split_counters
-from compilecache.statsreport import StatsReport
 from compilecache.stores.base import HISTORY_LIMIT, EntryMeta
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.registry import open_url
+from compilecache.tools import prune
+from compilecache.tools import report as report_mod
+from compilecache.tools.report import prometheus
+from compilecache.tools.statsreport import StatsReport
 from tests import servers
 from tests.conftest import TESTS, clean_env, last_json
 

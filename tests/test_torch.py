@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from compilecache import entry
-from compilecache.cache import Cache
 from compilecache.frameworks import torch_kernels
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from tests.conftest import clean_env, last_json, run_python

@@ -31,13 +31,14 @@ from typing import Any
 
 import pytest
 
-from compilecache import entry, torch_artifacts
-from compilecache.cache import Cache
+from compilecache import entry
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError
+from compilecache.frameworks import torch_artifacts
+from compilecache.frameworks.torch_artifacts import TORCH_ENV, import_blob, read_blob, write_blob
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
-from compilecache.torch_artifacts import TORCH_ENV, import_blob, read_blob, write_blob
 from tests.conftest import clean_env, last_json, run_python
 from tests.servers import free_port
 from tests.test_torch import (
@@ -501,7 +502,7 @@ def test_sniffing_and_bundle_paths_never_import_torch(tmp_path: Path) -> None:
     program = (
         "import sys\n"
         "from compilecache.cli import main\n"
-        "from compilecache.torch_artifacts import sniff\n"
+        "from compilecache.frameworks.torch_artifacts import sniff\n"
         "assert sniff(sys.argv[1]) == 'torch'\n"
         "assert main(['export', sys.argv[2], '--url', sys.argv[3]]) == 0\n"
         "assert sniff(sys.argv[2]) == 'bundle'\n"

@@ -88,7 +88,7 @@ def changed(
 
 def explained_records(store: Path) -> list[dict[str, Any]]:
     """The store's miss history, newest first (what ``explain --json`` prints)."""
-    from compilecache import history
+    from compilecache.runtime import history
     from compilecache.stores.local import LocalStore
 
     s = LocalStore(store)

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from compilecache import history, host
-from compilecache.cache import Cache
+from compilecache import host
 from compilecache.frameworks import torch_probes
+from compilecache.runtime import history
+from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from tests.conftest import clean_env, last_json, run_python

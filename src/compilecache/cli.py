@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from compilecache import config as config_mod
-from compilecache import entry, prune
+from compilecache import entry
 from compilecache.config import Config, format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
-from compilecache.statsreport import StatsReport
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, Store
+from compilecache.tools import prune
+from compilecache.tools.statsreport import StatsReport
 
 HEADLINE = ("hits", "misses", "writes", "errors", "compile_time_saved_s")
 
@@ -66,7 +67,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _print_json(report.to_json())
         return 0
     if args.prometheus:
-        from compilecache.report import prometheus
+        from compilecache.tools.report import prometheus
 
         sys.stdout.write(prometheus(report))
         return 0
@@ -114,7 +115,7 @@ def _number(value: float) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from compilecache import explain, history
+    from compilecache.runtime import explain, history
 
     store = _store(args, create=False)
     records = history.read(store, history.MISS)
@@ -166,7 +167,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from compilecache import doctor
+    from compilecache.tools import doctor
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -183,7 +184,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from compilecache import atomicfile, report
+    from compilecache import atomicfile
+    from compilecache.tools import report
 
     atomicfile.target_of(args.html)  # a missing directory is an error before the store is read
     page = report.build_html(_store(args, create=False))
@@ -438,7 +440,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _entry_filter(args: argparse.Namespace) -> Any:
-    from compilecache.transfer import EntryFilter, parse_since
+    from compilecache.runtime.transfer import EntryFilter, parse_since
 
     return EntryFilter(
         framework=args.framework,
@@ -465,12 +467,12 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from compilecache import bundle
+    from compilecache.tools import bundle
 
     secret = _config(args).secret
     if args.format == "torch":
         # Late on purpose: only this path imports torch (seconds).
-        from compilecache import torch_artifacts
+        from compilecache.frameworks import torch_artifacts
 
         report = torch_artifacts.export_blob(
             _store(args, create=False), args.file, select=_entry_filter(args), secret=secret
@@ -491,7 +493,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from compilecache import bundle, torch_artifacts
+    from compilecache.frameworks import torch_artifacts
+    from compilecache.tools import bundle
 
     secret = _config(args).secret
     kind = torch_artifacts.sniff(args.file) if args.format == "auto" else args.format
@@ -508,8 +511,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
-    from compilecache import bundle
     from compilecache.stores.tiered import Tiered
+    from compilecache.tools import bundle
 
     store = _store(args)
     # The local level: the first of several (fastest first).
@@ -539,7 +542,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from compilecache import demo
+    from compilecache.tools import demo
 
     return demo.main(url=args.url, layers=args.layers, json_output=args.json)
 

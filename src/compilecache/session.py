@@ -20,10 +20,10 @@ from typing import NoReturn
 
 from compilecache import config as config_mod
 from compilecache import frameworks
-from compilecache.cache import Cache
 from compilecache.config import Config
 from compilecache.errors import StoreUnavailable
-from compilecache.manifest import Prefetch
+from compilecache.runtime.cache import Cache
+from compilecache.runtime.manifest import Prefetch
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
@@ -179,7 +179,7 @@ class Session:
         counters = self.stats()
         if not counters.get("hits") and not counters.get("misses"):
             return
-        from compilecache import history
+        from compilecache.runtime import history
 
         totals, frameworks_, _, _ = split_counters(counters)
         record = {

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from compilecache import _importhook
 
 if TYPE_CHECKING:
-    from compilecache.cache import Cache
+    from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 

@@ -41,11 +41,11 @@ from typing import Any
 import zstandard
 
 from compilecache import entry
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry
 from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
+from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 
@@ -255,7 +255,7 @@ class JaxCacheAdapter:
         reason: str,
     ) -> None:
         # Only misses get here, after their compile: a hit never pays for an explanation.
-        from compilecache import explain
+        from compilecache.runtime import explain
 
         explain.record_miss(
             self.cache,

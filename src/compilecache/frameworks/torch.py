@@ -54,7 +54,7 @@ copy, because (1) both cost the same on a warm start (benchmarks/bench_torch.py,
 directory anyway: the kernel binaries and generated modules must be there for torch to load
 them; (3) functorch hashes its whole config into AOTAutograd keys, so turning its local cache off
 changes every AOTAutograd key and cuts compilecache's entries off from plain torch processes
-(``export --format torch``, :data:`compilecache.torch_artifacts.TORCH_ENV`).
+(``export --format torch``, :data:`compilecache.frameworks.torch_artifacts.TORCH_ENV`).
 
 **Probe answers** (issue 12): the vector-ISA probes and the compiler identity checks that torch
 repeats on every start are answered from the store (:mod:`compilecache.frameworks.torch_probes`).
@@ -64,7 +64,7 @@ torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here i
 always happens before the first compile looks anything up.
 
 The backend never raises into torch: an exception from a remote ``put`` fails the user's compile
-(torch.md). Store errors are counted misses or failed writes (:class:`compilecache.cache.Cache`).
+(torch.md). Store errors are counted misses or failed writes (:class:`compilecache.runtime.cache.Cache`).
 
 Stored payloads are torch's own bytes: for ``fx`` and ``aot`` the pickled entry (torch's JSON
 wrapper and its base64 are removed, the Cache compresses it), for ``autotune`` torch's JSON.
@@ -88,12 +88,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache import _importhook
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
 from compilecache.host import framework_module as _private
 from compilecache.host import torch_versions
+from compilecache.runtime.cache import Cache
 from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counter
 
 log = logging.getLogger("compilecache")
@@ -310,7 +310,7 @@ class Integration:
     def _explain(self, header: EntryHeader, readable: dict[str, str], stored: bool) -> None:
         """Record why this graph missed: the nearest stored entry of the same name and layer,
         and which of torch's hash components differ (``torch: thread count 2 -> 1``)."""
-        from compilecache import explain
+        from compilecache.runtime import explain
 
         layer = str(header.extra.get("layer", ""))
         explain.record_miss(

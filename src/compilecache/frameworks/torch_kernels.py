@@ -43,10 +43,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.host import framework_module as _private
 from compilecache.host import native_cpu, torch_versions
+from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 

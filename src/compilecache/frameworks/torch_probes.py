@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache import entry, host
-from compilecache.cache import Cache
 from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
+from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta
 
 log = logging.getLogger("compilecache")
@@ -244,7 +244,7 @@ class ProbeCache:
     def _explain(self, key: ProbeKey, seconds: float, stored: bool) -> None:
         """Why this answer was not reused: the nearest stored answer of the same probe and
         the key parts that differ (``cpu``, ``compiler``, ``torch``, ...)."""
-        from compilecache import explain
+        from compilecache.runtime import explain
 
         explain.record_miss(
             self.cache,

@@ -2,7 +2,7 @@
 :class:`StoreWrapper` every wrapper subclasses, and the records they pass around.
 
 A store is bytes in, bytes out. It knows nothing about JAX, torch or the entry format: the
-integrity-checking :class:`compilecache.cache.Cache` sits on top. This module imports nothing
+integrity-checking :class:`compilecache.runtime.cache.Cache` sits on top. This module imports nothing
 from the rest of ``stores/``; the one place that puts stores together from URLs is
 :mod:`compilecache.stores.registry`.
 """
@@ -74,7 +74,7 @@ class Store(abc.ABC):
       totals). History is never an entry: it is not in ``scan``, sizes or pruning.
     - leases (``supports_leases``, ``acquire_lease``, ``renew_lease``, ``release_lease``):
       short-lived, expiring locks on keys for single-flight compiles
-      (:mod:`compilecache.singleflight`). A lease expires ``ttl_s`` seconds after it was taken or
+      (:mod:`compilecache.runtime.singleflight`). A lease expires ``ttl_s`` seconds after it was taken or
       last renewed, so a holder that dies blocks nobody for longer. Leases are an optimisation,
       never a correctness device. ``acquire_lease`` returns a token when taken, ``None`` when
       another process holds it, and ``""`` (:data:`NO_COORDINATION`) when the store cannot

@@ -52,8 +52,7 @@ from compilecache import atomicfile, entry
 from compilecache.errors import BundleError
 from compilecache.host import HostCheck, cpu_target, installed_frameworks, installed_version
 from compilecache.host import entry_backend as _backend
-from compilecache.stores.base import Store
-from compilecache.transfer import (
+from compilecache.runtime.transfer import (
     EntryFilter,
     Progress,
     Report,
@@ -61,6 +60,7 @@ from compilecache.transfer import (
     peek_entry,
     read_entry,
 )
+from compilecache.stores.base import Store
 
 FORMAT = "compilecache-bundle"
 VERSION = 1

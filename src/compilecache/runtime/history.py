@@ -4,7 +4,7 @@ Stores that implement the optional :class:`~compilecache.stores.base.HistoryStor
 two capped logs (the newest :data:`~compilecache.stores.base.HISTORY_LIMIT` records of each):
 
 - ``miss``: one record per compile that missed the cache, with its explanation (see
-  :mod:`compilecache.explain`) and whether it was stored;
+  :mod:`compilecache.runtime.explain`) and whether it was stored;
 - ``run``: one record per process that used the cache, with its totals (for the report's
   per-run charts).
 

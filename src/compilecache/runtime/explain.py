@@ -25,14 +25,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from compilecache import entry, history
+from compilecache import entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry
+from compilecache.runtime import history
 from compilecache.stats import function_counter
 from compilecache.stores.base import EntryInfo, Store
 
 if TYPE_CHECKING:
-    from compilecache.cache import Cache
+    from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache import config as config_mod
-from compilecache import explain
+from compilecache.runtime import explain
 
 # Output of a failed run kept for the report.
 _TAIL_CHARS = 2000

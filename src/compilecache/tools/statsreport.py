@@ -4,11 +4,11 @@
 cannot disagree. It is built from two questions every store answers: ``read_stats()`` (the
 persistent counters; ``{}`` where none are kept) and ``scan()`` (entry metadata, no payloads).
 Entries are compiled entries: the lookup manifests a tiered store keeps beside them
-(:mod:`compilecache.manifest`) are not counted.
+(:mod:`compilecache.runtime.manifest`) are not counted.
 
 Why a module of its own: :mod:`compilecache.stats` is ground level (``stores.tiered`` imports it
 to name level counters), while this record reads a store, so it sits just above the stores and
-below both :mod:`compilecache.cli` and :mod:`compilecache.report`, which used to import each other
+below both :mod:`compilecache.cli` and :mod:`compilecache.tools.report`, which used to import each other
 for it. It is generic over :data:`compilecache.stats.COUNTERS`: a counter added there appears in
 ``stats --json`` and in the Prometheus output without a change here.
 """
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from compilecache import manifest, stats
+from compilecache import stats
+from compilecache.runtime import manifest
 from compilecache.stores.base import EntryInfo, Store
 
 # Totals that count events; the JSON shows them as integers (the others stay floats, as always).

@@ -26,7 +26,7 @@ from compilecache import entry
 from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
 from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry, LevelSkipped, StoreUnavailable
-from compilecache.singleflight import SingleFlight
+from compilecache.runtime.singleflight import SingleFlight
 from compilecache.stats import Stats, function_counter
 from compilecache.stores.base import EntryMeta, Store
 

@@ -54,8 +54,8 @@ from compilecache.frameworks.torch import (
 )
 from compilecache.host import HostCheck, torch_versions
 from compilecache.host import framework_module as _torch_module
+from compilecache.runtime.transfer import EntryFilter, Progress, Report, admit, peek_entry
 from compilecache.stores.base import Store
-from compilecache.transfer import EntryFilter, Progress, Report, admit, peek_entry
 
 Format = Literal["bundle", "torch"]
 
