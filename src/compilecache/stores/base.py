@@ -233,6 +233,29 @@ class Store(abc.ABC):
         return None  # a safe default, not an abstract method
 
 
+class OneReadStore(Store):
+    """A backend whose one read returns a value with its metadata (``_read``): Redis (one hash
+    read), object stores and shared mounts (one file or object with its frame). ``get``,
+    ``get_with_meta`` and ``peek`` are that read; ``peek`` with ``look_only``: no access time, no
+    hit counted, nothing removed."""
+
+    @abc.abstractmethod
+    def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
+        """The value and metadata under ``key``; unless ``look_only``, record the access and
+        drop what is found damaged."""
+
+    def get(self, key: str) -> bytes | None:
+        found = self._read(key, look_only=False)
+        return found[0] if found is not None else None
+
+    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
+        return self._read(key, look_only=False)
+
+    def peek(self, key: str) -> bytes | None:
+        found = self._read(key, look_only=True)
+        return found[0] if found is not None else None
+
+
 class StoreWrapper(Store):
     """A store around another one that forwards every call, capabilities included.
 

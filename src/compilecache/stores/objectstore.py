@@ -43,7 +43,7 @@ from compilecache.stores.base import (
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
-    Store,
+    OneReadStore,
     StoreURL,
     flag,
 )
@@ -75,7 +75,7 @@ _CONDITIONAL = frozenset({"s3", "s3a", "gs", "gcs"})
 _OWN_PARAMS = frozenset({"timeout", "retries", "conditional"}) | WRAPPER_PARAMS
 
 
-class ObjectStore(Store):
+class ObjectStore(OneReadStore):
     """Entries as objects under ``root`` on an fsspec filesystem."""
 
     def __init__(
@@ -101,18 +101,6 @@ class ObjectStore(Store):
         return f"{self.root}/{_key_filename(key)}"
 
     # -- the Store protocol --------------------------------------------------------------------
-
-    def get(self, key: str) -> bytes | None:
-        found = self.get_with_meta(key)
-        return found[0] if found is not None else None
-
-    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
-        """The value and the metadata of its frame, from one read."""
-        return self._read(key, look_only=False)
-
-    def peek(self, key: str) -> bytes | None:
-        found = self._read(key, look_only=True)
-        return found[0] if found is not None else None
 
     def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
         """Read an entry; unless ``look_only``, remove it if it is damaged."""

@@ -67,7 +67,7 @@ from compilecache.stores.base import (
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
-    Store,
+    OneReadStore,
     StoreURL,
 )
 
@@ -172,7 +172,7 @@ return 0
 """
 
 
-class RedisStore(Store):
+class RedisStore(OneReadStore):
     """A store in one Redis database (or one Redis Cluster) under a namespace."""
 
     def __init__(
@@ -233,19 +233,6 @@ class RedisStore(Store):
 
     def supports_leases(self) -> bool:
         return True
-
-    def get(self, key: str) -> bytes | None:
-        found = self.get_with_meta(key)
-        return found[0] if found is not None else None
-
-    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
-        """The value and its metadata from the same hash read (a tier backfilling a faster
-        level needs both: this saves it a ``stat`` round trip)."""
-        return self._read(key, look_only=False)
-
-    def peek(self, key: str) -> bytes | None:
-        found = self._read(key, look_only=True)
-        return found[0] if found is not None else None
 
     def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
         """Read an entry; unless ``look_only``, count the hit, refresh its access time and TTL,

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_duration
 from compilecache.errors import CorruptEntry, StoreUnavailable
-from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL, flag
+from compilecache.stores.base import EntryInfo, EntryMeta, OneReadStore, StoreURL, flag
 from compilecache.stores.frame import (
     directory_and_size,
     encode_frame,
@@ -74,7 +74,7 @@ CACHEDIR_TAG = (
 # -- the store -------------------------------------------------------------------------------------
 
 
-class SharedFSStore(LeaseFilesMixin, Store):
+class SharedFSStore(LeaseFilesMixin, OneReadStore):
     """An index-free store in a directory that several hosts mount."""
 
     def keeps_stats(self) -> bool:
@@ -118,18 +118,6 @@ class SharedFSStore(LeaseFilesMixin, Store):
         return self.entries_dir / key_filename(key)
 
     # -- the Store protocol ----------------------------------------------------------------------
-
-    def get(self, key: str) -> bytes | None:
-        found = self.get_with_meta(key)
-        return found[0] if found is not None else None
-
-    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta] | None:
-        """The value and the metadata of its frame, from one read."""
-        return self._read(key, look_only=False)
-
-    def peek(self, key: str) -> bytes | None:
-        found = self._read(key, look_only=True)
-        return found[0] if found is not None else None
 
     def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
         """Read an entry; unless ``look_only``, refresh its LRU time and remove it if damaged."""
