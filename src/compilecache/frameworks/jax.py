@@ -360,6 +360,15 @@ def _positional(function: Any) -> int:
     return sum(1 for p in parameters if p.kind in kinds)
 
 
+def _step(helper: Callable[..., object], arg: Any, newer: Any) -> Callable[[Any], object]:
+    """``helper(h, arg, newer)`` where the helper takes a third argument (newer JAX), else
+    ``helper(h, arg)`` (0.4.30: ``ignore_callbacks`` did not exist, the backend was not hashed
+    with the accelerator config)."""
+    if _positional(helper) >= 3:
+        return lambda h: helper(h, arg, newer)
+    return lambda h: helper(h, arg)
+
+
 def _key_steps(
     ck: Any,
     module: Any,
@@ -372,33 +381,15 @@ def _key_steps(
     """Each step of this JAX's ``cache_key.get``, called as its own ``get`` calls it (the
     helpers' signatures differ between releases: 0.4.30 has no ``ignore_callbacks`` and hashes
     the backend inside ``_hash_accelerator_config``)."""
-    if _positional(ck._hash_computation) >= 3:
-
-        def computation(h: Any) -> object:
-            return ck._hash_computation(h, module, ignore_callbacks)
-    else:
-
-        def computation(h: Any) -> object:
-            return ck._hash_computation(h, module)
-
-    if _positional(ck._hash_accelerator_config) >= 3:
-
-        def accelerator(h: Any) -> object:
-            return ck._hash_accelerator_config(h, devices, backend)
-    else:
-
-        def accelerator(h: Any) -> object:
-            return ck._hash_accelerator_config(h, devices)
-
     return {
-        "computation": computation,
+        "computation": _step(ck._hash_computation, module, ignore_callbacks),
         "jax_lib version": lambda h: h.update(ck.jaxlib_version_str.encode("utf-8")),
         "backend version": lambda h: ck._hash_platform(h, backend),
         "XLA flags": lambda h: ck._hash_xla_flags(h, ck.get_flag_prefixes()),
         "compile_options": lambda h: ck._hash_serialized_compile_options(
             h, compile_options, strip_device_assignment=(backend.platform == "gpu")
         ),
-        "accelerator_config": accelerator,
+        "accelerator_config": _step(ck._hash_accelerator_config, devices, backend),
         "compression": lambda h: ck._hash_string(h, compression),
         "custom_hook": lambda h: ck._hash_string(h, ck.custom_hook()),
     }
