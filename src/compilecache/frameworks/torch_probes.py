@@ -71,6 +71,8 @@ COMPILER_CHECKS = {
     "cpp_compiler_search": "--version",
     "get_compiler_version_info": "-v",
     "_is_intel_compiler": "--version",
+    # `is_apple_clang()`: asked on every platform by some code paths, answered by `--version`.
+    "_is_apple_clang": "--version",
     # torch >= 2.15: the compiler-kind checks share one cached `--version` call.
     "_compiler_version_string": "--version",
 }
