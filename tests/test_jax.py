@@ -42,7 +42,7 @@ def test_hook_is_live_on_installed_jax() -> None:
     session = compilecache.enable("memory://hook-live")
     assert session is not None
     assert "jax" in session.installed
-    assert cc.get_file_cache("compilecache://default")[0] is integration.active_adapter()
+    assert cc.get_file_cache(integration.MARKER_DIR)[0] is integration.active_adapter()
     compilecache.disable()
     assert integration.active_adapter() is None
 
@@ -157,3 +157,37 @@ def test_unwritable_store_never_breaks_the_program(tmp_path: Path) -> None:
     result = run_program("before", blocker / "store")
     assert result["stats"] is None or result["stats"]["writes"] == 0
     assert result["step"] == run_program("plain", tmp_path / "unused")["step"]
+
+
+ETILS_LIKE_PATH = r"""
+import json, sys
+import compilecache
+session = compilecache.enable(sys.argv[1])
+import jax, jax.numpy as jnp
+from jax._src import compiler, path as jax_path
+
+class StrictPath(type(jax_path.Path("/"))):
+    # etils.epath's rule: a "scheme://" it has no class for is an error (KeyError in etils).
+    def __new__(cls, *parts):
+        if parts and "://" in str(parts[0]):
+            raise KeyError(str(parts[0]).split("://")[0] + "://")
+        return super().__new__(cls, *parts)
+
+class Namespace:
+    Path = StrictPath
+compiler.pathlib = Namespace  # what get_compile_options builds the cache directory with
+print(json.dumps({"v": float(jax.jit(lambda a: (a * 3).sum())(jnp.ones(4))),
+                  "stats": session.stats()}))
+"""
+
+
+def test_the_cache_dir_marker_is_a_path_etils_accepts(tmp_path: Path) -> None:
+    """Where etils is installed JAX makes an ``epath.Path`` of the cache directory on every
+    compile; a ``scheme://`` marker it does not know failed every compile (GPU machine, JAX
+    0.11.2). The marker is a plain path: compiles work and still go through the store."""
+    env = clean_env({})
+    first = last_json(run_python(["-c", ETILS_LIKE_PATH, str(tmp_path / "s")], env).stdout)
+    second = last_json(run_python(["-c", ETILS_LIKE_PATH, str(tmp_path / "s")], env).stdout)
+    assert first["v"] == second["v"] == 12.0
+    assert first["stats"]["writes"] >= 1 and second["stats"]["hits"] >= 1
+    assert second["stats"]["misses"] == 0

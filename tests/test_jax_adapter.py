@@ -245,6 +245,31 @@ def test_cache_write_watcher_takes_numpy_times(
     assert records and "host callbacks" in records[0]["reason"]
 
 
+def test_cache_write_watcher_takes_jax_0_11s_signature(
+    adapter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JAX 0.11 dropped ``host_callbacks`` from ``_cache_write``: a watcher with the old
+    positional signature raised a TypeError into every compile (seen on JAX 0.11.2, GPU)."""
+    pytest.importorskip("jax")
+    from jax._src import compiler
+
+    seen: list[tuple[Any, ...]] = []
+
+    def cache_write(
+        cache_key: str, compile_time_secs: float, module_name: str, backend: Any, executable: Any
+    ) -> None:
+        seen.append((cache_key, compile_time_secs, module_name, backend, executable))
+
+    monkeypatch.setattr(compiler, "_cache_write", cache_write)
+    original = integration._watch_cache_writes(adapter)
+    try:
+        compiler._cache_write(KEY, 0.5, "jit_step", None, None)  # 0.11's five arguments
+        compiler._cache_write(KEY, 0.5, "jit_step", None, executable=None)
+    finally:
+        compiler._cache_write = original
+    assert seen == [(KEY, 0.5, "jit_step", None, None)] * 2  # JAX's own function, unchanged
+
+
 def test_key_components_that_fail_never_lose_the_write(adapter: Any) -> None:
     adapter.remember_key_args(KEY, (object(),) * 6)  # nothing JAX's helpers can hash
     assert adapter.get(KEY) is None

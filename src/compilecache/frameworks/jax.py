@@ -49,7 +49,12 @@ from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 
-MARKER_DIR = "compilecache://default"
+# What ``jax_compilation_cache_dir`` is set to: our ``get_file_cache`` recognises it and answers
+# with compilecache, so no directory of this name is ever made. A plain absolute path and not a
+# URL: JAX builds a path from it on every compile (``jax._src.path.Path``), which is
+# ``etils.epath`` where etils is installed, and epath raises on a scheme it does not know
+# (``compilecache://`` failed every compile there: seen on a GPU machine with JAX 0.11.2).
+MARKER_DIR = "/compilecache/jax-cache-routed-through-compilecache"
 FRAMEWORK = "jax"
 # Keys computed but not yet looked up or written; bounded so a long run cannot leak modules.
 _MAX_PENDING = 256
@@ -686,16 +691,24 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
             )
         return ""
 
-    def cache_write(
-        cache_key: str,
-        compile_time_secs: float,
-        module_name: str,
-        backend: Any,
-        executable: Any,
-        host_callbacks: Any,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+    try:
+        signature: inspect.Signature | None = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    def cache_write(*args: Any, **kwargs: Any) -> Any:
+        # Read the arguments by name: the signature changes between releases (JAX 0.11 dropped
+        # ``host_callbacks``); anything unexpected goes to JAX's own function unexamined.
+        try:
+            given = _write_arguments(signature, args, kwargs)
+            cache_key = given["cache_key"]
+            compile_time_secs = given["compile_time_secs"]
+            module_name, backend = given["module_name"], given["backend"]
+            executable = given["executable"]
+            host_callbacks = given.get("host_callbacks", ())
+        except Exception as exc:
+            log.debug("compilecache: JAX cache write not examined: %s", exc)
+            return original(*args, **kwargs)
         reason = "?"
         try:
             seconds = _seconds(compile_time_secs)  # JAX's value may be a numpy scalar
@@ -715,19 +728,33 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
             except Exception as exc:  # never raise into JAX
                 adapter.cache.warn_once("jax:put", f"write failed: {exc}")
             return None
-        return original(
-            cache_key,
-            compile_time_secs,
-            module_name,
-            backend,
-            executable,
-            host_callbacks,
-            *args,
-            **kwargs,
-        )
+        return original(*args, **kwargs)
 
     compiler._cache_write = cache_write
     return original
+
+
+_WRITE_ARGUMENTS = (
+    "cache_key",
+    "compile_time_secs",
+    "module_name",
+    "backend",
+    "executable",
+    "host_callbacks",  # up to JAX 0.10
+)
+
+
+def _write_arguments(
+    signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The arguments of a ``_cache_write`` call by name: bound to its signature, or in JAX's
+    order when it takes ``*args``. Raises when they cannot be read."""
+    given: dict[str, Any] = {}
+    if signature is not None:
+        given = dict(signature.bind(*args, **kwargs).arguments)
+    if "cache_key" not in given:
+        given = {**dict(zip(_WRITE_ARGUMENTS, args, strict=False)), **kwargs}
+    return given
 
 
 def _release_leases_after_compiles(cache: Cache) -> Any:
