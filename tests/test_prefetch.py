@@ -206,3 +206,16 @@ def test_a_fresh_host_finds_its_entries_local(tmp_path: Path, redis_server: Redi
         assert levels[str(tmp_path / "c")]["misses"] == entries
         assert not levels[remote].get("prefetched")
         print(f"fresh host warm: prefetch {warm_s:.2f}s, no prefetch {plain_s:.2f}s")
+
+
+def test_a_write_the_full_queue_refuses_is_counted_on_the_level() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.3)
+    tiers = Tiered([local, remote], write_behind=[False, True])
+    behind = tiers._behind[1]
+    assert behind is not None
+    behind.max_items = 1
+    for i in range(3):
+        tiers.put(f"k{i}", b"value")  # the first runs, the second waits, the third is refused
+    assert all(local.get(f"k{i}") == b"value" for i in range(3))
+    assert tiers.level_stats()[remote.url]["dropped"] >= 1
+    tiers.flush(5.0)

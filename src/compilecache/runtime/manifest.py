@@ -65,7 +65,7 @@ def load(store: Store, key: str, secret: bytes | None) -> list[str]:
         data = store.peek(key)
         if data is None:
             return []
-        found = entry.decode(data, secret=secret)
+        found = entry.decode(data, secret=secret, expect_key=key)
         keys = json.loads(found.payload)
     except Exception as exc:  # a manifest is an optimisation: any problem means no prefetch
         log.debug("compilecache: no usable manifest %s: %s", key, exc)
@@ -128,7 +128,7 @@ class Prefetch:
 
     def record(self) -> bool:
         """Write this run's lookups as the job's manifest, unless the manifest already says so."""
-        keys = [k for k in self.store.lookups() if not k.startswith(PREFIX)]
+        keys = self.store.lookups()  # the manifest itself is read with peek: never among them
         if not keys:
             return False
         if self._thread is not None:

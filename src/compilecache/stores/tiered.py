@@ -208,7 +208,10 @@ class Tiered(Store):
             behind = self._behind[depth]
             if behind is not None:
                 # Counted as a write (or an error) when the background thread has done it.
-                wrote = behind.put(key, value, meta) or wrote
+                if behind.put(key, value, meta):
+                    wrote = True
+                else:
+                    self._count(depth, "dropped")  # the queue is full: the local copy stands
                 continue
             try:
                 level.put(key, value, meta)

@@ -59,11 +59,11 @@ class WriteBehind:
         self._on_done = on_done
         self._ops: collections.deque[_Op] = collections.deque()
         self._bytes = 0
-        self._busy = False  # an op was taken off the queue and is running
-        self._running = ""  # the key of that op
+        self._running: str | None = None  # the key of the op taken off the queue and running
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
-        self.counters = {"queued": 0, "written": 0, "dropped": 0, "failed": 0}
+        # Writes dropped: refused by a full queue, or still queued when the exit's drain ended.
+        self.counters = {"dropped": 0}
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None) -> bool:
         """Queue a put; ``False`` (counted as dropped) when the queue is full."""
@@ -101,7 +101,6 @@ class WriteBehind:
                 return False
             self._ops.append(op)
             self._bytes += op.size
-            self.counters["queued"] += 1
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="compilecache-write-behind", daemon=True
@@ -114,14 +113,12 @@ class WriteBehind:
         while True:
             with self._cond:
                 while not self._ops:
-                    self._busy, self._running = False, ""
-                    self._cond.notify_all()
                     if not self._cond.wait(timeout=30.0) and not self._ops:
                         self._thread = None  # idle: let the thread end; the next op starts one
                         return
                 op = self._ops.popleft()
                 self._bytes -= op.size
-                self._busy, self._running = True, op.key
+                self._running = op.key
             error: BaseException | None = None
             try:
                 if op.token is not None:
@@ -131,24 +128,18 @@ class WriteBehind:
                     self.level.put(op.key, op.value, op.meta)
             except Exception as exc:  # counted by the tier; the entry is still in the local level
                 error = exc
-            with self._cond:
-                if op.token is None:
-                    self.counters["failed" if error else "written"] += 1
-                self._running = ""
-                self._cond.notify_all()
             if self._on_done is not None and op.token is None:
                 self._on_done(op.key, error)
-
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._ops) + (1 if self._busy else 0)
+            with self._cond:  # after on_done: a drain that returns has every write counted
+                self._running = None
+                self._cond.notify_all()
 
     def drain(self, deadline_s: float) -> int:
         """Wait up to ``deadline_s`` for the queue to empty; drop (and count) what is left.
         Returns how many writes were dropped."""
         end = time.monotonic() + deadline_s
         with self._cond:
-            while self._ops or self._busy:
+            while self._ops or self._running is not None:
                 left = end - time.monotonic()
                 if left <= 0:
                     break
