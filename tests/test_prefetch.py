@@ -219,3 +219,18 @@ def test_a_write_the_full_queue_refuses_is_counted_on_the_level() -> None:
     assert all(local.get(f"k{i}") == b"value" for i in range(3))
     assert tiers.level_stats()[remote.url]["dropped"] >= 1
     tiers.flush(5.0)
+
+
+def test_a_lookup_while_the_list_is_read_waits_for_the_prefetch() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.1)
+    remote.inner.put("jax/k", b"value", EntryMeta("jax", "f", 1.0))
+    tiers = Tiered([local, remote])
+    tiers.expect_prefetch()  # the session does this before starting to read the manifest
+    threading.Timer(0.2, tiers.prefetch, args=(["jax/k"],)).start()
+    assert tiers.get("jax/k") == b"value"
+    assert ("get", "jax/k") not in remote.calls  # fetched once, by the prefetch
+    tiers.expect_prefetch()
+    tiers.prefetch([])  # an empty or unreadable list releases the waiting lookups
+    start = time.monotonic()
+    assert tiers.get("jax/other") is None
+    assert time.monotonic() - start < 1.0

@@ -115,16 +115,18 @@ class Prefetch:
     def start(self) -> None:
         """Read the manifest and start prefetching, on a daemon thread: ``enable()`` never
         waits for the network."""
+        self.store.expect_prefetch()  # before any lookup: they wait for the list, not race it
         self._thread = threading.Thread(target=self._run, name="compilecache-manifest", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
             self.known = load(self.store, self.key, self.secret)
-            if self.known:
-                self.store.prefetch(self.known)
-        except Exception as exc:  # never fail a program for a prefetch
-            log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
+        finally:
+            try:  # always: an empty list releases the lookups waiting for it
+                self.store.prefetch(self.known or [])
+            except Exception as exc:  # never fail a program for a prefetch
+                log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
 
     def record(self) -> bool:
         """Write this run's lookups as the job's manifest, unless the manifest already says so."""

@@ -175,6 +175,10 @@ class Store(abc.ABC):
         """The keys this process looked up, in first-lookup order (tiers record them)."""
         return []
 
+    def expect_prefetch(self) -> None:
+        """A list of keys to prefetch is on its way (see :meth:`prefetch`)."""
+        return None  # a safe default, not an abstract method
+
     def prefetch(self, keys: Sequence[str], deadline_s: float = 60.0) -> None:
         """Start copying ``keys`` from slower levels into the first one, in the background."""
         return None  # a safe default, not an abstract method
@@ -316,6 +320,9 @@ class StoreWrapper(Store):
 
     def lookups(self) -> list[str]:
         return self.inner.lookups()
+
+    def expect_prefetch(self) -> None:
+        self.inner.expect_prefetch()
 
     def prefetch(self, keys: Sequence[str], deadline_s: float = 60.0) -> None:
         self.inner.prefetch(keys, deadline_s)

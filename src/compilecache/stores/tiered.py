@@ -60,6 +60,9 @@ MAX_LOOKUPS_RECORDED = 20_000
 PREFETCH_BATCH = 64
 PREFETCH_WORKERS = 4
 PREFETCH_DEADLINE = 60.0
+# How long a lookup waits for a prefetch list still being read (a remote read, bounded by the
+# level's own timeout and back-off; this is only the cap).
+PLAN_WAIT_S = 5.0
 
 # What a shared level records for the fleet (``stats --url <shared level>``): the level's own
 # counters of this process, under the names of the headline counters. Misses are the host's:
@@ -112,6 +115,9 @@ class Tiered(Store):
         self._looked_up: dict[str, None] = {}
         self._prefetching: dict[str, threading.Event] = {}
         self._prefetch_deadline = 0.0
+        # Cleared by expect_prefetch() until prefetch() has registered what it will fetch.
+        self._planned = threading.Event()
+        self._planned.set()
 
     @property
     def levels(self) -> list[Store]:
@@ -137,6 +143,9 @@ class Tiered(Store):
     def get(self, key: str) -> bytes | None:
         if len(self._looked_up) < MAX_LOOKUPS_RECORDED:
             self._looked_up.setdefault(key)
+        if not self._planned.is_set() and not _holds(self.levels[0], key):
+            # The manifest is still being read: its prefetch may cover this key.
+            self._planned.wait(PLAN_WAIT_S)
         pending = self._prefetching.get(key)
         if pending is not None and not pending.is_set():
             # Being prefetched: wait for it rather than fetch it twice.
@@ -443,10 +452,22 @@ class Tiered(Store):
     def lookups(self) -> list[str]:
         return list(self._looked_up)
 
+    def expect_prefetch(self) -> None:
+        """A prefetch list is being read: until :meth:`prefetch` is called, a lookup the first
+        level cannot answer waits (at most ``PLAN_WAIT_S``) rather than ask a remote level for
+        what the prefetch may be about to fetch."""
+        self._planned.clear()
+
     def prefetch(self, keys: Sequence[str], deadline_s: float = PREFETCH_DEADLINE) -> None:
         """Copy ``keys`` that the first level lacks from the slower levels into it, in the
         background: in batches (one round trip each where the level can), a few at a time,
         giving up after ``deadline_s``. A lookup of a key still on its way waits for it."""
+        try:
+            self._start_prefetch(keys, deadline_s)
+        finally:
+            self._planned.set()
+
+    def _start_prefetch(self, keys: Sequence[str], deadline_s: float) -> None:
         targets = [d for d in range(1, len(self.levels)) if self._backfill_targets[d]]
         if not targets or not keys:
             return
