@@ -28,7 +28,7 @@ from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry, LevelSkipped, StoreUnavailable
 from compilecache.runtime.singleflight import SingleFlight
 from compilecache.stats import Stats, function_counter
-from compilecache.stores.base import EntryMeta, Store
+from compilecache.stores.base import Claim, EntryMeta, Store
 
 log = logging.getLogger("compilecache")
 # Per-compile events kept in memory for ``compilecache run`` and ``doctor`` (a bound on a run).
@@ -118,11 +118,28 @@ class Cache:
         ``lead=False``: this process will not save what it compiles (JAX writes only from its
         process 0): it waits for a holder's entry, but never holds a lease others would wait on.
         """
-        found, clean_miss = self._load(framework, key, count_miss=self._flight is None)
-        if found is not None or not clean_miss or self._flight is None:
+        flight = self._flight
+        if flight is None:
+            return self._load(framework, key, count_miss=True)[0]
+        claims: list[Claim | None] = [None]
+
+        def read_or_claim(k: str) -> bytes | None:
+            # The read and, on a miss, the lease claim: one round trip where the store can.
+            found, claims[0] = self.store.get_or_claim(k, flight.lease_ttl)
+            return found[0] if found is not None else None
+
+        found, clean_miss = self._load(framework, key, count_miss=False, read=read_or_claim)
+        claim = claims[0]
+        if found is not None or not clean_miss:
+            if claim is not None and claim.token:  # the read missed, then the entry was bad
+                flight.release_claim(key, claim.token)
             return found
-        return self._flight.after_miss(
-            framework, key, lambda: self._load(framework, key, count_miss=False), lead=lead
+        return flight.after_miss(
+            framework,
+            key,
+            lambda: self._load(framework, key, count_miss=False),
+            lead=lead,
+            claim=claim,
         )
 
     def finish_lead(self, key: str) -> None:
@@ -139,12 +156,20 @@ class Cache:
         if self._flight is not None:
             self._flight.finish_thread(defer, grace)
 
-    def _load(self, framework: str, key: str, *, count_miss: bool) -> tuple[Entry | None, bool]:
+    def _load(
+        self,
+        framework: str,
+        key: str,
+        *,
+        count_miss: bool,
+        read: Callable[[str], bytes | None] | None = None,
+    ) -> tuple[Entry | None, bool]:
         """:meth:`load`, also saying whether a ``None`` is a clean miss (the store answered that
-        it holds nothing); ``count_miss=False`` leaves a clean miss uncounted."""
+        it holds nothing); ``count_miss=False`` leaves a clean miss uncounted. ``read``: how to
+        read the bytes (default: the store's ``get``)."""
         start = time.perf_counter()
         try:
-            data = self.store.get(key)
+            data = (read or self.store.get)(key)
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=False)
             return None, False

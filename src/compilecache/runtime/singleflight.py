@@ -3,10 +3,14 @@ the others wait for its entry instead of compiling the same function N times.
 
 The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_lead`):
 
-1. Try to take the key's lease in the store (:meth:`~compilecache.stores.base.Store.acquire_lease`:
-   an exclusively created lock file, a Redis ``SET NX PX``, a conditional object create).
-2. Taken: look once more (the previous holder may have published its entry and released the
-   lease between our lookup and our acquire). Still nothing: this process leads. It compiles,
+1. Claim the key's lease in the store (:meth:`~compilecache.stores.base.Store.claim_lease`: an
+   exclusively created lock file, a Redis ``SET NX PX``, a conditional object create). Redis
+   answers the claim in the same round trip as the missing read (``get_or_claim``), and its
+   claim also says whether the entry has appeared meanwhile or the key is marked unwritten
+   (below), so a miss costs one round trip to Redis in all.
+2. Won: unless the store checked already, look once more (the previous holder may have published
+   its entry and released the lease between our lookup and our claim). Still nothing: this
+   process leads. It compiles,
    saves, and releases the lease (``finish``). While it compiles, a heartbeat thread renews the
    lease every third of its TTL, so a short TTL covers an hour-long compile and a compiler that
    dies (its heartbeat with it) blocks the others for at most one TTL.
@@ -44,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from compilecache.stats import Stats
+from compilecache.stores.base import UNWRITTEN_SUFFIX, Claim
 
 if TYPE_CHECKING:
     from compilecache.entry import Entry
@@ -60,7 +65,6 @@ POLL_GROWTH = 1.5
 # MAX_POLL) and for processes starting a little later to see it; a key whose next compile is
 # written after all only loses single-flight for this long.
 UNWRITTEN_TTL = 120.0
-UNWRITTEN_SUFFIX = "#unwritten"
 
 # A lookup: the entry or None, and whether a None is a clean (not yet counted) miss.
 Lookup = Callable[[], "tuple[Entry | None, bool]"]
@@ -76,6 +80,8 @@ class Leases(Protocol):
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool: ...
 
     def release_lease(self, key: str, token: str) -> None: ...
+
+    def claim_lease(self, key: str, ttl_s: float) -> Claim: ...
 
 
 def _always(key: str) -> bool:
@@ -131,11 +137,18 @@ class SingleFlight:
     # -- waiting -----------------------------------------------------------------------------
 
     def after_miss(
-        self, framework: str, key: str, lookup: Lookup, *, lead: bool = True
+        self,
+        framework: str,
+        key: str,
+        lookup: Lookup,
+        *,
+        lead: bool = True,
+        claim: Claim | None = None,
     ) -> Entry | None:
         """Called after a clean miss that was not counted yet. Returns the entry (waited for, a
         hit) or ``None``: the caller compiles, holding the key's lease when it got one (never
-        with ``lead=False``: a process that will not save its compile only waits)."""
+        with ``lead=False``: a process that will not save its compile only waits). ``claim``:
+        the lease claim the missing read already made (``Store.get_or_claim``), if any."""
         self._check_fork()
         with self._lock:
             ours = key in self._leads
@@ -143,43 +156,26 @@ class SingleFlight:
             # This process already compiles the key (torch can look a graph up again inside its
             # own compile): waiting would wait on ourselves until the timeout.
             self.stats.add("misses", framework=framework)
+            if claim is not None and claim.token:  # cannot be won while we hold it; be safe
+                self._release(key, claim.token)
             return None
         start = self._clock()
         deadline = start + self.wait_timeout
         delay = FIRST_POLL
         waited = False
         while True:
-            try:
-                token = self.leases.acquire_lease(key, self.lease_ttl)
-            except Exception as exc:  # a store that cannot coordinate: compile, uncoordinated
-                log.debug("compilecache: no lease for %s: %s", key, exc)
-                self._lead(framework, key, None)
-                return None
-            if token is not None:
-                # Look once more: the previous holder may have published and released between
-                # our lookup and our acquire.
-                found, clean_miss = lookup()
-                if found is not None:
-                    self._release(key, token)
-                    if waited:
-                        self._count_wait(framework, found, start)
-                    return found
-                if token and self._marked_unwritten(key):
-                    # The last compile of this key wrote nothing: no one would wait for ours.
-                    self._release(key, token)
-                    self.stats.add("unwritten_skips", framework=framework)
-                    self._lead(framework, key, None, count_miss=clean_miss)
+            if claim is None:
+                try:
+                    claim = self.leases.claim_lease(key, self.lease_ttl)
+                except Exception as exc:  # a store that cannot coordinate: compile, uncoordinated
+                    log.debug("compilecache: no lease for %s: %s", key, exc)
+                    self._lead(framework, key, None)
                     return None
-                if not lead or not self._writes(key):
-                    # This process will not save the key (lead=False, or the lookup found an
-                    # entry signed with another key, which it leaves in place): no lease.
-                    self._release(key, token)
-                    token = None
-                elif waited:
-                    self.stats.add("lease_takeovers", framework=framework)
-                # A failed lookup (store error, corrupt entry) counted its miss already.
-                self._lead(framework, key, token, count_miss=clean_miss)
-                return None
+            if claim.state != "held":
+                return self._claimed(
+                    framework, key, lookup, claim, lead=lead, waited=waited, start=start
+                )
+            claim = None
             now = self._clock()
             if now >= deadline:
                 self.stats.add("wait_timeouts", framework=framework)
@@ -199,6 +195,53 @@ class SingleFlight:
                 return found
             if not clean_miss:
                 return None  # the store failed or the entry was corrupt: a miss, counted there
+
+    def _claimed(
+        self,
+        framework: str,
+        key: str,
+        lookup: Lookup,
+        claim: Claim,
+        *,
+        lead: bool,
+        waited: bool,
+        start: float,
+    ) -> Entry | None:
+        """Go on from a claim that was not "held": a hit after all, or this process compiles,
+        holding the lease when it won it and will save what it compiles."""
+        token = claim.token if claim.state == "won" else None
+        clean_miss = True  # a checked claim saw no entry
+        if claim.state == "present" or not claim.checked:
+            # Look once more: the previous holder may have published and released between our
+            # lookup and our claim.
+            found, clean_miss = lookup()
+            if found is not None:
+                if token:
+                    self._release(key, token)
+                if waited:
+                    self._count_wait(framework, found, start)
+                return found
+        unwritten = claim.state == "unwritten" or (
+            not claim.checked and bool(token) and self._marked_unwritten(key)
+        )
+        if unwritten:
+            # The last compile of this key wrote nothing: no one would wait for ours.
+            if token:
+                self._release(key, token)
+            self.stats.add("unwritten_skips", framework=framework)
+            self._lead(framework, key, None, count_miss=clean_miss)
+            return None
+        if token and (not lead or not self._writes(key)):
+            # This process will not save the key (lead=False, or the lookup found an entry
+            # signed with another key, which it leaves in place): no lease.
+            self._release(key, token)
+            token = None
+        elif token and waited:
+            self.stats.add("lease_takeovers", framework=framework)
+        # A failed lookup (store error, corrupt entry) counted its miss already. A "present"
+        # entry that a clean lookup no longer found was removed meanwhile: compile, no lease.
+        self._lead(framework, key, token, count_miss=clean_miss)
+        return None
 
     def _count_wait(self, framework: str, found: Entry, start: float) -> None:
         waited_s = self._clock() - start
@@ -291,6 +334,10 @@ class SingleFlight:
         if probe:
             self._release(key + UNWRITTEN_SUFFIX, probe)
         return probe is None
+
+    def release_claim(self, key: str, token: str) -> None:
+        """Give back a lease a read claimed but that is not needed after all. Never raises."""
+        self._release(key, token)
 
     def _release(self, key: str, token: str) -> None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from compilecache.errors import ConfigError
 
@@ -57,6 +58,27 @@ HISTORY_KINDS = ("miss", "run")
 # What acquire_lease returns when the store cannot coordinate: lead, with nothing to release.
 NO_COORDINATION = ""
 
+# The lease of ``key + UNWRITTEN_SUFFIX`` marks a key whose last compile ended without an entry
+# (see compilecache.runtime.singleflight). Stores that answer claim_lease in one round trip read
+# it there, so the name is part of the storage layer.
+UNWRITTEN_SUFFIX = "#unwritten"
+
+# The answers of Store.claim_lease: the lease was taken ("won"), another process holds it
+# ("held"), the entry is there after all ("present"), or the key's last compile wrote nothing
+# ("unwritten": compile without a lease).
+ClaimState = Literal["won", "held", "present", "unwritten"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :meth:`Store.claim_lease` answered. ``checked``: the store also looked, in the same
+    step, for the entry and for the key's unwritten mark (``"won"`` then means neither was
+    there); unchecked, the caller looks itself."""
+
+    state: ClaimState
+    token: str | None = None
+    checked: bool = False
+
 
 class Store(abc.ABC):
     """The storage layer: bytes in, bytes out, plus optional capabilities with safe defaults.
@@ -78,7 +100,9 @@ class Store(abc.ABC):
       last renewed, so a holder that dies blocks nobody for longer. Leases are an optimisation,
       never a correctness device. ``acquire_lease`` returns a token when taken, ``None`` when
       another process holds it, and ``""`` (:data:`NO_COORDINATION`) when the store cannot
-      coordinate (go ahead and compile, nothing to release).
+      coordinate (go ahead and compile, nothing to release). ``claim_lease`` and
+      ``get_or_claim`` are the single-flight steps after a miss, folded into one round trip by
+      the stores that can (Redis); their defaults are the separate calls.
     - shape: ``read_only``, ``levels`` (the tiers, fastest first), ``available`` (False while a
       remote level is in back-off), ``health`` (a guard's counters), ``level_stats``.
 
@@ -236,6 +260,20 @@ class Store(abc.ABC):
         """Give up a lease if ``token`` still holds it (never removes another holder's)."""
         return None  # a safe default, not an abstract method
 
+    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+        """Take ``key``'s lease for a compile. A store that can also checks, in the same round
+        trip, that the entry is still absent and the key is not marked unwritten
+        (``Claim.checked``); this default only takes the lease."""
+        token = self.acquire_lease(key, ttl_s)
+        return Claim("held") if token is None else Claim("won", token)
+
+    def get_or_claim(
+        self, key: str, ttl_s: float
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+        """``get_with_meta``, and on a miss :meth:`claim_lease`, in one round trip where the
+        store can. The claim is ``None`` when none was made (this default): the caller claims."""
+        return self.get_with_meta(key), None
+
 
 class OneReadStore(Store):
     """A backend whose one read returns a value with its metadata (``_read``): Redis (one hash
@@ -298,6 +336,11 @@ class StoreWrapper(Store):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
         return self.inner.get_many(keys)
+
+    def get_or_claim(
+        self, key: str, ttl_s: float
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+        return self.inner.get_or_claim(key, ttl_s)
 
     @property
     def read_only(self) -> bool:
@@ -365,6 +408,9 @@ class StoreWrapper(Store):
 
     def release_lease(self, key: str, token: str) -> None:
         self.inner.release_lease(key, token)
+
+    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+        return self.inner.claim_lease(key, ttl_s)
 
 
 # URL options every level takes, handled by the composition root and the wrappers (ReadOnly,

@@ -39,6 +39,7 @@ from compilecache.errors import (
 from compilecache.stores.base import (
     HISTORY_LIMIT,
     NO_COORDINATION,
+    Claim,
     EntryInfo,
     EntryMeta,
     Store,
@@ -216,6 +217,13 @@ class Guarded(StoreWrapper):
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
         return self._call("get", self.inner.get_many, keys, miss=dict)
 
+    def get_or_claim(
+        self, key: str, ttl_s: float
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+        if not self.inner.supports_leases():
+            return self.get_with_meta(key), None
+        return self._call("get", self.inner.get_or_claim, key, ttl_s, miss=_no_read)
+
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         self._call("put", self.inner.put, key, value, meta)
 
@@ -280,9 +288,18 @@ class Guarded(StoreWrapper):
         if self.inner.supports_leases():
             self._call("release_lease", self.inner.release_lease, key, token)
 
+    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+        if not self.inner.supports_leases():
+            return Claim("won", NO_COORDINATION)
+        return self._call("acquire_lease", self.inner.claim_lease, key, ttl_s)
+
 
 def _none() -> None:
     return None
+
+
+def _no_read() -> tuple[None, None]:
+    return None, None
 
 
 def _is_timeout(exc: BaseException | None) -> bool:

@@ -20,6 +20,7 @@ Layout, for a namespace ``N`` and a key whose blake2b digest is ``D``::
                      ver, n, and ``v`` (the value itself when it fits in one chunk, n == 0)
     N:{D}:c:VER:I    chunk I of version VER of a larger value (n chunks)
     N:{D}:lease      single-flight lease of a key being compiled (SET NX PX, a token)
+    N:{D}:unwritten  the key's last compile wrote nothing (a lease left to expire)
     N:stats          hash of persistent counters (HINCRBYFLOAT)
     N:history:KIND   list of JSON records, newest first, capped (LPUSH + LTRIM)
 
@@ -64,7 +65,9 @@ from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
     HISTORY_KINDS,
     HISTORY_LIMIT,
+    UNWRITTEN_SUFFIX,
     WRAPPER_PARAMS,
+    Claim,
     EntryInfo,
     EntryMeta,
     OneReadStore,
@@ -170,6 +173,21 @@ _LEASE_RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# The single-flight step after a miss, in one round trip (Store.claim_lease). KEYS: hash, lease,
+# unwritten mark (one hash tag). ARGV: key, token, lease ttl_ms.
+_CLAIM = """
+if redis.call('HGET', KEYS[1], 'key') == ARGV[1] then return 'present' end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'unwritten' end
+if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 'won' end
+return 'held'
+"""
+
+
+class _Again:
+    """A read to start again from the hash (a writer replaced the chunks meanwhile)."""
+
+
+_AGAIN = _Again()
 
 
 class RedisStore(OneReadStore):
@@ -248,31 +266,42 @@ class RedisStore(OneReadStore):
                         "EVAL", _TOUCH, 1, meta, base, repr(time.time()), self.ttl_ms
                     )
                 # The access update may fail (a read-only replica or ACL): the read still counts.
-                fields = pipe.execute(raise_on_error=False)[0]
-                if isinstance(fields, Exception):
-                    raise fields
-                value, n_raw, ver_raw, stored_key, size_raw, *entry_meta = fields
-                if stored_key is None or stored_key.decode("utf-8", "surrogatepass") != key:
-                    return None  # a miss (or a digest collision: never a wrong hit)
-                size = int(size_raw or -1)
-                n = int(n_raw or 0)
-                if n == 0:
-                    if value is None or len(value) != size:
-                        return None
-                    return value, _meta(entry_meta)
-                ver = ver_raw.decode()
-                chunks = self.client.mget(self._chunk_names(base, ver, n))
-                if all(c is not None for c in chunks):
-                    joined = b"".join(chunks)
-                    return (joined, _meta(entry_meta)) if len(joined) == size else None
-                # A chunk is gone: replaced by a writer (retry from the hash) or evicted.
-                if self.client.hget(meta, "ver") == ver_raw:
-                    if not look_only:
-                        self.client.eval(_DELETE, 1, meta, base, ver)
-                    return None
+                found = self._finish_read(
+                    key, base, pipe.execute(raise_on_error=False)[0], look_only
+                )
+                if not isinstance(found, _Again):
+                    return found
             return None
         except RedisError as exc:
             raise self._unavailable("get", exc) from exc
+
+    def _finish_read(
+        self, key: str, base: str, fields: Any, look_only: bool
+    ) -> tuple[bytes, EntryMeta] | _Again | None:
+        """The entry from its hash fields (reading its chunks if it has any); ``_AGAIN`` when a
+        writer replaced the chunks meanwhile (read the hash again)."""
+        if isinstance(fields, Exception):
+            raise fields
+        value, n_raw, ver_raw, stored_key, size_raw, *entry_meta = fields
+        if stored_key is None or stored_key.decode("utf-8", "surrogatepass") != key:
+            return None  # a miss (or a digest collision: never a wrong hit)
+        size = int(size_raw or -1)
+        n = int(n_raw or 0)
+        if n == 0:
+            if value is None or len(value) != size:
+                return None
+            return value, _meta(entry_meta)
+        ver = ver_raw.decode()
+        chunks = self.client.mget(self._chunk_names(base, ver, n))
+        if all(c is not None for c in chunks):
+            joined = b"".join(chunks)
+            return (joined, _meta(entry_meta)) if len(joined) == size else None
+        # A chunk is gone: replaced by a writer (retry from the hash) or evicted.
+        if self.client.hget(base + ":m", "ver") == ver_raw:
+            if not look_only:
+                self.client.eval(_DELETE, 1, base + ":m", base, ver)
+            return None
+        return _AGAIN
 
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
         """Several entries in two round trips: one pipeline of hash reads (and, outside a
@@ -471,32 +500,91 @@ class RedisStore(OneReadStore):
 
     # -- leases (single-flight compiles across every host using this Redis) --------------------
 
+    def _lease_name(self, key: str) -> str:
+        """The lease of ``key``. A key's unwritten mark (the lease of ``key#unwritten``) sits
+        beside it, under the same hash tag: one cluster slot, so one script reads both."""
+        if key.endswith(UNWRITTEN_SUFFIX):
+            return self._base(key[: -len(UNWRITTEN_SUFFIX)]) + ":unwritten"
+        return self._base(key) + ":lease"
+
     def acquire_lease(self, key: str, ttl_s: float) -> str | None:
         """``SET N:{D}:lease TOKEN NX PX ttl``: one process wins; Redis expires it on its own."""
         token = uuid.uuid4().hex
         try:
-            won = self.client.set(self._base(key) + ":lease", token, nx=True, px=_ms(ttl_s))
+            won = self.client.set(self._lease_name(key), token, nx=True, px=_ms(ttl_s))
         except RedisError as exc:
             raise self._unavailable("acquire_lease", exc) from exc
         return token if won else None
 
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
         try:
-            renewed = self.client.eval(
-                _LEASE_RENEW, 1, self._base(key) + ":lease", token, _ms(ttl_s)
-            )
+            renewed = self.client.eval(_LEASE_RENEW, 1, self._lease_name(key), token, _ms(ttl_s))
         except RedisError as exc:
             raise self._unavailable("renew_lease", exc) from exc
         return bool(renewed)
 
     def release_lease(self, key: str, token: str) -> None:
         try:
-            self.client.eval(_LEASE_RELEASE, 1, self._base(key) + ":lease", token)
+            self.client.eval(_LEASE_RELEASE, 1, self._lease_name(key), token)
         except RedisError as exc:
             raise self._unavailable("release_lease", exc) from exc
 
+    def _claim_args(self, key: str, token: str, ttl_s: float) -> list[Any]:
+        base = self._base(key)
+        names = [base + ":m", base + ":lease", base + ":unwritten"]
+        return [_CLAIM, len(names), *names, key, token, _ms(ttl_s)]
+
+    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+        """One script, one round trip: the entry's presence, the unwritten mark and the lease."""
+        token = uuid.uuid4().hex
+        try:
+            answer = self.client.eval(*self._claim_args(key, token, ttl_s))
+        except RedisError as exc:
+            raise self._unavailable("acquire_lease", exc) from exc
+        return _claim(answer, token)
+
+    def get_or_claim(
+        self, key: str, ttl_s: float
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+        """The read and, should it miss, the claim, pipelined: one round trip for either."""
+        if self._factory is not None:  # a cluster: scripts in pipelines are not portable
+            return super().get_or_claim(key, ttl_s)
+        base = self._base(key)
+        token = uuid.uuid4().hex
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(base + ":m", "v", "n", "ver", "key", "size", *_ENTRY_META)
+            pipe.execute_command(
+                "EVAL", _TOUCH, 1, base + ":m", base, repr(time.time()), self.ttl_ms
+            )
+            # The claim script looks for the entry again: it answers "present", taking nothing,
+            # whenever the read above could have found it.
+            pipe.execute_command("EVAL", *self._claim_args(key, token, ttl_s))
+            fields, _, answer = pipe.execute(raise_on_error=False)
+            if isinstance(answer, Exception):
+                raise answer
+            claim = _claim(answer, token)
+            read = self._finish_read(key, base, fields, look_only=False)
+            found = self._read(key, look_only=False) if isinstance(read, _Again) else read
+        except RedisError as exc:
+            raise self._unavailable("get", exc) from exc
+        if found is not None and claim.state == "won":
+            # Removed between the read and the claim: the lease is not needed.
+            self.release_lease(key, token)
+            claim = Claim("present", checked=True)
+        return found, claim
+
     def _unavailable(self, what: str, exc: Exception) -> StoreUnavailable:
         return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _claim(answer: Any, token: str) -> Claim:
+    state = answer.decode() if isinstance(answer, bytes) else str(answer)
+    if state == "won":
+        return Claim("won", token, checked=True)
+    if state in ("held", "present", "unwritten"):
+        return Claim(state, checked=True)  # type: ignore[arg-type]
+    raise RedisError(f"unexpected answer to the lease claim: {answer!r}")
 
 
 def _ms(seconds: float) -> int:

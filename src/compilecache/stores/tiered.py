@@ -33,6 +33,7 @@ from compilecache.stats import level_counter
 from compilecache.stores.base import (
     HISTORY_LIMIT,
     NO_COORDINATION,
+    Claim,
     EntryInfo,
     EntryMeta,
     Store,
@@ -141,6 +142,19 @@ class Tiered(Store):
     # -- the Store protocol --------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        found, _ = self._get(key, claim_ttl=None)
+        return found[0] if found is not None else None
+
+    def get_or_claim(
+        self, key: str, ttl_s: float
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+        """The lookup through the levels; the lease level, when it is read last, claims the
+        lease in the same round trip as its read."""
+        return self._get(key, claim_ttl=ttl_s)
+
+    def _get(
+        self, key: str, *, claim_ttl: float | None
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
         if len(self._looked_up) < MAX_LOOKUPS_RECORDED:
             self._looked_up.setdefault(key)
         if not self._planned.is_set() and not _holds(self.levels[0], key):
@@ -150,30 +164,34 @@ class Tiered(Store):
         if pending is not None and not pending.is_set():
             # Being prefetched: wait for it rather than fetch it twice.
             pending.wait(max(0.0, self._prefetch_deadline - time.monotonic()))
+        claim_level = self._lease_level() if claim_ttl is not None else None
         first_error: Exception | None = None
+        claim: Claim | None = None
         for depth, level in enumerate(self.levels):
             start = time.perf_counter()
             try:
-                if depth:
+                if claim_ttl is not None and level is claim_level and depth == len(self.levels) - 1:
+                    found, claim = level.get_or_claim(key, claim_ttl)
+                elif depth:
                     # Value and metadata together, in one read where the level can: the meta
                     # labels the backfilled copy and says what this hit saved.
                     found = level.get_with_meta(key)
-                    value, meta = found if found is not None else (None, None)
                 else:
-                    value, meta = level.get(key), None
+                    value = level.get(key)
+                    found = (value, None) if value is not None else None
             except Exception as exc:
                 self._failed(depth, exc, "get")
                 if not isinstance(exc, LevelSkipped):
                     first_error = first_error or exc
                 continue
-            if value is None:
+            if found is None:
                 self._count(depth, "misses")
                 continue
-            self._served(depth, key, value, meta, time.perf_counter() - start)
-            return value
+            self._served(depth, key, found[0], found[1], time.perf_counter() - start)
+            return found, claim
         if first_error is not None:
             raise first_error
-        return None
+        return None, claim
 
     def _served(
         self, depth: int, key: str, value: bytes, meta: EntryMeta | None, elapsed: float
@@ -406,6 +424,10 @@ class Tiered(Store):
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
         level = self._lease_level()
         return level is not None and level.renew_lease(key, token, ttl_s)
+
+    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+        level = self._lease_level()
+        return Claim("won", NO_COORDINATION) if level is None else level.claim_lease(key, ttl_s)
 
     def release_lease(self, key: str, token: str) -> None:
         level = self._lease_level()

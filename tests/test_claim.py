@@ -1,0 +1,244 @@
+"""The single-flight claim after a miss (``Store.claim_lease``, ``Store.get_or_claim``): what every
+lease store answers, and that with Redis a cold miss costs one round trip in all (the read, the
+entry's second look, the unwritten mark and the lease together), counted on the wire of a real
+``redis-server``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import redis
+
+from compilecache.entry import EntryHeader
+from compilecache.runtime.cache import Cache
+from compilecache.stores.base import UNWRITTEN_SUFFIX, Claim, EntryMeta, Store
+from compilecache.stores.guarded import Guarded
+from compilecache.stores.local import LocalStore
+from compilecache.stores.objectstore import ObjectStore
+from compilecache.stores.redis import RedisStore
+from compilecache.stores.registry import open_url
+from compilecache.stores.sharedfs import SharedFSStore
+from compilecache.stores.tiered import Tiered
+from tests import servers
+from tests.servers import MotoServer, RedisServer, namespace
+
+redis_server = servers.redis_server
+redis_cluster = servers.redis_cluster
+moto_server = servers.moto_server
+
+
+@pytest.fixture(params=["local", "shared", "redis", "s3"])
+def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "local":
+        store: Any = LocalStore(tmp_path / "store")
+    elif request.param == "shared":
+        store = open_url(f"{tmp_path / 'store'}?shared=1")
+        assert isinstance(store, SharedFSStore)
+    elif request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        store = open_url(f"{server.url}/{namespace()}")
+    else:
+        moto: MotoServer = request.getfixturevalue("moto_server")
+        store = open_url(moto.url(moto.create_bucket(), "claims"))
+        assert isinstance(store, ObjectStore) and store.conditional
+    yield store
+    store.close()
+
+
+def test_claims_in_every_lease_store(lease_store: Store) -> None:
+    """won, then held; after the lease is released and the entry written, a checking store says
+    present and takes nothing; a key marked unwritten is reported by a checking store."""
+    won = lease_store.claim_lease("jax/k", 30)
+    assert won.state == "won" and won.token
+    assert lease_store.claim_lease("jax/k", 30) == Claim("held", checked=won.checked)
+    lease_store.release_lease("jax/k", won.token)
+    lease_store.put("jax/k", b"entry")
+    again = lease_store.claim_lease("jax/k", 30)
+    if again.checked:
+        assert again == Claim("present", checked=True)
+        assert lease_store.acquire_lease("jax/k", 30)  # nothing was taken
+    else:  # the caller looks for the entry itself
+        assert again.state == "won" and again.token
+    mark = lease_store.acquire_lease("jax/m" + UNWRITTEN_SUFFIX, 30)
+    assert mark
+    marked = lease_store.claim_lease("jax/m", 30)
+    if marked.checked:
+        assert marked == Claim("unwritten", checked=True)
+        assert lease_store.acquire_lease("jax/m", 30)  # no lease was taken
+    else:
+        assert marked.state == "won"
+
+
+def test_redis_reads_and_claims_in_one_request(redis_server: RedisServer) -> None:
+    store = open_url(f"{redis_server.url}/{namespace()}?chunk_size=1KiB")
+    assert isinstance(store, RedisStore)
+    found, claim = store.get_or_claim("jax/a", 30)
+    assert found is None and claim is not None and claim.state == "won" and claim.token
+    assert store.acquire_lease("jax/a", 30) is None  # the claim holds the lease
+    assert store.get_or_claim("jax/a", 30) == (None, Claim("held", checked=True))
+    store.release_lease("jax/a", claim.token)
+    # Hits, small and chunked: the value, and no lease taken.
+    for key, value in (("jax/small", b"s" * 100), ("jax/big", bytes(range(256)) * 20)):
+        store.put(key, value, EntryMeta(framework="jax", name="f", compile_time_s=2.0))
+        found, claim = store.get_or_claim(key, 30)
+        assert found is not None and found[0] == value and found[1] is not None
+        assert found[1].compile_time_s == 2.0
+        assert claim == Claim("present", checked=True)
+        assert store.acquire_lease(key, 30)
+    assert store.stat("jax/small") is not None and store.stat("jax/small").hits == 1  # type: ignore[union-attr]
+    store.close()
+
+
+def test_a_redis_cluster_claims_in_a_second_request(redis_cluster: Any) -> None:
+    """Scripts are not pipelined in a cluster: the read, then a claim of its own."""
+    store = open_url(f"{redis_cluster.url}/{namespace()}")
+    found, claim = store.get_or_claim("jax/a", 30)
+    assert (found, claim) == (None, None)
+    won = store.claim_lease("jax/a", 30)
+    assert won.state == "won" and won.checked
+    assert store.claim_lease("jax/a", 30).state == "held"
+    store.close()
+
+
+# -- round trips on the wire ----------------------------------------------------------------------
+
+
+class CountingConnection(redis.Connection):
+    """A connection counting its requests: a pipeline is one send, like one round trip."""
+
+    sends: ClassVar[list[int]] = [0]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        self.sends[0] += 1
+        super().send_packed_command(command, check_health)
+
+
+def counting_store(server: RedisServer, ns: str) -> tuple[RedisStore, list[int]]:
+    sends = [0]
+    connection = type("Counting", (CountingConnection,), {"sends": sends})
+    pool = redis.ConnectionPool(host="127.0.0.1", port=server.port, connection_class=connection)
+    client = redis.Redis(connection_pool=pool)
+    client.ping()
+    sends[0] = 0
+    return RedisStore(client, url=f"{server.url}/{ns}", namespace=ns), sends
+
+
+def tiers(tmp_path: Path, remote: Store) -> Tiered:
+    return Tiered([LocalStore(tmp_path / "local"), Guarded(remote)])
+
+
+def test_a_cold_miss_is_one_round_trip(tmp_path: Path, redis_server: RedisServer) -> None:
+    ns = namespace()
+    remote, sends = counting_store(redis_server, ns)
+    cache = Cache(tiers(tmp_path / "a", remote))
+    assert cache.load_or_lead("jax", "jax/k") is None  # a miss: this process compiles
+    assert sends[0] == 1
+    assert cache._flight is not None and cache._flight.held() == ["jax/k"]
+    assert cache.stats.snapshot()["misses"] == 1
+    # A second host missing the same key waits for the entry: a hit, not a compile.
+    other = Cache(tiers(tmp_path / "b", open_url(f"{redis_server.url}/{ns}")))
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(other.load_or_lead("jax", "jax/k")))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    assert cache.save(EntryHeader("jax", "jax/k", "f", compile_time_s=1.0), b"exe")
+    cache.finish_lead("jax/k")
+    waiter.join(10)
+    assert got and got[0] is not None and got[0].payload == b"exe"
+    snapshot = other.stats.snapshot()
+    assert snapshot["hits"] == 1 and snapshot["waited"] == 1 and snapshot["misses"] == 0
+    # A warm lookup on a third host: one round trip too, and no lease.
+    sends[0] = 0
+    third = Cache(tiers(tmp_path / "c", remote))
+    found = third.load_or_lead("jax", "jax/k")
+    assert found is not None and found.payload == b"exe" and sends[0] == 1
+    assert third._flight is not None and third._flight.held() == []
+
+
+def test_an_unwritten_mark_is_read_in_the_same_round_trip(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    ns = namespace()
+    first = Cache(tiers(tmp_path / "a", open_url(f"{redis_server.url}/{ns}")))
+    assert first.load_or_lead("jax", "jax/cb") is None
+    first.finish_thread_leads()  # the compile ended without an entry (host callbacks)
+    remote, sends = counting_store(redis_server, ns)
+    later = Cache(tiers(tmp_path / "b", remote))
+    assert later.load_or_lead("jax", "jax/cb") is None  # compiles at once...
+    assert sends[0] == 1
+    assert later._flight is not None and later._flight.held() == []  # ...holding nothing
+    assert later.stats.snapshot()["unwritten_skips"] == 1
+
+
+def test_a_read_that_fails_claims_nothing(tmp_path: Path, redis_server: RedisServer) -> None:
+    """A corrupt entry is a counted miss; the claim saw it present and took no lease."""
+    ns = namespace()
+    store = open_url(f"{redis_server.url}/{ns}")
+    store.put("jax/bad", b"not an entry")
+    cache = Cache(tiers(tmp_path, store))
+    assert cache.load_or_lead("jax", "jax/bad") is None
+    assert cache.stats.snapshot()["corrupt"] == 1
+    assert cache._flight is not None and cache._flight.held() == []
+    assert store.acquire_lease("jax/bad", 30)
+
+
+# -- requests to S3 ---------------------------------------------------------------------------
+
+
+def s3_requests(store: ObjectStore) -> list[tuple[str, str, bool]]:
+    """Record every request the store's S3 client sends: (method, path, asked to continue)."""
+    sent: list[tuple[str, str, bool]] = []
+
+    def record(request: Any, **kwargs: Any) -> None:
+        path = request.url.split("?")[0].split("/", 3)[-1]
+        sent.append((request.method, path, "Expect" in request.headers))
+
+    store.fs.session.get_component("event_emitter").register("before-send.s3", record)
+    return sent
+
+
+def test_s3_reads_writes_and_claims_take_one_request_each(moto_server: MotoServer) -> None:
+    store = open_url(moto_server.url(moto_server.create_bucket(), "requests"))
+    assert isinstance(store, ObjectStore)
+    sent = s3_requests(store)
+    assert store.get("jax/absent") is None
+    assert [m for m, _, _ in sent] == ["GET"]  # no HEAD and LIST before it
+    sent.clear()
+    store.put("jax/new", b"x" * 1000)
+    assert sent == [("PUT", sent[0][1], False)]  # created at once, without Expect: 100-continue
+    sent.clear()
+    store.put("jax/new", b"y" * 1000)  # a replacement: it reads the ETag it replaces
+    assert [m for m, _, _ in sent] == ["PUT", "HEAD", "PUT"]
+    assert store.get("jax/new") == b"y" * 1000
+    sent.clear()
+    found, claim = store.get_or_claim("jax/miss", 30)
+    assert found is None and claim is not None and claim.state == "won" and claim.checked
+    # The entry, the lease and the unwritten mark: three requests, sent together.
+    assert sorted(m for m, _, _ in sent) == ["GET", "GET", "PUT"]
+    sent.clear()
+    found, claim = store.get_or_claim("jax/new", 30)
+    assert found is not None and found[0] == b"y" * 1000
+    assert claim == Claim("present", checked=True)
+    store.close()
+
+
+def test_s3_hit_gives_back_the_lease_it_took(moto_server: MotoServer) -> None:
+    store = open_url(moto_server.url(moto_server.create_bucket(), "giveback"))
+    assert isinstance(store, ObjectStore)
+    store.put("jax/k", b"entry")
+    found, claim = store.get_or_claim("jax/k", 30)
+    assert found is not None and claim == Claim("present", checked=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # given back in the background
+        token = store.acquire_lease("jax/k", 30)
+        if token:
+            break
+        time.sleep(0.05)
+    assert token
+    store.close()
