@@ -27,8 +27,10 @@ written, values are written to a temporary name and renamed into place.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -40,7 +42,9 @@ import fsspec
 from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
 from compilecache.stores.base import (
     NO_COORDINATION,
+    UNWRITTEN_SUFFIX,
     WRAPPER_PARAMS,
+    Claim,
     EntryInfo,
     EntryMeta,
     OneReadStore,
@@ -96,6 +100,8 @@ class ObjectStore(OneReadStore):
         self._etag_write = protocol in ("s3", "s3a")
         self._lock = threading.Lock()
         self.lost_races = 0
+        self._requests: concurrent.futures.ThreadPoolExecutor | None = None
+        self._requests_pid = 0
 
     def path_of(self, key: str) -> str:
         return f"{self.root}/{_key_filename(key)}"
@@ -106,7 +112,7 @@ class ObjectStore(OneReadStore):
         """Read an entry; unless ``look_only``, remove it if it is damaged."""
         path = self.path_of(key)
         try:
-            data = self.fs.cat_file(path)
+            data = _cat_whole(self.fs, path)
         except FileNotFoundError:
             return None
         except Exception as exc:
@@ -134,7 +140,8 @@ class ObjectStore(OneReadStore):
         paths = {self.path_of(key): key for key in keys}
         found: dict[str, tuple[bytes, EntryMeta | None]] = {}
         try:
-            datas = self.fs.cat(list(paths), on_error="return") if paths else {}
+            # start=0: one GET per object (see _cat_whole).
+            datas = self.fs.cat(list(paths), on_error="return", start=0) if paths else {}
         except Exception as exc:
             raise self._unavailable("get", exc) from exc
         for path, data in datas.items():
@@ -167,10 +174,18 @@ class ObjectStore(OneReadStore):
 
     def _put_conditional(self, path: str, body: bytes) -> None:
         try:
-            seen = self.fs.info(path)
-        except FileNotFoundError:
-            seen = None
-        try:
+            # A new key first (the common case): one request. An existing one is then replaced
+            # only as it is now (its ETag); a missing object's info costs s3fs two requests.
+            try:
+                self.fs.pipe_file(path, body, mode="create")
+                return
+            except Exception as exc:
+                if not _precondition_failed(exc):
+                    raise
+            try:
+                seen = self.fs.info(path)
+            except FileNotFoundError:
+                seen = None
             if seen is None:
                 self.fs.pipe_file(path, body, mode="create")
             elif self._etag_write and seen.get("ETag"):
@@ -346,6 +361,108 @@ class ObjectStore(OneReadStore):
         except Exception as exc:
             raise self._unavailable("release_lease", exc) from exc
 
+    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+        """The lease, the entry and the key's unwritten mark, asked at once (three requests in
+        flight together: one round trip, where one after the other took four or more).
+
+        The entry is looked for while the lease is taken, not after: an entry published and its
+        lease released within that one round trip is missed, and compiled once more here. A
+        duplicate compile, never a wrong result (Redis's claim is one atomic script instead)."""
+        if not self.conditional:
+            return super().claim_lease(key, ttl_s)
+        pool = self._pool()
+        lease = pool.submit(self.acquire_lease, key, ttl_s)
+        marked = pool.submit(self._marked_unwritten, key)
+        entry = pool.submit(self.stat, key)
+        try:
+            present = entry.result() is not None
+        except Exception as exc:
+            self._give_back(key, lease)
+            raise self._unavailable("acquire_lease", exc) from exc
+        return self._settle(key, lease, marked, present)
+
+    def get_or_claim(
+        self, key: str, ttl_s: float
+    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+        """The read, the lease and the unwritten mark, all in flight at once: a miss costs one
+        round trip, like a hit (which gives the lease it took back in the background)."""
+        if not self.conditional:
+            return super().get_or_claim(key, ttl_s)
+        pool = self._pool()
+        read = pool.submit(self._read, key, look_only=False)
+        lease = pool.submit(self.acquire_lease, key, ttl_s)
+        marked = pool.submit(self._marked_unwritten, key)
+        try:
+            found = read.result()
+        except Exception:
+            self._give_back(key, lease)
+            raise
+        if found is not None:
+            self._give_back(key, lease)
+            return found, Claim("present", checked=True)
+        try:
+            return None, self._settle(key, lease, marked, present=False)
+        except Exception as exc:  # the read answered: the caller claims once more itself
+            log.debug("compilecache: claiming %s failed: %s", key, exc)
+            return None, None
+
+    def _settle(
+        self,
+        key: str,
+        lease: concurrent.futures.Future[str | None],
+        marked: concurrent.futures.Future[bool],
+        present: bool,
+    ) -> Claim:
+        """The claim from the three answers; a lease taken but not needed is given back."""
+        try:
+            unwritten = marked.result()
+        except Exception:
+            self._give_back(key, lease)
+            raise
+        token = lease.result()
+        if token == NO_COORDINATION:
+            return Claim("won", token)  # unchecked: the caller looks for the entry itself
+        if present or unwritten:
+            self._give_back(key, lease)
+            return Claim("present" if present else "unwritten", checked=True)
+        return Claim("won", token, checked=True) if token else Claim("held", checked=True)
+
+    def _give_back(self, key: str, lease: concurrent.futures.Future[str | None]) -> None:
+        """Release the lease ``lease`` takes, if it takes one, without waiting for it."""
+
+        def release(done: concurrent.futures.Future[str | None]) -> None:
+            try:
+                token = done.result()
+                if token:
+                    self.release_lease(key, token)
+            except Exception as exc:  # it expires on its own
+                log.debug("compilecache: could not give back the lease on %s: %s", key, exc)
+
+        lease.add_done_callback(release)
+
+    def _marked_unwritten(self, key: str) -> bool:
+        """Whether ``key``'s unwritten mark is held: one read (a lease's info and body are two,
+        and a missing object's info two more)."""
+        try:
+            raw = _cat_whole(self.fs, self._lease_path(key + UNWRITTEN_SUFFIX))
+        except FileNotFoundError:
+            return False
+        try:
+            return time.time() < float(json.loads(raw)["expires"])
+        except (ValueError, KeyError, TypeError):
+            return False  # unreadable: expired, like an unreadable lease
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            # A forked child inherits the pool but not its threads: it needs its own.
+            if self._requests is None or self._requests_pid != os.getpid():
+                # Three requests per claim, and the leases given back meanwhile.
+                self._requests = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=6, thread_name_prefix="compilecache-claim"
+                )
+                self._requests_pid = os.getpid()
+            return self._requests
+
     def _read_lease(self, path: str) -> tuple[str, float, str] | None:
         """Token, expiry and ETag of a lease object; ``None`` when there is none.
 
@@ -354,7 +471,7 @@ class ObjectStore(OneReadStore):
         try:
             self.fs.invalidate_cache(path)
             etag = str(self.fs.info(path).get("ETag") or "")
-            raw = self.fs.cat_file(path)
+            raw = _cat_whole(self.fs, path)
         except FileNotFoundError:
             return None
         try:
@@ -408,7 +525,7 @@ class ObjectStore(OneReadStore):
     def _read_counters(self, path: str) -> tuple[dict[str, float], str | None]:
         try:
             info = self.fs.info(path)
-            raw = self.fs.cat_file(path)
+            raw = _cat_whole(self.fs, path)
         except FileNotFoundError:
             return {}, None
         etag = info.get("ETag") or info.get("etag")
@@ -441,10 +558,22 @@ class ObjectStore(OneReadStore):
             raise self._unavailable("zero_stats", exc) from exc
 
     def close(self) -> None:
-        pass
+        with self._lock:
+            pool, self._requests = self._requests, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+
+
+def _cat_whole(fs: Any, path: str) -> bytes:
+    """The whole object in one request. ``start=0`` matters: without a range, s3fs asks for the
+    object's size first (a HEAD, and a LIST after a 404) to split large reads, which doubles
+    the round trips of every read and every miss. Objects here are never empty (a frame, a
+    lease, counters), so the open range is always satisfiable."""
+    data: bytes = fs.cat_file(path, start=0)
+    return data
 
 
 def _counters(raw: bytes) -> dict[str, float]:
@@ -455,6 +584,40 @@ def _counters(raw: bytes) -> dict[str, float]:
     if not isinstance(data, dict):
         return {}
     return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
+# Below this size a PUT is sent without asking the server first (see _send_small_puts_at_once).
+_ASK_BEFORE_PUT = 8 * 1024 * 1024
+
+
+def _s3_session() -> Any:
+    """An aiobotocore session for s3fs whose small PUTs go out in one round trip."""
+    try:
+        from aiobotocore.session import AioSession
+    except ImportError:
+        return None
+
+    session = AioSession()
+    # On the event botocore adds the header at, and last, so that it runs after that handler.
+    events = session.get_component("event_emitter")
+    events.register_last("before-call.s3", _send_small_puts_at_once)
+    return session
+
+
+def _send_small_puts_at_once(params: dict[str, Any], **kwargs: Any) -> None:
+    """Drop ``Expect: 100-continue`` from a small PUT. botocore asks for it on every PUT whose
+    body is a stream, and waiting for the server's ``100 Continue`` is a round trip of its own:
+    it doubled the cost of every lease and every small entry written. For a small body, sending
+    it at once costs less than asking first. Never raises (a handler error fails the request)."""
+    try:
+        from botocore.utils import determine_content_length
+
+        headers = params.get("headers") or {}
+        size = determine_content_length(params.get("body"))
+        if "Expect" in headers and size is not None and size < _ASK_BEFORE_PUT:
+            del headers["Expect"]
+    except Exception as exc:
+        log.debug("compilecache: could not drop Expect from a PUT: %s", exc)
 
 
 def _lease_body(token: str, ttl_s: float) -> bytes:
@@ -516,6 +679,8 @@ def from_url(url: StoreURL) -> ObjectStore:
         config.setdefault("read_timeout", timeout)
         config.setdefault("retries", {"max_attempts": 1})
         options["config_kwargs"] = config
+        if "session" not in options:
+            options["session"] = _s3_session()  # None without s3fs: fsspec says what to install
     elif protocol in ("gs", "gcs"):
         options.setdefault("timeout", timeout)
     try:
