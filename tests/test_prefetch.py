@@ -36,11 +36,20 @@ class Slow(StoreWrapper):
         self.delay = delay
         self.calls: list[tuple[str, str]] = []
         self.lock = threading.Lock()
+        self.in_flight: dict[str, int] = {}  # calls under way, per key
+        self.peak = 0  # the most calls under way at once
+        self.overlapped: list[str] = []  # keys that had two calls under way at once
 
     def _note(self, what: str, key: str) -> None:
         with self.lock:
             self.calls.append((what, key))
+            if self.in_flight.get(key):
+                self.overlapped.append(key)
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+            self.peak = max(self.peak, sum(self.in_flight.values()))
         time.sleep(self.delay)
+        with self.lock:
+            self.in_flight[key] -= 1
 
     def get(self, key: str) -> bytes | None:
         self._note("get", key)
@@ -91,9 +100,24 @@ def test_a_release_follows_the_write_it_belongs_to() -> None:
     assert remote.calls == [("put", "k"), ("release", "k")]
 
 
+def test_writes_run_side_by_side_but_one_at_a_time_per_key() -> None:
+    remote = Slow(mem(), delay=0.1)
+    behind = WriteBehind(remote, workers=4)
+    for round_ in range(3):
+        for i in range(6):
+            behind.put(f"k{i}", f"{round_}".encode(), None)
+            behind.release_lease(f"k{i}", f"t{round_}")
+    assert behind.drain(20.0) == 0
+    assert remote.peak > 1 and remote.overlapped == []  # in parallel, never twice on one key
+    for i in range(6):  # and per key in the order queued: the last write stands
+        assert remote.inner.get(f"k{i}") == b"2"
+        ops = [what for what, key in remote.calls if key == f"k{i}"]
+        assert ops == ["put", "release"] * 3
+
+
 def test_a_full_queue_drops_and_counts_and_exit_drops_what_is_left() -> None:
     remote = Slow(mem(), delay=0.5)
-    behind = WriteBehind(remote, max_items=2)
+    behind = WriteBehind(remote, max_items=2, workers=1)
     accepted = [behind.put(f"k{i}", b"v", None) for i in range(5)]
     assert accepted.count(False) >= 2 and behind.counters["dropped"] >= 2
     left = behind.drain(0.1)

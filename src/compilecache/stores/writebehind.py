@@ -2,8 +2,10 @@
 
 A tier (:class:`~compilecache.stores.tiered.Tiered`) writes its first level (the local disk) at
 once and hands the writes of a remote level to a :class:`WriteBehind`: a bounded queue drained
-in order by one background thread. Lease releases of that level go through the same queue, so a
-release never overtakes the write it follows (a waiter on another host then finds the entry).
+by a few background threads (a remote write is mostly waiting on the network, so several in
+flight finish an exit's drain several times sooner). Operations on one key run one at a time, in
+the order they were queued; lease releases of that level go through the same queue, so a release
+never overtakes the write it follows (a waiter on another host then finds the entry).
 
 The queue is bounded in items and bytes; a write that does not fit is dropped and counted, never
 waited for (the entry is in the local level; the remote misses one entry). At exit the session
@@ -26,6 +28,9 @@ log = logging.getLogger("compilecache")
 
 DEFAULT_MAX_ITEMS = 1024
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+DEFAULT_WORKERS = 4
+# An idle worker thread ends after this long; the next operation starts one again.
+IDLE_S = 30.0
 
 
 @dataclass
@@ -43,7 +48,8 @@ class _Op:
 
 
 class WriteBehind:
-    """Puts and lease releases of ``level``, done in order by a background thread."""
+    """Puts and lease releases of ``level``, done by ``workers`` background threads, in order
+    per key."""
 
     def __init__(
         self,
@@ -51,17 +57,19 @@ class WriteBehind:
         *,
         max_items: int = DEFAULT_MAX_ITEMS,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        workers: int = DEFAULT_WORKERS,
         on_done: Callable[[str, BaseException | None], None] | None = None,
     ) -> None:
         self.level = level
         self.max_items = max_items
         self.max_bytes = max_bytes
+        self.workers = max(1, workers)
         self._on_done = on_done
         self._ops: collections.deque[_Op] = collections.deque()
         self._bytes = 0
-        self._running: str | None = None  # the key of the op taken off the queue and running
+        self._running: set[str] = set()  # keys of the ops taken off the queue and running
         self._cond = threading.Condition(threading.RLock())
-        self._thread: threading.Thread | None = None
+        self._threads: set[threading.Thread] = set()
         # Writes dropped: refused by a full queue, or still queued when the exit's drain ended.
         self.counters = {"dropped": 0}
 
@@ -73,7 +81,7 @@ class WriteBehind:
         """Queue a lease release behind a pending write of ``key``; ``False`` (nothing queued:
         release it now) when no write of ``key`` is pending."""
         with self._cond:
-            pending = any(op.key == key for op in self._ops) or self._running == key
+            pending = key in self._running or any(op.key == key for op in self._ops)
             if pending:
                 # Never dropped: a lease left held costs other hosts a wait until it expires.
                 self._add(_Op(key, token=token), force=True)
@@ -87,7 +95,7 @@ class WriteBehind:
             if len(kept) != len(self._ops):
                 self._ops = collections.deque(kept)
                 self._bytes = sum(op.size for op in kept)
-            while self._running == key:
+            while key in self._running:
                 self._cond.wait(timeout=1.0)
 
     def _add(self, op: _Op, *, force: bool = False) -> bool:
@@ -101,24 +109,36 @@ class WriteBehind:
                 return False
             self._ops.append(op)
             self._bytes += op.size
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
+            if len(self._threads) < min(self.workers, len(self._ops) + len(self._running)):
+                thread = threading.Thread(
                     target=self._run, name="compilecache-write-behind", daemon=True
                 )
-                self._thread.start()
+                self._threads.add(thread)
+                thread.start()
             self._cond.notify_all()
         return True
 
+    def _next(self) -> _Op | None:
+        """Take the first queued op whose key has none running (call with the lock held)."""
+        for i, op in enumerate(self._ops):
+            if op.key not in self._running:
+                del self._ops[i]
+                self._bytes -= op.size
+                self._running.add(op.key)
+                return op
+        return None
+
     def _run(self) -> None:
+        me = threading.current_thread()
         while True:
             with self._cond:
-                while not self._ops:
-                    if not self._cond.wait(timeout=30.0) and not self._ops:
-                        self._thread = None  # idle: let the thread end; the next op starts one
+                op = self._next()
+                while op is None:
+                    timed_out = not self._cond.wait(timeout=IDLE_S)
+                    op = self._next()
+                    if op is None and timed_out:  # idle: end; the next op starts a thread
+                        self._threads.discard(me)
                         return
-                op = self._ops.popleft()
-                self._bytes -= op.size
-                self._running = op.key
             error: BaseException | None = None
             try:
                 if op.token is not None:
@@ -131,7 +151,7 @@ class WriteBehind:
             if self._on_done is not None and op.token is None:
                 self._on_done(op.key, error)
             with self._cond:  # after on_done: a drain that returns has every write counted
-                self._running = None
+                self._running.discard(op.key)
                 self._cond.notify_all()
 
     def drain(self, deadline_s: float) -> int:
@@ -139,7 +159,7 @@ class WriteBehind:
         Returns how many writes were dropped."""
         end = time.monotonic() + deadline_s
         with self._cond:
-            while self._ops or self._running is not None:
+            while self._ops or self._running:
                 left = end - time.monotonic()
                 if left <= 0:
                     break
