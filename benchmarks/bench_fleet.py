@@ -36,7 +36,7 @@ import importlib.util
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,8 @@ def measure(
     delay_s: float,
     root: Path,
     done: Callable[[dict[str, Any]], None],
+    only: Sequence[str] = (),
+    variants: Sequence[str] = (),
 ) -> dict[str, Any]:
     from tests.servers import DelayProxy, MotoServer, RedisServer
 
@@ -157,6 +159,8 @@ def measure(
     results: dict[str, Any] = {}
     try:
         for wname, workload in workloads(quick).items():
+            if only and wname not in only:
+                continue
             span = workload[2]
             job = f"bench-fleet-{wname}-{uuid.uuid4().hex[:8]}"
             common.progress(f"{wname}: seeding the warm local store and the remotes")
@@ -193,6 +197,7 @@ def measure(
             names = ["warm_local", "cold_local"]
             for r in ("redis", "s3"):
                 names += [f"fresh_prefetch_{r}", f"fresh_noprefetch_{r}", f"cold_{r}"]
+            names = [n for n in names if not variants or n in variants]
             samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
             for rnd, name in common.rotations(names, rounds):
                 proc = variant(name)
@@ -230,15 +235,15 @@ def measure(
             for metric in ("wall", "span"):
                 key = f"{metric}_median_s"
                 for r in ("redis", "s3"):
-                    ratios[f"prefetch_{r}_over_warm_{metric}"] = common.ratio(
-                        v[f"fresh_prefetch_{r}"][key], v["warm_local"][key]
-                    )
-                    ratios[f"noprefetch_{r}_over_warm_{metric}"] = common.ratio(
-                        v[f"fresh_noprefetch_{r}"][key], v["warm_local"][key]
-                    )
-                    ratios[f"cold_{r}_over_cold_local_{metric}"] = common.ratio(
-                        v[f"cold_{r}"][key], v["cold_local"][key]
-                    )
+                    for name, over, base in (
+                        ("prefetch", f"fresh_prefetch_{r}", "warm_local"),
+                        ("noprefetch", f"fresh_noprefetch_{r}", "warm_local"),
+                        ("cold", f"cold_{r}", "cold_local"),
+                    ):
+                        if over in v and base in v:  # not when --variants left one out
+                            ratios[f"{name}_{r}_over_{base.replace('_local', '')}_{metric}"] = (
+                                common.ratio(v[over][key], v[base][key])
+                            )
             summary["ratios"] = ratios
             results[wname] = summary
             done(results)  # a partial results file after each workload
@@ -300,8 +305,10 @@ def markdown(data: dict[str, Any]) -> str:
             for label, key, target in (
                 ("fresh + prefetch / warm local", f"prefetch_{remote}_over_warm", TARGET_PREFETCH),
                 ("fresh, no prefetch / warm local", f"noprefetch_{remote}_over_warm", None),
-                ("cold with remote / cold local", f"cold_{remote}_over_cold_local", TARGET_COLD),
+                ("cold with remote / cold local", f"cold_{remote}_over_cold", TARGET_COLD),
             ):
+                if f"{key}_wall" not in r:
+                    continue
                 wall = r[f"{key}_wall"]
                 verdict = "" if target is None else ("met" if wall <= target else "NOT met")
                 ratio_rows.append(
@@ -327,27 +334,42 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small workloads, one round")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
     parser.add_argument("--delay-ms", type=float, default=25.0, help="per direction (25)")
+    parser.add_argument(
+        "--workload", action="append", default=[], help="only this workload (repeatable)"
+    )
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="only these variants, comma-separated (e.g. cold_local,cold_redis)",
+    )
     common.add_no_write(parser)
     args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    # Results of another delay, or of a part of the variants, go to their own files.
+    name = NAME if args.delay_ms == 25.0 else f"{NAME}-{args.delay_ms:g}ms"
+    if args.workload or variants:
+        name += "-partial"
     rounds = args.rounds or (1 if args.quick else 3)
     data = common.results_record(
-        NAME,
+        name,
         common.machine_info(),
         args.quick,
         delay_ms=args.delay_ms,
         rounds=rounds,
         jax_s3=jax_s3_status(),
     )
-    total = len(workloads(args.quick))
+    total = len(args.workload or workloads(args.quick))
 
     def save(results: dict[str, Any]) -> None:
         data["workloads"] = results
         data["complete"] = len(results) == total
         if not args.no_write:
-            common.save_results(NAME, args.quick, data, markdown(data))
+            common.save_results(name, args.quick, data, markdown(data))
 
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        measure(args.quick, rounds, args.delay_ms / 1000.0, Path(tmp), save)
+        measure(
+            args.quick, rounds, args.delay_ms / 1000.0, Path(tmp), save, args.workload, variants
+        )
     print(markdown(data))
 
 
