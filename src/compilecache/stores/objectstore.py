@@ -70,6 +70,7 @@ DEFAULT_TIMEOUT = 5.0
 # One attempt per request: a slow or failing bucket must cost its timeout once (the Guarded
 # wrapper then skips it for a while), not once per retry.
 DEFAULT_RETRIES = 1
+MAX_CONNECTIONS = 64
 # Protocols where one PUT publishes a whole object atomically.
 _OBJECT_PROTOCOLS = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "oss", "memory", "r2"}
@@ -678,6 +679,9 @@ def from_url(url: StoreURL) -> ObjectStore:
         config.setdefault("connect_timeout", timeout)
         config.setdefault("read_timeout", timeout)
         config.setdefault("retries", {"max_attempts": 1})
+        # A prefetch sends a few hundred reads at once: botocore's 10 connections would queue
+        # them ten at a time, a round trip per ten.
+        config.setdefault("max_pool_connections", MAX_CONNECTIONS)
         options["config_kwargs"] = config
         if "session" not in options:
             options["session"] = _s3_session()  # None without s3fs: fsspec says what to install
