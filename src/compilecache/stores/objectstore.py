@@ -28,6 +28,7 @@ written, values are written to a temporary name and renamed into place.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -439,7 +440,16 @@ class ObjectStore(OneReadStore):
             except Exception as exc:  # it expires on its own
                 log.debug("compilecache: could not give back the lease on %s: %s", key, exc)
 
-        lease.add_done_callback(release)
+        # A callback runs at once in this thread when the lease is already taken: hand the
+        # release (three requests) to the pool rather than wait for it here.
+        pool = self._pool()
+
+        def hand_over(done: concurrent.futures.Future[str | None]) -> None:
+            # RuntimeError: the store was closed meanwhile; the lease expires on its own.
+            with contextlib.suppress(RuntimeError):
+                pool.submit(release, done)
+
+        lease.add_done_callback(hand_over)
 
     def _marked_unwritten(self, key: str) -> bool:
         """Whether ``key``'s unwritten mark is held: one read (a lease's info and body are two,
