@@ -91,6 +91,7 @@ from compilecache import _importhook
 from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
+from compilecache.frameworks.torch_sources import SourceKeyHooks
 from compilecache.host import framework_module as _private
 from compilecache.host import torch_versions
 from compilecache.runtime.cache import Cache
@@ -245,6 +246,7 @@ class Integration:
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
         self.build_hook = BuildHook(self.kernels)
         self.probe_hooks = ProbeHooks(ProbeCache(cache))
+        self.source_hooks = SourceKeyHooks(self.probe_hooks.probes)
         self.saved_record_result: dict[Any, Any] = {}
         self.saved_flags: dict[tuple[str, str], Any] = {}
         self.saved_defaults: dict[tuple[str, str], Any] = {}
@@ -430,6 +432,8 @@ class Integration:
     def _hook_codecache(self, module: Any) -> None:
         self._wrap(module, "compiled_fx_graph_hash", self._remembering)
         self._count_local_hits(getattr(module, "FxGraphCache", None), "fx")
+        # torch_key() and triton_key() from the store (torch_sources).
+        self.source_hooks.install(module)
 
     def _count_local_hits(self, cls: Any, layer: str) -> None:
         """Wrap ``cls._record_result`` (torch's hit/miss bookkeeping of a lookup, told whether
@@ -567,6 +571,7 @@ class Integration:
                 _importhook.cancel(name)
             self.build_hook.uninstall()
             self.probe_hooks.uninstall()
+            self.source_hooks.uninstall()
             for cls, original in self.saved_record_result.items():
                 cls._record_result = original
             self.saved_record_result.clear()
@@ -627,6 +632,7 @@ class Integration:
         probe_env = getattr(vec_isa, "_build_probe_env", None)
         status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")
         status.update(self.probe_hooks.live())
+        status.update(self.source_hooks.live())
         for cls, original in self.saved_record_result.items():
             current = cls.__dict__.get("_record_result")
             status[f"local_hits.{cls.__name__}"] = (

@@ -263,6 +263,34 @@ class ProbeCache:
             reason="" if stored else self.cache.skip_reason(seconds, key.store_key),
         )
 
+    def answer(
+        self,
+        key: ProbeKey,
+        counter: str,
+        compute: Callable[[], Any],
+        *,
+        encode: Callable[[Any], Any],
+        decode: Callable[[Any], Any],
+    ) -> Any:
+        """``compute()`` through the store: the stored answer when one decodes, else computed
+        (as torch would) and stored. ``encode``/``decode`` turn it into JSON and back; an answer
+        that does not decode is a miss."""
+        hit, stored = self._lookup(key, counter)
+        if hit:
+            try:
+                return decode(stored)
+            except Exception as exc:
+                log.debug("compilecache: stored %s unusable: %s", key.name, exc)
+        start = time.perf_counter()
+        value = compute()  # may raise: as torch does, nothing stored
+        try:
+            encoded = encode(value)
+        except Exception as exc:
+            log.debug("compilecache: %s not stored: %s", key.name, exc)
+            return value
+        self._save(key, encoded, time.perf_counter() - start)
+        return value
+
     def check_build(self, isa: Any, code: str, original: Callable[[Any, str], bool]) -> bool:
         """``VecISA.check_build`` through the store (only a successful probe is stored)."""
         try:

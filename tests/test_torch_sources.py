@@ -1,0 +1,200 @@
+"""torch's source hashes (``torch_key``, ``triton_key``) answered from the store: the installed
+state a key stands for (a package directory with its wheel's ``RECORD``, built here file by file),
+what makes a package unkeyable, and the hooks on a stand-in for torch's ``prefetchable_cache``.
+The real-torch processes are in ``tests/test_torch_warm.py``."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache.frameworks import torch_sources
+from compilecache.frameworks.torch_probes import ProbeCache
+from compilecache.runtime.cache import Cache
+from compilecache.stores.memory import MemoryStore
+
+pytest.importorskip("torch")
+
+
+def wheel(site: Path, name: str = "pkg", files: dict[str, bytes] | None = None) -> Path:
+    """Install ``files`` of package ``name`` under ``site`` as pip does: the files, then RECORD."""
+    files = files or {"__init__.py": b"x = 1\n", "sub/__init__.py": b"", "sub/mod.py": b"y = 2\n"}
+    rows = []
+    for rel, data in files.items():
+        path = site / name / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{name}/{rel},sha256={digest},{len(data)}")
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    time.sleep(0.01)  # RECORD is written last (and ctimes are not all equal on every filesystem)
+    (info / "RECORD").write_text("\n".join([*rows, f"{info.name}/RECORD,,"]) + "\n")
+    return site / name
+
+
+def later(change: Callable[[], Any]) -> None:
+    """Change the package after its RECORD was written."""
+    time.sleep(0.01)
+    change()
+
+
+def test_an_installed_package_has_a_stable_key_that_follows_its_record(tmp_path: Path) -> None:
+    first = torch_sources.installed(str(wheel(tmp_path / "a")))
+    again = torch_sources.installed(str(tmp_path / "a" / "pkg"))
+    assert first is not None and first == again and first.distribution == "pkg-1.0"
+    # The same wheel installed elsewhere (another machine): the same key.
+    assert torch_sources.installed(str(wheel(tmp_path / "b"))) == first
+    other = torch_sources.installed(str(wheel(tmp_path / "c", files={"__init__.py": b"x = 3\n"})))
+    assert other is not None and other.record_sha256 != first.record_sha256
+
+
+@pytest.mark.parametrize("change", ["edit", "same_size_edit", "add", "remove", "no_record", "two"])
+def test_a_package_changed_after_install_gets_no_key(tmp_path: Path, change: str) -> None:
+    package = wheel(tmp_path)
+    module = package / "sub" / "mod.py"
+    if change == "edit":
+        later(lambda: module.write_bytes(b"y = 22\n"))
+    elif change == "same_size_edit":
+        later(lambda: module.write_bytes(b"y = 3\n"))  # ctime moves on
+    elif change == "add":
+        later(lambda: (package / "sub" / "extra.py").write_bytes(b"z = 1\n"))
+    elif change == "remove":
+        later(lambda: (package / "sub" / "mod.py").unlink())
+    elif change == "no_record":
+        (tmp_path / "pkg-1.0.dist-info" / "RECORD").unlink()
+    else:  # a stale dist-info beside the live one: which one describes the files?
+        (tmp_path / "pkg-0.9.dist-info").mkdir()
+    assert torch_sources.installed(str(package)) is None
+
+
+class Prefetchable:
+    """A stand-in for torch's ``prefetchable_cache``: counts its computations."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.computed = 0
+        self.cached: Any = None
+        self.lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        if self.cached is None:
+            self.computed += 1
+            self.cached = self.value
+        return self.cached
+
+    def set(self, value: Any) -> None:
+        if self.cached is not None:
+            raise RuntimeError("prefetchable_cache value already set")
+        self.cached = value
+
+
+class Codecache:
+    def __init__(self, torch_key: Any, triton_key: Any) -> None:
+        self.torch_key = torch_key
+        self.triton_key = triton_key
+
+
+def hooks_on(store: MemoryStore, module: Codecache) -> tuple[torch_sources.SourceKeyHooks, Cache]:
+    cache = Cache(store)
+    hooks = torch_sources.SourceKeyHooks(ProbeCache(cache))
+    hooks.install(module)
+    return hooks, cache
+
+
+def test_answers_come_from_the_store_on_the_second_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    wheel(site, "torch")
+    wheel(site, "triton")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(
+        torch_sources.importlib.util,
+        "find_spec",
+        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
+    )
+    store = MemoryStore(f"memory://{tmp_path.name}")
+    digest = hashlib.sha256(b"torch sources").digest()
+    first = Codecache(Prefetchable(digest), Prefetchable("triton-3.8-abc"))
+    hooks, cache = hooks_on(store, first)
+    assert first.torch_key() == digest and first.triton_key() == "triton-3.8-abc"
+    assert cache.stats.snapshot()["torch.source_key_misses"] == 2
+    assert hooks.saved["torch_key"].computed == 1  # torch computed it, once
+    # A second process (a new machine with the same wheels): no computation at all.
+    second = Codecache(Prefetchable(digest), Prefetchable("triton-3.8-abc"))
+    hooks2, cache2 = hooks_on(store, second)
+    assert second.torch_key() == digest and second.triton_key() == "triton-3.8-abc"
+    assert cache2.stats.snapshot()["torch.source_key_hits"] == 2
+    assert hooks2.saved["torch_key"].computed == 0 and hooks2.saved["triton_key"].computed == 0
+    # torch's own cache got the answer too, for callers holding torch's function.
+    assert hooks2.saved["torch_key"].cached == digest
+    assert hooks2.live() == {"sources.torch_key": True, "sources.triton_key": True}
+    originals = dict(hooks2.saved)
+    hooks2.uninstall()
+    assert second.torch_key is originals["torch_key"]
+    assert second.triton_key is originals["triton_key"]
+
+
+def test_another_torch_or_a_changed_package_computes_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    site = tmp_path / "site"
+    wheel(site, "torch")
+    wheel(site, "triton")
+    monkeypatch.setattr(
+        torch_sources.importlib.util,
+        "find_spec",
+        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
+    )
+    store = MemoryStore(f"memory://{tmp_path.name}")
+    digest = hashlib.sha256(b"torch sources").digest()
+    hooks_on(store, module := Codecache(Prefetchable(digest), Prefetchable(None)))
+    module.torch_key()
+    # Another torch version string: a miss, computed again.
+    monkeypatch.setattr(torch, "__version__", type(torch.__version__)("9.9.9"))
+    again = Codecache(Prefetchable(digest), Prefetchable(None))
+    hooks, cache = hooks_on(store, again)
+    again.torch_key()
+    assert hooks.saved["torch_key"].computed == 1
+    assert cache.stats.snapshot()["torch.source_key_misses"] == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        torch_sources.importlib.util,
+        "find_spec",
+        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
+    )
+    # An edited torch file: no key at all, torch computes, nothing is stored or counted.
+    time.sleep(0.01)
+    (site / "torch" / "sub" / "mod.py").write_bytes(b"y = 9\n")
+    edited = Codecache(Prefetchable(digest), Prefetchable(None))
+    hooks, cache = hooks_on(store, edited)
+    edited.torch_key()
+    assert hooks.saved["torch_key"].computed == 1
+    assert "torch.source_key_hits" not in cache.stats.snapshot()
+    assert "torch.source_key_misses" not in cache.stats.snapshot()
+
+
+def test_a_bad_stored_answer_is_a_miss_and_the_real_torch_is_keyed(tmp_path: Path) -> None:
+    """A stored torch_key that is not a SHA-256 digest is not returned; the installed torch of
+    this venv (a pip wheel) can be keyed."""
+    with pytest.raises(ValueError):
+        torch_sources._bytes_in(base64.b64encode(b"short").decode())
+    import torch
+
+    key = torch_sources.source_key("torch_key", "torch")
+    if key is None:  # an editable or system torch: nothing to key, torch computes
+        assert torch_sources.installed(os.path.dirname(torch.__file__)) is None
+    else:
+        assert key.store_key.startswith("torch/probe/source/")
+        assert key.readable["package"].startswith("torch-")
