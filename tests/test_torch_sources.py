@@ -198,3 +198,45 @@ def test_a_bad_stored_answer_is_a_miss_and_the_real_torch_is_keyed(tmp_path: Pat
     else:
         assert key.store_key.startswith("torch/probe/source/")
         assert key.readable["package"].startswith("torch-")
+
+
+# -- compiled kernel templates (torch_templates) --------------------------------------------------
+
+
+def test_kernel_templates_compile_once_and_render_as_torch_does(tmp_path: Path) -> None:
+    import jinja2
+    import torch._inductor.codegen.common as common
+
+    from compilecache.frameworks import torch_templates
+
+    source = "def {{ name }}():\n    {{ body | indent_except_first(1) }}\n"
+    expected = common.KernelTemplate._template_from_string(source).render(
+        name="kernel", body="a = 1\nreturn a"
+    )
+    store = MemoryStore(f"memory://{tmp_path.name}")
+    rendered, counters = [], []
+    for _ in range(2):  # two processes
+        cache = Cache(store)
+        hooks = torch_templates.TemplateHooks(ProbeCache(cache))
+        hooks.install(common)
+        try:
+            assert hooks.live() == {"templates.KernelTemplate._template_from_string": True}
+            template = common.KernelTemplate._template_from_string(source)
+            rendered.append(template.render(name="kernel", body="a = 1\nreturn a"))
+            # A source Jinja cannot compile: torch's own detailed error, nothing stored.
+            with pytest.raises(jinja2.TemplateSyntaxError):
+                common.KernelTemplate._template_from_string("{% if %}")
+        finally:
+            hooks.uninstall()
+        counters.append(cache.stats.snapshot())
+    assert rendered == [expected, expected]
+    assert counters[0]["torch.template_misses"] == 2 and "torch.template_hits" not in counters[0]
+    assert counters[1]["torch.template_hits"] == 1
+    assert (
+        "__wrapped__"
+        not in common.KernelTemplate.__dict__["_template_from_string"].__func__.__dict__
+    )
+    # Another Jinja (or torch, or Python): another key.
+    key = torch_templates.template_key(source, jinja2.__version__)
+    assert torch_templates.template_key(source, "0.0").digest != key.digest
+    assert torch_templates.template_key(source + " ", jinja2.__version__).digest != key.digest

@@ -92,6 +92,7 @@ from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
 from compilecache.frameworks.torch_sources import SourceKeyHooks
+from compilecache.frameworks.torch_templates import TemplateHooks
 from compilecache.host import framework_module as _private
 from compilecache.host import torch_versions
 from compilecache.runtime.cache import Cache
@@ -145,6 +146,7 @@ CODECACHE = "torch._inductor.codecache"
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 CPU_VEC_ISA = "torch._inductor.cpu_vec_isa"
 COMPILE_FX = "torch._inductor.compile_fx"
+CODEGEN_COMMON = "torch._inductor.codegen.common"
 HOOKED_MODULES = (
     INDUCTOR_CONFIG,
     FUNCTORCH_CONFIG,
@@ -154,6 +156,7 @@ HOOKED_MODULES = (
     AUTOGRAD_CACHE,
     CPU_VEC_ISA,
     COMPILE_FX,
+    CODEGEN_COMMON,
 )
 
 
@@ -247,6 +250,7 @@ class Integration:
         self.build_hook = BuildHook(self.kernels)
         self.probe_hooks = ProbeHooks(ProbeCache(cache))
         self.source_hooks = SourceKeyHooks(self.probe_hooks.probes)
+        self.template_hooks = TemplateHooks(self.probe_hooks.probes)
         self.saved_record_result: dict[Any, Any] = {}
         self.saved_flags: dict[tuple[str, str], Any] = {}
         self.saved_defaults: dict[tuple[str, str], Any] = {}
@@ -496,6 +500,10 @@ class Integration:
         if get_remote is not None and hasattr(get_remote, "cache_clear"):
             get_remote.cache_clear()
 
+    def _hook_codegen_common(self, module: Any) -> None:
+        # Compiled kernel templates from the store (torch_templates).
+        self.template_hooks.install(module)
+
     def _hook_cpu_vec_isa(self, module: Any) -> None:
         # The probe verdicts come from the store (torch_probes); on a miss the probe runs.
         self.probe_hooks.install_isa(module)
@@ -572,6 +580,7 @@ class Integration:
             self.build_hook.uninstall()
             self.probe_hooks.uninstall()
             self.source_hooks.uninstall()
+            self.template_hooks.uninstall()
             for cls, original in self.saved_record_result.items():
                 cls._record_result = original
             self.saved_record_result.clear()
@@ -633,6 +642,8 @@ class Integration:
         status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")
         status.update(self.probe_hooks.live())
         status.update(self.source_hooks.live())
+        _private(CODEGEN_COMMON)
+        status.update(self.template_hooks.live())
         for cls, original in self.saved_record_result.items():
             current = cls.__dict__.get("_record_result")
             status[f"local_hits.{cls.__name__}"] = (
@@ -665,6 +676,7 @@ _APPLY: dict[str, Callable[[Integration, Any], None]] = {
     AUTOGRAD_CACHE: Integration._hook_autograd_cache,
     CPU_VEC_ISA: Integration._hook_cpu_vec_isa,
     COMPILE_FX: Integration._hook_compile_fx,
+    CODEGEN_COMMON: Integration._hook_codegen_common,
 }
 
 

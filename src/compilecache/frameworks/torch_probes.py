@@ -32,7 +32,7 @@ is probed again next time, as torch does. Each answer is also kept in memory for
 session's store and secret (signed, verified like every entry) but counted apart from the
 graphs' hits, misses and writes: ``torch.isa_probe_hits`` / ``_misses``,
 ``torch.compiler_check_hits`` / ``_misses``, ``torch.probe_writes``, ``torch.probe_errors`` and
-``torch.probe_time_saved_s``. A store that is down or corrupt is a miss: torch does the work
+``torch.probe_time_saved_s``; a store error is also one of the process's ``errors``. A store that is down or corrupt is a miss: torch does the work
 itself, exactly as without compilecache.
 """
 
@@ -212,6 +212,8 @@ class ProbeCache:
         except ForeignEntry as exc:  # signed with another key: one warning per process, kept
             cache.note_foreign(FRAMEWORK, key.store_key, exc, count_miss=False)
         except Exception as exc:  # never raise into torch: a miss, and torch does the work
+            # A store error is one, whatever asked: the headline count says the store failed.
+            cache.stats.add("errors", framework=FRAMEWORK)
             cache.stats.add(f"{FRAMEWORK}.probe_errors")
             cache.warn_once("torch:probe-get", f"probe answer not read, torch probes: {exc}")
         cache.stats.add(f"{FRAMEWORK}.{counter}_misses")
@@ -241,6 +243,7 @@ class ProbeCache:
                 stored = True
                 cache.stats.add(f"{FRAMEWORK}.probe_writes")
             except Exception as exc:
+                cache.stats.add("errors", framework=FRAMEWORK)
                 cache.stats.add(f"{FRAMEWORK}.probe_errors")
                 cache.warn_once("torch:probe-put", f"probe answer not stored: {exc}")
         self._explain(key, seconds, stored)
