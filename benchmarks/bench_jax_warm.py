@@ -33,12 +33,13 @@ from typing import Any
 import common
 
 NAME = "bench_jax_warm"
-TARGET_RATIO = 1.05
+# Issue 12: a warm start within 2% of JAX's own cache (issue 2 asked for 5%).
+TARGET_RATIO = 1.02
 # Wall-clock spans, then the same spans in CPU seconds (less disturbed by a shared machine's load).
 WALL_METRICS = ("first_step_s", "total_s", "wall_s")
 CPU_METRICS = ("first_step_cpu_s", "total_cpu_s", "cpu_s")
 METRICS = WALL_METRICS + CPU_METRICS
-# The targets of issue 2 are on these; the others are reported alongside.
+# The targets are on these; the others are reported alongside.
 TARGET_METRICS = ("first_step_s", "total_s")
 
 # The child: load the workload first (its clock starts then), then enable compilecache if asked
@@ -142,6 +143,8 @@ def measure(layers: int, cold_runs: int, warm_runs: int, workdir: Path) -> dict[
         summary[variant] = {
             "runs": len(mine),
             **{m: common.median([r[m] for r in mine]) for m in METRICS},
+            # The spread of each metric over the runs: (min, max).
+            "spread": {m: (min(r[m] for r in mine), max(r[m] for r in mine)) for m in METRICS},
             "retrieval_s": common.median([r["retrieval_s"] for r in mine]),
             "hits": [r["hits"] for r in mine],
             # compilecache's own costs: import + enable, and Cache.load (read + verify) per run.
@@ -159,10 +162,12 @@ def measure(layers: int, cold_runs: int, warm_runs: int, workdir: Path) -> dict[
     # The i-th warm run of each variant ran in the same rotation round, next to each other.
     jax_warm = [r for r in runs if r["variant"] == "jax_warm"]
     cc_warm = [r for r in runs if r["variant"] == "compilecache_warm"]
-    paired = {
-        m: common.median([common.ratio(c[m], j[m]) for c, j in zip(cc_warm, jax_warm, strict=True)])
+    per_round = {
+        m: [common.ratio(c[m], j[m]) for c, j in zip(cc_warm, jax_warm, strict=True)]
         for m in METRICS
     }
+    paired = {m: common.median(values) for m, values in per_round.items()}
+    paired_spread = {m: (min(values), max(values)) for m, values in per_round.items()}
     results = {(r["loss"], r["checksum"], r["digest"]) for r in runs}
     warm_all_hits = all(
         r["hits"] == r["requests"] and r["requests"] > 0
@@ -174,12 +179,18 @@ def measure(layers: int, cold_runs: int, warm_runs: int, workdir: Path) -> dict[
         "summary": summary,
         "ratios_compilecache_over_jax": ratios,
         "paired_ratios_compilecache_over_jax": paired,
+        "paired_ratio_spread": paired_spread,
         "identical_results": len(results) == 1,
         "loss": runs[0]["loss"],
         "checksum": runs[0]["checksum"],
         "warm_runs_all_hits": warm_all_hits,
         "runs": runs,
     }
+
+
+def _with_spread(variant: dict[str, Any], metric: str) -> str:
+    low, high = variant.get("spread", {}).get(metric, (variant[metric], variant[metric]))
+    return f"{common.fmt(variant[metric])} ({common.fmt(low)}-{common.fmt(high)})"
 
 
 def render(info: dict[str, Any], per_layers: list[dict[str, Any]], command: str) -> str:
@@ -214,8 +225,24 @@ def render(info: dict[str, Any], per_layers: list[dict[str, Any]], command: str)
             verdict = "met" if r <= TARGET_RATIO else "MISSED"
             if m not in TARGET_METRICS:
                 verdict = f"({verdict}: cross-check)"
-            ratio_rows.append([m, s["jax_warm"][m], s["compilecache_warm"][m], r, p, verdict])
-        ratio_headers = ["metric", "JAX warm", "compilecache warm", "ratio", "paired ratio"]
+            low, high = block.get("paired_ratio_spread", {}).get(m, (p, p))
+            ratio_rows.append(
+                [
+                    m,
+                    _with_spread(s["jax_warm"], m),
+                    _with_spread(s["compilecache_warm"], m),
+                    r,
+                    f"{common.fmt(p)} ({common.fmt(low)}-{common.fmt(high)})",
+                    verdict,
+                ]
+            )
+        ratio_headers = [
+            "metric",
+            "JAX warm (min-max)",
+            "compilecache warm (min-max)",
+            "ratio",
+            "paired ratio (min-max)",
+        ]
         ratio_headers.append(f"target <= {TARGET_RATIO}")
         speedup = common.ratio(s["cold"]["first_step_s"], s["compilecache_warm"]["first_step_s"])
         own = s["compilecache_warm"]
