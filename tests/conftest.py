@@ -73,3 +73,31 @@ def cli_json(*args: str, url: str, cwd: Path, env: Mapping[str, str] | None = No
     )
     assert proc.returncode == 0, f"{args}: rc {proc.returncode}\n{proc.stderr}"
     return json.loads(proc.stdout)
+
+
+@pytest.fixture(params=["local", "shared", "redis", "s3"])
+def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each store that has leases, fresh: a local directory, a shared mount (``?shared=1``), a
+    Redis namespace and an S3 prefix with conditional writes. A module using it provides the
+    ``redis_server`` and ``moto_server`` fixtures (from ``tests.servers``)."""
+    from compilecache.stores.local import LocalStore
+    from compilecache.stores.objectstore import ObjectStore
+    from compilecache.stores.registry import open_url
+    from compilecache.stores.sharedfs import SharedFSStore
+    from tests.servers import namespace
+
+    if request.param == "local":
+        store: Any = LocalStore(tmp_path / "store")
+    elif request.param == "shared":
+        store = open_url(f"{tmp_path / 'store'}?shared=1")
+        assert isinstance(store, SharedFSStore)
+    elif request.param == "redis":
+        server = request.getfixturevalue("redis_server")
+        store = open_url(f"{server.url}/{namespace()}")
+    else:
+        moto = request.getfixturevalue("moto_server")
+        store = open_url(moto.url(moto.create_bucket(), "leases"))
+        assert isinstance(store, ObjectStore) and store.conditional
+    assert store.supports_leases()
+    yield store
+    store.close()

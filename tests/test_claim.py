@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pytest
 import redis
 
 from compilecache.entry import EntryHeader
@@ -22,7 +20,6 @@ from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import open_url
-from compilecache.stores.sharedfs import SharedFSStore
 from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.servers import MotoServer, RedisServer, namespace
@@ -30,24 +27,6 @@ from tests.servers import MotoServer, RedisServer, namespace
 redis_server = servers.redis_server
 redis_cluster = servers.redis_cluster
 moto_server = servers.moto_server
-
-
-@pytest.fixture(params=["local", "shared", "redis", "s3"])
-def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "local":
-        store: Any = LocalStore(tmp_path / "store")
-    elif request.param == "shared":
-        store = open_url(f"{tmp_path / 'store'}?shared=1")
-        assert isinstance(store, SharedFSStore)
-    elif request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        store = open_url(f"{server.url}/{namespace()}")
-    else:
-        moto: MotoServer = request.getfixturevalue("moto_server")
-        store = open_url(moto.url(moto.create_bucket(), "claims"))
-        assert isinstance(store, ObjectStore) and store.conditional
-    yield store
-    store.close()
 
 
 def free_soon(store: Store, key: str) -> bool:

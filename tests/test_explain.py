@@ -280,3 +280,30 @@ def test_summary_of_a_miss_with_an_unrecorded_component() -> None:
     differences = explain.diff({"a": "1"}, {"a": "1", "b": "2"}, vocab=explain.JAX)
     assert explain.summarize("f", differences, "k") == "f: b is new in the key"
     assert "components agree" in explain.summarize("f", [], "k")
+
+
+def test_a_level_that_lists_slowly_in_all_is_no_longer_scanned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each scan is quick, but a cold run's many misses add up (a remote level lists in a round
+    trip or two): once the scans of a level took TOTAL_SCAN_BUDGET_S in all, it is left out."""
+    import time
+    import uuid
+
+    from compilecache.stores.base import StoreWrapper
+
+    class Remote(StoreWrapper):
+        scans = 0
+
+        def scan(self, prefix: str = "") -> Any:
+            Remote.scans += 1
+            time.sleep(0.02)
+            return self.inner.scan(prefix)
+
+    monkeypatch.setattr(explain, "TOTAL_SCAN_BUDGET_S", 0.05)
+    store = Remote(MemoryStore(f"memory://{uuid.uuid4().hex}"))
+    cache = Cache(store)
+    for i in range(10):
+        explain.record_miss(cache, framework="jax", name=f"f{i}", key=f"jax/f{i}-k", components={})
+    assert 3 <= Remote.scans <= 4  # about 0.05 s of scans, then none
+    assert len(history.read(store, history.MISS)) == 10  # still recorded, as new functions

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,32 +34,13 @@ from compilecache.stores.sharedfs import SharedFSStore
 from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.conftest import clean_env
-from tests.servers import MotoServer, RedisServer, namespace
+from tests.servers import RedisServer, namespace
 
 redis_server = servers.redis_server
 moto_server = servers.moto_server
 
 
 # -- leases in each store --------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["local", "shared", "redis", "s3"])
-def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "local":
-        store: Any = LocalStore(tmp_path / "store")
-    elif request.param == "shared":
-        store = open_url(f"{tmp_path / 'store'}?shared=1")
-        assert isinstance(store, SharedFSStore)
-    elif request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        store = open_url(f"{server.url}/{namespace()}")
-    else:
-        moto: MotoServer = request.getfixturevalue("moto_server")
-        store = open_url(moto.url(moto.create_bucket(), "leases"))
-        assert isinstance(store, ObjectStore) and store.conditional
-    assert store.supports_leases()
-    yield store
-    store.close()
 
 
 def test_one_holder_at_a_time(lease_store: Store) -> None:

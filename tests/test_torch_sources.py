@@ -76,6 +76,24 @@ def test_a_package_changed_after_install_gets_no_key(tmp_path: Path, change: str
     assert torch_sources.installed(str(package)) is None
 
 
+def installed_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A site directory with stand-in ``torch`` and ``triton`` wheels, where the hooks find them."""
+    site = tmp_path / "site"
+    wheel(site, "torch")
+    wheel(site, "triton")
+    packages_in(site, monkeypatch)
+    return site
+
+
+def packages_in(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the hooks find the packages ``torch`` and ``triton`` under ``site``."""
+    monkeypatch.setattr(
+        torch_sources.importlib.util,
+        "find_spec",
+        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
+    )
+
+
 class Prefetchable:
     """A stand-in for torch's ``prefetchable_cache``: counts its computations."""
 
@@ -113,17 +131,8 @@ def hooks_on(store: MemoryStore, module: Codecache) -> tuple[torch_sources.Sourc
 def test_answers_come_from_the_store_on_the_second_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    site = tmp_path / "site"
-    wheel(site, "torch")
-    wheel(site, "triton")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(
-        torch_sources.importlib.util,
-        "find_spec",
-        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
-    )
-    store = MemoryStore(f"memory://{tmp_path.name}")
-    digest = hashlib.sha256(b"torch sources").digest()
+    installed_site(tmp_path, monkeypatch)
+    store, digest = MemoryStore(f"memory://{tmp_path.name}"), hashlib.sha256(b"sources").digest()
     first = Codecache(Prefetchable(digest), Prefetchable("triton-3.8-abc"))
     hooks, cache = hooks_on(store, first)
     assert first.torch_key() == digest and first.triton_key() == "triton-3.8-abc"
@@ -149,16 +158,8 @@ def test_another_torch_or_a_changed_package_computes_again(
 ) -> None:
     import torch
 
-    site = tmp_path / "site"
-    wheel(site, "torch")
-    wheel(site, "triton")
-    monkeypatch.setattr(
-        torch_sources.importlib.util,
-        "find_spec",
-        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
-    )
-    store = MemoryStore(f"memory://{tmp_path.name}")
-    digest = hashlib.sha256(b"torch sources").digest()
+    site = installed_site(tmp_path, monkeypatch)
+    store, digest = MemoryStore(f"memory://{tmp_path.name}"), hashlib.sha256(b"sources").digest()
     hooks_on(store, module := Codecache(Prefetchable(digest), Prefetchable(None)))
     module.torch_key()
     # Another torch version string: a miss, computed again.
@@ -169,11 +170,7 @@ def test_another_torch_or_a_changed_package_computes_again(
     assert hooks.saved["torch_key"].computed == 1
     assert cache.stats.snapshot()["torch.source_key_misses"] == 1
     monkeypatch.undo()
-    monkeypatch.setattr(
-        torch_sources.importlib.util,
-        "find_spec",
-        lambda name: type("Spec", (), {"submodule_search_locations": [str(site / name)]})(),
-    )
+    packages_in(site, monkeypatch)
     # An edited torch file: no key at all, torch computes, nothing is stored or counted.
     time.sleep(0.01)
     (site / "torch" / "sub" / "mod.py").write_bytes(b"y = 9\n")
@@ -236,7 +233,35 @@ def test_kernel_templates_compile_once_and_render_as_torch_does(tmp_path: Path) 
         "__wrapped__"
         not in common.KernelTemplate.__dict__["_template_from_string"].__func__.__dict__
     )
-    # Another Jinja (or torch, or Python): another key.
-    key = torch_templates.template_key(source, jinja2.__version__)
-    assert torch_templates.template_key(source, "0.0").digest != key.digest
-    assert torch_templates.template_key(source + " ", jinja2.__version__).digest != key.digest
+    # One entry holds them all (one read on a cold start, not one per template), under a key of
+    # Jinja's, torch's and Python's versions: another Jinja is another bundle.
+    probes = [k for k in store.scan("torch/probe/template/")]
+    assert len(probes) == 1
+    key = torch_templates.bundle_key(jinja2.__version__)
+    assert probes[0].key == key.store_key
+    assert torch_templates.bundle_key("0.0").digest != key.digest
+
+
+def test_a_grown_template_bundle_is_stored_after_the_burst(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without waiting for the hooks' removal (a program that never ends cleanly)."""
+    import jinja2
+
+    from compilecache.frameworks import torch_templates
+
+    monkeypatch.setattr(torch_templates, "SAVE_AFTER_S", 0.05)
+    store = MemoryStore(f"memory://{tmp_path.name}")
+    bundle = torch_templates.TemplateBundle(
+        ProbeCache(Cache(store)), torch_templates.bundle_key(jinja2.__version__)
+    )
+    env = jinja2.Environment()
+    for source in ("{{ a }}", "{{ b }}", "{{ c }}"):
+        bundle.code(source, lambda source=source: env.compile(source))
+    deadline = time.monotonic() + 5
+    while store.stat(bundle.key.store_key) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.stat(bundle.key.store_key) is not None
+    again = torch_templates.TemplateBundle(ProbeCache(Cache(store)), bundle.key)
+    code = again.code("{{ b }}", lambda: pytest.fail("compiled again"))
+    assert env.template_class.from_code(env, code, env.make_globals(None), None).render(b=7) == "7"

@@ -219,9 +219,10 @@ class ProbeCache:
         cache.stats.add(f"{FRAMEWORK}.{counter}_misses")
         return False, None
 
-    def _save(self, key: ProbeKey, value: Any, seconds: float) -> None:
+    def _save(self, key: ProbeKey, value: Any, seconds: float, *, explain: bool = True) -> None:
         """Store an answer. Not a compile: it is counted apart from the graphs' hits, misses
-        and writes (``torch.probe_writes``), so that those still count compiles."""
+        and writes (``torch.probe_writes``), so that those still count compiles. ``explain``:
+        record why it was not reused (an answer that only grew, a bundle, was not missed)."""
         with self._lock:
             self._memo[key.store_key] = value
         cache = self.cache
@@ -246,7 +247,8 @@ class ProbeCache:
                 cache.stats.add("errors", framework=FRAMEWORK)
                 cache.stats.add(f"{FRAMEWORK}.probe_errors")
                 cache.warn_once("torch:probe-put", f"probe answer not stored: {exc}")
-        self._explain(key, seconds, stored)
+        if explain:
+            self._explain(key, seconds, stored)
 
     def _explain(self, key: ProbeKey, seconds: float, stored: bool) -> None:
         """Why this answer was not reused: the nearest stored answer of the same probe and

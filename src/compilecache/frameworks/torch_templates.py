@@ -3,14 +3,17 @@
 
 ``KernelTemplate._template_from_string`` compiles a Jinja source into a template (Jinja's lexer,
 parser and code generator, then Python's ``compile``) for every kernel template torch defines at
-import: 21 of them at the first compile of every process on torch 2.13 CPU (about 0.16 s here),
-from the same sources every time. The compiled template, Jinja's generated Python as a
-marshalled code object, is kept in the store under a key of the template's source, Jinja's
-version, torch's (whose Jinja environment it is) and Python's (marshal's format and the bytecode
-are Python's). A hit builds the template from that code with ``Template.from_code``, which is
-what Jinja's ``from_string`` does after compiling and what Jinja's own bytecode cache does.
-Counted as ``torch.template_hits`` / ``torch.template_misses``. A source Jinja cannot compile is
-left to torch (which raises its detailed error); nothing about it is stored.
+import: 21-22 of them at the first compile of every process on torch 2.13 CPU (about 0.16 s
+here), from the same sources every time. The compiled templates, Jinja's generated Python as
+marshalled code objects, are kept together in one store entry (a bundle: one read, where one
+entry per template cost a remote level 22 round trips on a cold start), keyed by Jinja's,
+torch's (whose Jinja environment it is) and Python's versions (marshal's format and the bytecode
+are Python's); inside it each template is found by a SHA-256 of its source. A template found
+there is built from its code with ``Template.from_code``, which is what Jinja's ``from_string``
+does after compiling and what Jinja's own bytecode cache does; one that is not is compiled, added,
+and the bundle is stored again a moment after the last addition (and when the hooks are
+removed). Counted as ``torch.template_hits`` / ``torch.template_misses``. A source Jinja cannot
+compile is left to torch (which raises its detailed error); nothing about it is stored.
 """
 
 from __future__ import annotations
@@ -20,25 +23,34 @@ import hashlib
 import logging
 import marshal
 import sys
+import threading
+import time
 import types
+from collections.abc import Callable
 from typing import Any
 
-from compilecache.frameworks.torch_probes import ProbeCache, ProbeKey, make_key, torch_identity
+from compilecache.frameworks.torch_probes import (
+    FRAMEWORK,
+    ProbeCache,
+    ProbeKey,
+    make_key,
+    torch_identity,
+)
 
 log = logging.getLogger("compilecache")
 
-COUNTER = "template"
+# Templates are compiled in a burst while torch imports its kernel modules: store the bundle
+# once that burst is over.
+SAVE_AFTER_S = 1.0
 
 
-def template_key(source: str, jinja_version: str) -> ProbeKey:
-    parts = {
-        "source": source,
-        "jinja2": jinja_version,
-        "torch": torch_identity(),
-        "python": sys.version,
-    }
-    digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    return make_key("template", f"template {digest}", parts)
+def bundle_key(jinja_version: str) -> ProbeKey:
+    parts = {"jinja2": jinja_version, "torch": torch_identity(), "python": sys.version}
+    return make_key("template", "kernel templates", parts)
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _code_out(code: Any) -> str:
@@ -52,13 +64,87 @@ def _code_in(value: Any) -> types.CodeType:
     return code
 
 
+class TemplateBundle:
+    """The compiled templates of this torch, Jinja and Python: read once, stored when grown."""
+
+    def __init__(self, probes: ProbeCache, key: ProbeKey) -> None:
+        self.probes = probes
+        self.key = key
+        self._lock = threading.Lock()
+        self._codes: dict[str, str] | None = None
+        self._added = 0.0  # compile seconds added since the last save
+        self._dirty = False
+        self._timer: threading.Timer | None = None
+        self._missed = False  # no usable bundle was stored: its first store is a miss explained
+
+    def _load(self) -> dict[str, str]:
+        """The stored bundle (read once; a bundle that does not decode is an empty one)."""
+        if self._codes is None:
+            hit, stored = self.probes._lookup(self.key, "template_bundle")
+            valid = hit and isinstance(stored, dict)
+            self._codes = {str(k): str(v) for k, v in stored.items()} if valid else {}
+            self._missed = not valid
+        return self._codes
+
+    def code(self, source: str, compile_source: Callable[[], Any]) -> types.CodeType:
+        """The compiled code of ``source``: from the bundle, else ``compile_source()`` (which
+        may raise) and added to it."""
+        digest = source_digest(source)
+        stats = self.probes.cache.stats
+        with self._lock:
+            stored = self._load().get(digest)
+        if stored is not None:
+            try:
+                found = _code_in(stored)
+                stats.add(f"{FRAMEWORK}.template_hits")
+                return found
+            except Exception as exc:
+                log.debug("compilecache: stored kernel template unusable: %s", exc)
+        stats.add(f"{FRAMEWORK}.template_misses")
+        start = time.perf_counter()
+        code: types.CodeType = compile_source()
+        seconds = time.perf_counter() - start
+        with self._lock:
+            self._load()[digest] = _code_out(code)
+            self._added += seconds
+            self._dirty = True
+            self._save_later()
+        return code
+
+    def _save_later(self) -> None:
+        """(Re)start the timer that stores the bundle after the burst (lock held)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(SAVE_AFTER_S, self.save)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def save(self) -> None:
+        """Store the bundle if it grew. Never raises."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if not self._dirty or self._codes is None:
+                return
+            codes, seconds, explain = dict(self._codes), self._added, self._missed
+            self._dirty, self._added, self._missed = False, 0.0, False
+        try:
+            # A bundle that was missing is a miss worth explaining; one that only grew is not.
+            self.probes._save(self.key, codes, seconds, explain=explain)
+        except Exception as exc:
+            log.debug("compilecache: kernel templates not stored: %s", exc)
+
+
 class TemplateHooks:
-    """Puts ``KernelTemplate._template_from_string`` through the store, and restores it."""
+    """Puts ``KernelTemplate._template_from_string`` through a :class:`TemplateBundle`, and
+    restores it."""
 
     def __init__(self, probes: ProbeCache) -> None:
         self.probes = probes
         self._cls: Any = None
         self._original: Any = None
+        self.bundle: TemplateBundle | None = None
 
     def install(self, module: Any) -> None:
         cls: Any = getattr(module, "KernelTemplate", None)
@@ -67,26 +153,28 @@ class TemplateHooks:
         if not isinstance(original, staticmethod) or not callable(jinja2_env):
             log.debug("compilecache: no KernelTemplate._template_from_string; left alone")
             return
+        try:
+            import jinja2
+
+            self.bundle = TemplateBundle(self.probes, bundle_key(jinja2.__version__))
+        except Exception as exc:  # no Jinja, or no key: torch's own function stays
+            log.debug("compilecache: kernel templates not keyed: %s", exc)
+            return
         function = original.__func__
-        probes = self.probes
+        bundle = self.bundle
 
         def template_from_string(source: str) -> Any:
             try:
                 env = jinja2_env()
-                import jinja2
-
-                key = template_key(source, jinja2.__version__) if env is not None else None
-            except Exception as exc:  # computing a key must never stop a compile
-                log.debug("compilecache: kernel template not keyed: %s", exc)
-                key = None
-            if key is None:
+            except Exception as exc:
+                log.debug("compilecache: no Jinja environment: %s", exc)
+                env = None
+            if env is None:
                 return function(source)
             # What torch's function does before compiling (it adds the filter it renders with).
             env.filters["indent_except_first"] = cls.indent_except_first
             try:
-                code = probes.answer(
-                    key, COUNTER, lambda: env.compile(source), encode=_code_out, decode=_code_in
-                )
+                code = bundle.code(source, lambda: env.compile(source))
             except jinja2.TemplateSyntaxError:
                 return function(source)  # torch raises its detailed error
             return env.template_class.from_code(env, code, env.make_globals(None), None)
@@ -96,6 +184,8 @@ class TemplateHooks:
         cls._template_from_string = staticmethod(template_from_string)
 
     def uninstall(self) -> None:
+        if self.bundle is not None:
+            self.bundle.save()
         if self._cls is not None:
             self._cls._template_from_string = self._original
         self._cls = self._original = None

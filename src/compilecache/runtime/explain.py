@@ -42,6 +42,10 @@ MAX_CANDIDATES = 16
 # A level whose prefix scan takes longer than this is not scanned again in this process: a miss
 # must not cost seconds because a shared store is large and cannot list by prefix cheaply.
 SCAN_BUDGET_S = 0.5
+# Nor one whose scans took this long in all: a remote level lists in a round trip or two, which
+# a cold run of many small compiles would otherwise pay on every miss (25 ms away, a few misses'
+# worth; a local scan takes well under a millisecond, so a local level never reaches it).
+TOTAL_SCAN_BUDGET_S = 0.25
 NEW_FUNCTION = "new function: no earlier entry of that name"
 
 # (before, after, names of every component that changed) -> words, or "" for the default.
@@ -372,6 +376,7 @@ def summarize(name: str, differences: Sequence[Difference], nearest: str | None)
 # -- finding the nearest entry -----------------------------------------------------------------
 
 _slow_levels: set[str] = set()
+_scan_time: dict[str, float] = {}  # seconds spent listing each level for explanations
 _slow_lock = threading.Lock()
 
 
@@ -384,9 +389,13 @@ def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo
     except Exception as exc:
         log.debug("compilecache: cannot list %s for an explanation: %s", level.url, exc)
         return []
-    if time.monotonic() - start > SCAN_BUDGET_S:
-        with _slow_lock:
+    elapsed = time.monotonic() - start
+    with _slow_lock:
+        spent = _scan_time[level.url] = _scan_time.get(level.url, 0.0) + elapsed
+        slow = elapsed > SCAN_BUDGET_S or spent > TOTAL_SCAN_BUDGET_S
+        if slow:
             _slow_levels.add(level.url)
+    if slow:
         log.debug("compilecache: %s lists slowly; misses there are no longer explained", level.url)
     return infos
 
