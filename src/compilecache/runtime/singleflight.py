@@ -10,10 +10,10 @@ The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_l
    (below), so a miss costs one round trip to Redis in all.
 2. Won: unless the store checked already, look once more (the previous holder may have published
    its entry and released the lease between our lookup and our claim). Still nothing: this
-   process leads. It compiles,
-   saves, and releases the lease (``finish``). While it compiles, a heartbeat thread renews the
-   lease every third of its TTL, so a short TTL covers an hour-long compile and a compiler that
-   dies (its heartbeat with it) blocks the others for at most one TTL.
+   process leads. It compiles, saves, and releases the lease (``finish``). While it compiles, a
+   heartbeat thread renews the lease every third of its TTL, so a short TTL covers an hour-long
+   compile and a compiler that dies (its heartbeat with it) blocks the others for at most one
+   TTL.
 3. Held by another process: wait, polling the store with back-off (50 ms growing to 1 s) until
    - the entry appears: a hit, counted as a hit (and ``waited``), never as a miss;
    - an entry appears that this process cannot use (corrupt, or signed with another key): a miss,
