@@ -226,3 +226,18 @@ def test_s3_hit_gives_back_the_lease_it_took(moto_server: MotoServer) -> None:
     assert found is not None and claim == Claim("present", checked=True)
     assert free_soon(store, "jax/k")
     store.close()
+
+
+def test_a_read_only_client_never_claims_the_shared_lease(redis_server: RedisServer) -> None:
+    """A read through ReadOnly is only a read: the inner store's lease stays free."""
+    from compilecache.stores.readonly import ReadOnly
+
+    store = open_url(f"{redis_server.url}/{namespace()}")
+    store.put("jax/there", b"entry")
+    reader = ReadOnly(store)
+    assert reader.get_or_claim("jax/absent", 30) == (None, None)
+    assert reader.claim_lease("jax/absent", 30) == Claim("won", "")  # nothing to coordinate
+    found, claim = reader.get_or_claim("jax/there", 30)
+    assert found is not None and found[0] == b"entry" and claim is None
+    assert store.acquire_lease("jax/absent", 30)  # untouched by the reader
+    store.close()

@@ -23,8 +23,11 @@ class ReadOnly(StoreWrapper):
     def read_only(self) -> bool:
         return True
 
-    # No leases (a client that never writes has nothing to lead): the base's answers.
+    # No leases (a client that never writes has nothing to lead): the base's answers, the
+    # claims included (a read here never takes the inner store's lease).
     supports_leases = Store.supports_leases
     acquire_lease = Store.acquire_lease
     renew_lease = Store.renew_lease
     release_lease = Store.release_lease
+    claim_lease = Store.claim_lease
+    get_or_claim = Store.get_or_claim
