@@ -458,10 +458,7 @@ class ObjectStore(OneReadStore):
             raw = _cat_whole(self.fs, self._lease_path(key + UNWRITTEN_SUFFIX))
         except FileNotFoundError:
             return False
-        try:
-            return time.time() < float(json.loads(raw)["expires"])
-        except (ValueError, KeyError, TypeError):
-            return False  # unreadable: expired, like an unreadable lease
+        return time.time() < _lease_fields(raw)[1]
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -485,12 +482,7 @@ class ObjectStore(OneReadStore):
             raw = _cat_whole(self.fs, path)
         except FileNotFoundError:
             return None
-        try:
-            data = json.loads(raw)
-            return str(data["token"]), float(data["expires"]), etag
-        except (ValueError, KeyError, TypeError):
-            # Unreadable: treat it as expired, so that a damaged lease cannot block anyone.
-            return "", 0.0, etag
+        return (*_lease_fields(raw), etag)
 
     # -- persistent counters: one small object per host and day, summed by read_stats ----------
     #
@@ -633,6 +625,16 @@ def _send_small_puts_at_once(params: dict[str, Any], **kwargs: Any) -> None:
 
 def _lease_body(token: str, ttl_s: float) -> bytes:
     return json.dumps({"token": token, "expires": time.time() + ttl_s}).encode()
+
+
+def _lease_fields(raw: bytes) -> tuple[str, float]:
+    """A lease object's token and expiry; an unreadable one reads as expired, so that a damaged
+    lease cannot block anyone."""
+    try:
+        data = json.loads(raw)
+        return str(data["token"]), float(data["expires"])
+    except (ValueError, KeyError, TypeError):
+        return "", 0.0
 
 
 def _protocol(fs: Any) -> str:

@@ -94,6 +94,8 @@ _META_FIELDS = (
     "compile_time",
 )
 _ENTRY_META = ("framework", "name", "compile_time")
+# The hash fields a read asks for, in the order _finish_read and get_many unpack them.
+_READ_FIELDS = ("v", "n", "ver", "key", "size", *_ENTRY_META)
 _OWN_PARAMS = (
     frozenset(
         {
@@ -256,15 +258,10 @@ class RedisStore(OneReadStore):
         """Read an entry; unless ``look_only``, count the hit, refresh its access time and TTL,
         and drop an entry whose chunks were evicted."""
         base = self._base(key)
-        meta = base + ":m"
         try:
             for _ in range(_READ_ATTEMPTS):
                 pipe = self.client.pipeline(transaction=False)
-                pipe.hmget(meta, "v", "n", "ver", "key", "size", *_ENTRY_META)
-                if not look_only:
-                    pipe.execute_command(
-                        "EVAL", _TOUCH, 1, meta, base, repr(time.time()), self.ttl_ms
-                    )
+                self._queue_read(pipe, base, None if look_only else repr(time.time()))
                 # The access update may fail (a read-only replica or ACL): the read still counts.
                 found = self._finish_read(
                     key, base, pipe.execute(raise_on_error=False)[0], look_only
@@ -274,6 +271,13 @@ class RedisStore(OneReadStore):
             return None
         except RedisError as exc:
             raise self._unavailable("get", exc) from exc
+
+    def _queue_read(self, pipe: Any, base: str, now: str | None) -> None:
+        """Queue an entry's read in ``pipe``: its hash fields (``_finish_read`` takes them), then,
+        with ``now``, the touch that records the hit (access time, hits, TTL)."""
+        pipe.hmget(base + ":m", *_READ_FIELDS)
+        if now is not None:
+            pipe.execute_command("EVAL", _TOUCH, 1, base + ":m", base, now, self.ttl_ms)
 
     def _finish_read(
         self, key: str, base: str, fields: Any, look_only: bool
@@ -315,9 +319,7 @@ class RedisStore(OneReadStore):
             pipe = self.client.pipeline(transaction=False)
             now = repr(time.time())
             for key in keys:
-                base = self._base(key)
-                pipe.hmget(base + ":m", "v", "n", "ver", "key", "size", *_ENTRY_META)
-                pipe.execute_command("EVAL", _TOUCH, 1, base + ":m", base, now, self.ttl_ms)
+                self._queue_read(pipe, self._base(key), now)
             replies = pipe.execute(raise_on_error=False)
             for key, fields in zip(keys, replies[::2], strict=True):
                 if isinstance(fields, Exception):
@@ -530,8 +532,11 @@ class RedisStore(OneReadStore):
             raise self._unavailable("release_lease", exc) from exc
 
     def _claim_args(self, key: str, token: str, ttl_s: float) -> list[Any]:
-        base = self._base(key)
-        names = [base + ":m", base + ":lease", base + ":unwritten"]
+        names = [
+            self._base(key) + ":m",
+            self._lease_name(key),
+            self._lease_name(key + UNWRITTEN_SUFFIX),
+        ]
         return [_CLAIM, len(names), *names, key, token, _ms(ttl_s)]
 
     def claim_lease(self, key: str, ttl_s: float) -> Claim:
@@ -553,10 +558,7 @@ class RedisStore(OneReadStore):
         token = uuid.uuid4().hex
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(base + ":m", "v", "n", "ver", "key", "size", *_ENTRY_META)
-            pipe.execute_command(
-                "EVAL", _TOUCH, 1, base + ":m", base, repr(time.time()), self.ttl_ms
-            )
+            self._queue_read(pipe, base, repr(time.time()))
             # The claim script looks for the entry again: it answers "present", taking nothing,
             # whenever the read above could have found it.
             pipe.execute_command("EVAL", *self._claim_args(key, token, ttl_s))

@@ -164,13 +164,15 @@ class Tiered(Store):
         if pending is not None and not pending.is_set():
             # Being prefetched: wait for it rather than fetch it twice.
             pending.wait(max(0.0, self._prefetch_deadline - time.monotonic()))
+        # The claim rides on the read of the lease level when that level is read last.
         claim_level = self._lease_level() if claim_ttl is not None else None
+        last = len(self.levels) - 1
         first_error: Exception | None = None
         claim: Claim | None = None
         for depth, level in enumerate(self.levels):
             start = time.perf_counter()
             try:
-                if claim_ttl is not None and level is claim_level and depth == len(self.levels) - 1:
+                if claim_ttl is not None and level is claim_level and depth == last:
                     found, claim = level.get_or_claim(key, claim_ttl)
                 elif depth:
                     # Value and metadata together, in one read where the level can: the meta
