@@ -308,14 +308,11 @@ class ProbeCache:
         except Exception as exc:  # computing a key must never stop a compile
             log.debug("compilecache: ISA probe not keyed: %s", exc)
             key = None
-        if key is not None:
-            hit, value = self._lookup(key, "isa_probe")
-            if hit and value is True:
-                return True
-        start = time.perf_counter()
-        verdict = original(isa, code)
-        if key is not None and verdict is True:
-            self._save(key, True, time.perf_counter() - start)
+        if key is None:
+            return original(isa, code)
+        verdict: bool = self.answer(
+            key, "isa_probe", lambda: original(isa, code), encode=_success, decode=_success
+        )
         return verdict
 
     def compiler_check(
@@ -329,14 +326,28 @@ class ProbeCache:
             key = None
         if key is None:
             return original(*args)
-        hit, value = self._lookup(key, "compiler_check")
-        if hit and isinstance(value, (str, bool)):
-            return value
-        start = time.perf_counter()
-        value = original(*args)  # may raise (no compiler): as torch does, nothing stored
-        if isinstance(value, (str, bool)):
-            self._save(key, value, time.perf_counter() - start)
-        return value
+        # original may raise (no compiler): as torch does, nothing stored.
+        return self.answer(
+            key,
+            "compiler_check",
+            lambda: original(*args),
+            encode=_text_or_flag,
+            decode=_text_or_flag,
+        )
+
+
+def _success(verdict: Any) -> bool:
+    """Only a successful ISA probe is an answer: a failed one may be a timeout under load."""
+    if verdict is not True:
+        raise ValueError(f"not a successful probe: {verdict!r}")
+    return True
+
+
+def _text_or_flag(value: Any) -> str | bool:
+    """A compiler check answers a string or a flag; anything else is not stored or reused."""
+    if not isinstance(value, (str, bool)):
+        raise ValueError(f"not a compiler check's answer: {value!r}")
+    return value
 
 
 class ProbeHooks:
