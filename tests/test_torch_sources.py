@@ -114,6 +114,9 @@ class Prefetchable:
             raise RuntimeError("prefetchable_cache value already set")
         self.cached = value
 
+    def clear(self) -> None:
+        self.cached = None
+
 
 class Codecache:
     def __init__(self, torch_key: Any, triton_key: Any) -> None:
@@ -146,6 +149,13 @@ def test_answers_come_from_the_store_on_the_second_process(
     assert hooks2.saved["torch_key"].computed == 0 and hooks2.saved["triton_key"].computed == 0
     # torch's own cache got the answer too, for callers holding torch's function.
     assert hooks2.saved["torch_key"].cached == digest
+    # torch clears its answer (a fresh cache): the next call answers through the key again (the
+    # process's probe memo: the same key, the same answer), still without torch hashing.
+    second.torch_key.clear()
+    assert hooks2.saved["torch_key"].cached is None
+    assert second.torch_key() == digest
+    assert hooks2.saved["torch_key"].computed == 0
+    assert hooks2.saved["torch_key"].cached == digest  # handed to torch's cache again
     assert hooks2.live() == {"sources.torch_key": True, "sources.triton_key": True}
     originals = dict(hooks2.saved)
     hooks2.uninstall()

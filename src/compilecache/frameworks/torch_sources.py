@@ -203,9 +203,15 @@ class SourceKeyHooks:
                 self._known[name] = value
             original.set(value)
 
+        def clear() -> None:
+            # torch forgets its answer (a fresh cache): forget ours too, or it would outlive it.
+            with self._lock:
+                self._known.pop(name, None)
+            getattr(original, "clear", lambda: None)()
+
         answer.__wrapped__ = original  # type: ignore[attr-defined]
         answer.set = set_value  # type: ignore[attr-defined]
-        answer.clear = getattr(original, "clear", lambda: None)  # type: ignore[attr-defined]
+        answer.clear = clear  # type: ignore[attr-defined]
         answer.prefetch = getattr(original, "prefetch", lambda: None)  # type: ignore[attr-defined]
         return answer
 
