@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import threading
 import time
@@ -656,7 +657,15 @@ def from_url(url: StoreURL) -> RedisStore:
         # timeout: a slow server must cost its timeout once, not once per retry.
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         "max_connections": _count(params, "max_connections", DEFAULT_MAX_CONNECTIONS),
-        "health_check_interval": 30,
+        # A new connection is one round trip to its first answer, not five: redis-py's default
+        # handshake adds HELLO 3 (RESP3), two CLIENT SETINFO and a health-check PING, each a
+        # round trip, and a process opens a connection per thread that talks to the server at
+        # once. RESP2 is what every Redis (and Redis-speaking proxy) answers; a socket the
+        # server closed fails at once and is retried once (above), and a dead link costs its
+        # timeout with or without a PING first. ``?protocol=3`` in the URL still asks for RESP3.
+        "protocol": 2,
+        **_NO_SETINFO,
+        "health_check_interval": 0,
     }
     extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
     query = f"?{urlencode(extra, quote_via=quote)}" if extra else ""
@@ -686,6 +695,15 @@ def from_url(url: StoreURL) -> RedisStore:
         ttl=parse_duration(ttl_text, "ttl") if ttl_text else None,
         chunk_size=parse_size(chunk_text, "chunk_size") if chunk_text else DEFAULT_CHUNK_SIZE,
     )
+
+
+# No CLIENT SETINFO on connect: redis-py 8 takes ``driver_info=None``, and deprecates the
+# ``lib_name``/``lib_version`` that redis-py 5 to 7 take.
+_NO_SETINFO: dict[str, None] = (
+    {"driver_info": None}
+    if importlib.util.find_spec("redis.driver_info") is not None
+    else {"lib_name": None, "lib_version": None}
+)
 
 
 def _seconds(params: Mapping[str, str], name: str, default: float) -> float:
