@@ -221,6 +221,7 @@ def test_an_unwritten_compile_with_a_numpy_time_is_recorded(adapter: Any) -> Non
     spent = stats[function_counter("jax", "jit_step", "compile_time_s")]
     assert type(spent) is float and spent == 2.0
     json.dumps(stats)  # counters stay plain numbers (the run summary writes them as JSON)
+    assert adapter.cache.settle()  # explanations are written on a background thread
     records = history.read(adapter.cache.store, history.MISS)
     assert records and records[0]["compile_time_s"] == 2.0
 
@@ -241,6 +242,7 @@ def test_cache_write_watcher_takes_numpy_times(
     finally:
         compiler._cache_write = original
     assert len(seen) == 1 and seen[0][1] == np.float32(0.5)  # JAX gets its own value back
+    assert adapter.cache.settle()
     records = history.read(adapter.cache.store, history.MISS)
     assert records and "host callbacks" in records[0]["reason"]
 

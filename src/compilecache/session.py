@@ -124,9 +124,11 @@ class Session:
         return Summary.of(self.stats())
 
     def finish_writes(self) -> None:
-        """Record the job's manifest, then finish the background writes to remote levels (their
-        counts belong in the counters flushed after). Never raises."""
+        """Finish the background bookkeeping (miss explanations), record the job's manifest,
+        then finish the background writes to remote levels (their counts belong in the counters
+        flushed after). Never raises."""
         try:
+            self.cache.settle()
             if self.manifest is not None and not self.config.read_only:
                 self.manifest.record()
             self.store.flush(EXIT_DRAIN_S)

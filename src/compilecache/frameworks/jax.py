@@ -273,6 +273,7 @@ class JaxCacheAdapter:
             compile_time_s=compile_time,
             stored=stored,
             reason=reason,
+            background=True,
         )
 
     def not_written(self, key: str, reason: str, compile_time: float) -> None:

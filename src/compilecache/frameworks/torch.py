@@ -330,6 +330,7 @@ class Integration:
             compile_time_s=header.compile_time_s,
             stored=stored,
             reason="" if stored else self.cache.skip_reason(header.compile_time_s),
+            background=True,
         )
 
     # --- hooks, applied as their modules are imported -----------------------------------------

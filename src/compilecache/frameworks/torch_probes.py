@@ -266,6 +266,7 @@ class ProbeCache:
             compile_time_s=seconds,
             stored=stored,
             reason="" if stored else self.cache.skip_reason(seconds, key.store_key),
+            background=True,
         )
 
     def answer(

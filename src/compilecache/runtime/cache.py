@@ -26,6 +26,7 @@ from compilecache import entry
 from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
 from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry, LevelSkipped, StoreUnavailable
+from compilecache.runtime.background import Background
 from compilecache.runtime.singleflight import SingleFlight
 from compilecache.stats import Stats, function_counter
 from compilecache.stores.base import Claim, EntryMeta, Store
@@ -33,6 +34,8 @@ from compilecache.stores.base import Claim, EntryMeta, Store
 log = logging.getLogger("compilecache")
 # Per-compile events kept in memory for ``compilecache run`` and ``doctor`` (a bound on a run).
 MAX_EVENTS = 10_000
+# How long closing waits for the bookkeeping still queued (miss explanations).
+SETTLE_S = 5.0
 
 
 class Cache:
@@ -63,6 +66,8 @@ class Cache:
         # ``compilecache run`` / ``doctor``) a list that collects per-compile events in memory.
         self.run_id = ""
         self.events: list[dict[str, Any]] | None = None
+        # Bookkeeping that need not hold up a compile (miss explanations), in order.
+        self.background = Background()
         # Single-flight compiles (load_or_lead): only where the store can coordinate.
         self._flight: SingleFlight | None = None
         if not read_only and wait_timeout > 0 and self._supports_leases():
@@ -293,7 +298,12 @@ class Cache:
             return "an entry signed with another key is stored there; left in place"
         return "the write failed (see the warning)"
 
+    def settle(self, timeout: float = SETTLE_S) -> bool:
+        """Wait (up to ``timeout``) for the background bookkeeping queued so far."""
+        return self.background.settle(timeout)
+
     def close(self) -> None:
+        self.settle()
         if self._flight is not None:
             self._flight.release_all()
         try:

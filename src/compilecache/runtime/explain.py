@@ -537,44 +537,57 @@ def record_miss(
     compile_time_s: float = 0.0,
     stored: bool = True,
     reason: str = "",
+    background: bool = False,
 ) -> Explanation | None:
-    """After a miss's compile: explain it, count it for its function, and remember it in the
-    store's history and the run's events. Never raises."""
+    """After a miss's compile: count it for its function, explain it, and remember it in the
+    store's history and the run's events. ``background``: explain and remember it on the cache's
+    background thread (the integrations do, so that listing a remote level never holds up the
+    program) and return ``None``. Never raises."""
     try:
         cache.stats.add(function_counter(framework, name, "misses"))
         cache.stats.add(function_counter(framework, name, "compile_time_s"), compile_time_s)
-        explanation = explain(
-            cache.store,
-            framework=framework,
-            name=name,
-            key=key,
-            components=components,
-            readable=readable,
-            prefix=prefix,
-        )
-        record: dict[str, Any] = {
-            **history.origin(cache.run_id),
-            **explanation.to_json(),
-            "compile_time_s": compile_time_s,
-            "stored": stored,
-            "reason": reason,
-        }
-        history.append(cache.store, history.MISS, record)
-        if cache.events is not None:
-            cache.add_event(
-                {
-                    "event": "miss",
-                    **record,
-                    "components": dict(components),
-                    "readable": {str(k): str(v) for k, v in (readable or {}).items()},
-                }
+    except Exception as exc:
+        log.debug("compilecache: could not count a miss: %s", exc)
+
+    def remember() -> Explanation | None:
+        try:
+            explanation = explain(
+                cache.store,
+                framework=framework,
+                name=name,
+                key=key,
+                components=components,
+                readable=readable,
+                prefix=prefix,
             )
-        log.debug("compilecache: miss explained: %s", explanation.summary)
-        return explanation
-    except Exception as exc:  # explanations are a convenience: never fail a compile
-        with contextlib.suppress(Exception):
-            cache.warn_once("explain", f"could not explain a miss: {exc}")
+            record: dict[str, Any] = {
+                **history.origin(cache.run_id),
+                **explanation.to_json(),
+                "compile_time_s": compile_time_s,
+                "stored": stored,
+                "reason": reason,
+            }
+            history.append(cache.store, history.MISS, record)
+            if cache.events is not None:
+                cache.add_event(
+                    {
+                        "event": "miss",
+                        **record,
+                        "components": dict(components),
+                        "readable": {str(k): str(v) for k, v in (readable or {}).items()},
+                    }
+                )
+            log.debug("compilecache: miss explained: %s", explanation.summary)
+            return explanation
+        except Exception as exc:  # explanations are a convenience: never fail a compile
+            with contextlib.suppress(Exception):
+                cache.warn_once("explain", f"could not explain a miss: {exc}")
+            return None
+
+    if background:
+        cache.background.add(remember)
         return None
+    return remember()
 
 
 def describe_record(record: Mapping[str, Any]) -> str:

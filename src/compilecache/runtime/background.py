@@ -1,0 +1,88 @@
+"""Bookkeeping off the compiling thread: one background thread, in order, drained at exit.
+
+A miss's explanation lists the store for entries of the same name and reads their headers; on a
+remote level that is a round trip or more. None of it changes what the framework gets back, so
+the integrations hand it to :class:`Background` instead of making the compile wait: work runs
+one item at a time, in the order it was queued, on a daemon thread that ends when idle. The
+session waits for the queue (with a deadline) before it flushes the counters at exit; work still
+queued then is dropped, which loses explanations, never entries.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("compilecache")
+
+# Work items queued at most; more are dropped (an explanation is a convenience, not a duty).
+MAX_QUEUED = 10_000
+# An idle thread ends after this long; the next item starts one again.
+IDLE_S = 10.0
+
+
+class Background:
+    """A FIFO of callables run on one daemon thread. ``add`` never blocks; nothing raises."""
+
+    def __init__(self, name: str = "compilecache-background") -> None:
+        self.name = name
+        self._items: collections.deque[Callable[[], object]] = collections.deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._busy = False
+        self._pid = os.getpid()
+        self.dropped = 0
+
+    def add(self, work: Callable[[], object]) -> None:
+        """Queue ``work``; dropped (counted in ``dropped``) when the queue is full."""
+        with self._cond:
+            if os.getpid() != self._pid:  # a forked child has no thread of ours
+                self._pid, self._thread, self._busy = os.getpid(), None, False
+                self._items.clear()
+            if len(self._items) >= MAX_QUEUED:
+                self.dropped += 1
+                return
+            self._items.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items:
+                    if not self._cond.wait(timeout=IDLE_S) and not self._items:
+                        self._thread = None
+                        return
+                work = self._items.popleft()
+                self._busy = True
+            try:
+                work()
+            except Exception as exc:  # each item guards itself; this is the last resort
+                log.debug("compilecache: background work failed: %s", exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the queued work to finish; what is still queued
+        then is dropped. Returns whether everything ran."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._items or self._busy:
+                left = end - time.monotonic()
+                if left <= 0 or self._thread is None:
+                    break
+                self._cond.wait(timeout=left)
+            done = not self._items and not self._busy
+            if self._items:
+                self.dropped += len(self._items)
+                log.debug("compilecache: %d background items dropped at exit", len(self._items))
+                self._items.clear()
+        return done

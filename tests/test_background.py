@@ -1,0 +1,82 @@
+"""Bookkeeping off the compiling thread: miss explanations run on the cache's background thread,
+in order, and are all recorded by the time the session closes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from compilecache.runtime import background, explain, history
+from compilecache.runtime.background import Background
+from compilecache.runtime.cache import Cache
+from compilecache.stats import function_counter
+from compilecache.stores.memory import MemoryStore
+
+
+def test_work_runs_in_order_off_the_calling_thread() -> None:
+    queue = Background()
+    seen: list[tuple[int, str]] = []
+    for i in range(50):
+        queue.add(lambda i=i: seen.append((i, threading.current_thread().name)))
+    assert queue.settle(10.0)
+    assert [i for i, _ in seen] == list(range(50))
+    assert {name for _, name in seen} == {"compilecache-background"}
+
+
+def test_a_failing_item_does_not_stop_the_others() -> None:
+    queue = Background()
+    done: list[int] = []
+
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    queue.add(fail)
+    queue.add(lambda: done.append(1))
+    assert queue.settle(10.0) and done == [1]
+
+
+def test_settle_drops_what_does_not_finish_in_time() -> None:
+    queue = Background()
+    gate = threading.Event()
+    ran: list[int] = []
+    queue.add(gate.wait)
+    queue.add(lambda: ran.append(1))
+    start = time.monotonic()
+    assert not queue.settle(0.2)
+    assert time.monotonic() - start < 5
+    gate.set()
+    assert queue.settle(10.0)
+    time.sleep(0.1)
+    assert ran == [] and queue.dropped == 1  # dropped, never run late
+
+
+def test_a_full_queue_drops_instead_of_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background, "MAX_QUEUED", 3)
+    queue = Background()
+    gate = threading.Event()
+    queue.add(gate.wait)
+    for _ in range(5):
+        queue.add(lambda: None)
+    assert queue.dropped >= 2
+    gate.set()
+    assert queue.settle(10.0)
+
+
+def test_a_background_explanation_is_counted_at_once_and_recorded_by_settle() -> None:
+    store = MemoryStore("memory://background-explain")
+    cache = Cache(store)
+    gate = threading.Event()
+    cache.background.add(gate.wait)  # hold the queue: the explanation must wait its turn
+    result = explain.record_miss(
+        cache, framework="jax", name="f", key="jax/f-1", components={"a": "1"}, background=True
+    )
+    assert result is None
+    # The counters the run summary shows are there at once; the history record is not yet.
+    assert cache.stats.snapshot()[function_counter("jax", "f", "misses")] == 1
+    assert history.read(store, history.MISS) == []
+    gate.set()
+    assert cache.settle()
+    (record,) = history.read(store, history.MISS)
+    assert record["key"] == "jax/f-1"
