@@ -21,13 +21,19 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "config", "entry", "stats", "host", "atomicfile", "_importhook"),
     # storage: bytes in, bytes out (bottom to top inside the folder)
     ("stores.base",),
-    ("stores.frame", "stores.leasefile", "stores.writebehind"),
+    ("stores.frame", "stores.leasefile", "stores.writebehind", "stores.coldstreak"),
     ("stores.local", "stores.sharedfs", "stores.redis", "stores.objectstore", "stores.memory"),
     ("stores.guarded", "stores.readonly"),
     ("stores.tiered",),
     ("stores.registry", "stores"),
     # the runtime the integrations call
-    ("runtime.singleflight", "runtime.history", "runtime.manifest", "runtime.transfer"),
+    (
+        "runtime.singleflight",
+        "runtime.history",
+        "runtime.manifest",
+        "runtime.transfer",
+        "runtime.background",
+    ),
     ("runtime.cache",),
     ("runtime.explain", "runtime"),
     # framework integrations

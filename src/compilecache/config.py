@@ -23,6 +23,9 @@ DEFAULT_MAX_SIZE = 10 * 1000**3
 DEFAULT_LEASE_TTL = 30.0
 # ...and the others wait at most this long for its entry before compiling themselves.
 DEFAULT_WAIT_TIMEOUT = 1800.0
+# Lookups stop waiting for a remote level's answer after this many new, quick compiles in a row
+# (COMPILECACHE_COLD_STREAK; 0: always wait). See compilecache.stores.coldstreak.
+DEFAULT_COLD_STREAK = 5
 KNOWN_FRAMEWORKS = ("jax", "torch")
 LOG_LEVELS = ("debug", "info", "warning")
 
@@ -172,6 +175,9 @@ class Config:
     # (COMPILECACHE_PREFETCH, default on) from the remote levels.
     job: str = ""
     prefetch: bool = True
+    # After this many new, quick compiles in a row, lookups stop waiting for the remote levels'
+    # "nothing here" (COMPILECACHE_COLD_STREAK; 0: always wait).
+    cold_streak: int = DEFAULT_COLD_STREAK
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the non-``None`` overrides applied."""
@@ -251,7 +257,21 @@ def load(
         writers=writers,
         job=env.get("COMPILECACHE_JOB", "").strip(),
         prefetch=_flag(env, "COMPILECACHE_PREFETCH", default=True),
+        cold_streak=_count(env, "COMPILECACHE_COLD_STREAK", DEFAULT_COLD_STREAK),
     )
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{name}: expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:

@@ -51,6 +51,7 @@ def _open(cfg: Config, *, create: bool = True) -> Store:
         read_only=cfg.read_only,
         tier_writes=cfg.tier_writes,
         create=create,
+        cold_streak=cfg.cold_streak,
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from compilecache.config import DEFAULT_COLD_STREAK
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
     WRAPPER_PARAMS,
@@ -290,6 +291,7 @@ def open_store(
     read_only: bool = False,
     tier_writes: WritePolicy = "all",
     create: bool = True,
+    cold_streak: int = DEFAULT_COLD_STREAK,
 ) -> Store:
     """Open ``url``: one level, or several separated by commas (tiers, fastest first).
 
@@ -305,7 +307,14 @@ def open_store(
         raise ConfigError("empty store URL")
     if len(urls) == 1:
         return open_level(urls[0], max_size, read_only=read_only, create=create)
-    store: Store = from_urls(urls, max_size, writes=tier_writes, read_only=read_only, create=create)
+    store: Store = from_urls(
+        urls,
+        max_size,
+        writes=tier_writes,
+        read_only=read_only,
+        create=create,
+        cold_streak=cold_streak,
+    )
     # Read-only reaches every level (no backfill either) and the tiers as a whole.
     return ReadOnly(store) if read_only else store
 
@@ -317,11 +326,13 @@ def from_urls(
     writes: WritePolicy = "all",
     read_only: bool = False,
     create: bool = True,
+    cold_streak: int = DEFAULT_COLD_STREAK,
 ) -> Tiered:
     """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first.
 
     Levels on another machine (not a local directory or memory) are written in the background
-    (``?write_behind=0`` opts a level out), so a compile never waits for the network.
+    (``?write_behind=0`` opts a level out), so a compile never waits for the network;
+    ``cold_streak``: see :mod:`compilecache.stores.coldstreak`.
     """
     levels: list[Store] = []
     behind: list[bool] = []
@@ -340,7 +351,7 @@ def from_urls(
         raise first_error
     from compilecache.stores.tiered import Tiered
 
-    return Tiered(levels, writes=writes, write_behind=behind)
+    return Tiered(levels, writes=writes, write_behind=behind, cold_streak=cold_streak)
 
 
 def open_url(url: str, max_size: int | None = None) -> Store:

@@ -16,18 +16,24 @@ level in front of a shared one:
   back-off period, during which its reads are plain misses); the other levels still serve. A
   lookup that found nothing re-raises the first level failure so that the cache layer counts it
   (once per outage, not once per lookup); a write succeeds when at least one level took it.
+- A cold run of quick compiles stops waiting for the remote level's "nothing here" before each
+  compile (:mod:`~compilecache.stores.coldstreak`): the lease claim goes behind the level's
+  write-behind, and the lookup misses at once (``unwaited``; ``late`` counts the claims that
+  found an entry or another process's lease after all).
 - ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal
 
+from compilecache.config import DEFAULT_COLD_STREAK
 from compilecache.errors import ConfigError, CorruptEntry, LevelSkipped, ReadOnlyStore
 from compilecache.stats import level_counter
 from compilecache.stores.base import (
@@ -38,6 +44,7 @@ from compilecache.stores.base import (
     EntryMeta,
     Store,
 )
+from compilecache.stores.coldstreak import ColdStreak
 from compilecache.stores.writebehind import WriteBehind
 
 log = logging.getLogger("compilecache")
@@ -54,6 +61,8 @@ _COUNTERS = (
     "write_errors",
     "backfills",
     "saved_s",
+    "unwaited",
+    "late",
 )
 # A run's lookups are recorded (for its manifest) up to this many keys.
 MAX_LOOKUPS_RECORDED = 20_000
@@ -64,6 +73,8 @@ PREFETCH_DEADLINE = 60.0
 # How long a lookup waits for a prefetch list still being read (a remote read, bounded by the
 # level's own timeout and back-off; this is only the cap).
 PLAN_WAIT_S = 5.0
+# The token a lookup that did not wait hands out for a claim still queued (resolved later).
+_QUEUED = "queued-claim:"
 
 # What a shared level records for the fleet (``stats --url <shared level>``): the level's own
 # counters of this process, under the names of the headline counters. Misses are the host's:
@@ -87,6 +98,7 @@ class Tiered(Store):
         *,
         writes: WritePolicy = "all",
         write_behind: Sequence[bool] | None = None,
+        cold_streak: int = DEFAULT_COLD_STREAK,
     ) -> None:
         if not levels:
             raise ConfigError("a tiered store needs at least one level")
@@ -119,6 +131,10 @@ class Tiered(Store):
         # Cleared by expect_prefetch() until prefetch() has registered what it will fetch.
         self._planned = threading.Event()
         self._planned.set()
+        # Lookups that stop waiting on a run of new keys, and their queued claims by token.
+        self._streak = ColdStreak(cold_streak)
+        self._queued: dict[str, _QueuedClaim] = {}
+        self._queued_ids = itertools.count()
 
     @property
     def levels(self) -> list[Store]:
@@ -169,7 +185,12 @@ class Tiered(Store):
         last = len(self.levels) - 1
         first_error: Exception | None = None
         claim: Claim | None = None
+        remote_s = 0.0
         for depth, level in enumerate(self.levels):
+            if depth == 1 and claim_ttl is not None and not self._streak.waits():
+                queued = self._queue_claim(key, claim_ttl)
+                if queued is not None:
+                    return None, queued
             start = time.perf_counter()
             try:
                 if claim_ttl is not None and level is claim_level and depth == last:
@@ -185,15 +206,55 @@ class Tiered(Store):
                 self._failed(depth, exc, "get")
                 if not isinstance(exc, LevelSkipped):
                     first_error = first_error or exc
+                if depth:
+                    self._streak.reset()
                 continue
+            if depth:
+                remote_s += time.perf_counter() - start
             if found is None:
                 self._count(depth, "misses")
                 continue
+            if depth:
+                self._streak.reset()
             self._served(depth, key, found[0], found[1], time.perf_counter() - start)
             return found, claim
         if first_error is not None:
             raise first_error
+        if claim is not None and claim.checked and claim.state in ("won", "unwritten"):
+            self._streak.missed(key, remote_s)  # a new key: nothing anywhere, no one on it
+        elif claim is not None:
+            self._streak.reset()
         return None, claim
+
+    def _queue_claim(self, key: str, ttl_s: float) -> Claim | None:
+        """Claim ``key``'s lease behind the lease level's write-behind instead of waiting for
+        it, when that level is the one read last; the token handed out stands for the claim
+        until it has been made. ``None``: the lookup waits as usual."""
+        last = len(self.levels) - 1
+        level = self._lease_level()
+        behind = self._behind[last]
+        if level is not self.levels[last] or behind is None:
+            return None
+        token = f"{_QUEUED}{next(self._queued_ids)}"
+        queued = _QueuedClaim()
+        with self._lock:
+            self._queued[token] = queued
+        self._count(last, "unwaited")
+
+        def claim(level: Store) -> None:
+            try:
+                answer = level.claim_lease(key, ttl_s)
+            except Exception as exc:
+                self._failed(last, exc, "claim")
+                self._streak.reset()
+                answer = Claim("won", None)
+            if answer.state in ("present", "held"):
+                self._count(last, "late")
+                self._streak.late()
+            queued.resolve(answer.token if answer.state == "won" else None)
+
+        behind.call(key, claim)
+        return Claim("won", token, checked=True)
 
     def _served(
         self, depth: int, key: str, value: bytes, meta: EntryMeta | None, elapsed: float
@@ -229,6 +290,8 @@ class Tiered(Store):
         return None
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        if meta is not None:
+            self._streak.compiled(key, meta.compile_time_s)
         first_error: Exception | None = None
         wrote = False
         for depth, level in enumerate(self.levels):
@@ -425,7 +488,21 @@ class Tiered(Store):
 
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
         level = self._lease_level()
-        return level is not None and level.renew_lease(key, token, ttl_s)
+        if level is None:
+            return False
+        if token.startswith(_QUEUED):
+            with self._lock:
+                queued = self._queued.get(token)
+            if queued is None:
+                return False
+            if not queued.done.is_set():
+                return True  # the claim is still queued; the lease is ours if it wins
+            if queued.token is None:
+                with self._lock:
+                    self._queued.pop(token, None)
+                return False  # it did not win: nothing to renew
+            token = queued.token
+        return level.renew_lease(key, token, ttl_s)
 
     def claim_lease(self, key: str, ttl_s: float) -> Claim:
         level = self._lease_level()
@@ -436,6 +513,13 @@ class Tiered(Store):
         if level is None:
             return
         behind = self._behind[self.levels.index(level)]
+        if token.startswith(_QUEUED):
+            with self._lock:
+                queued = self._queued.pop(token, None)
+            if queued is not None and behind is not None:
+                # Behind the claim (and the write) it stands for, in the same queue.
+                behind.call(key, queued.release(key))
+            return
         # Behind a pending write of the key, never before it: a waiter on another host that
         # sees the lease gone then finds the entry.
         if behind is None or not behind.release_lease(key, token):
@@ -538,6 +622,28 @@ class Tiered(Store):
         finally:
             for key in batch:
                 events[key].set()
+
+
+class _QueuedClaim:
+    """A lease claim queued behind a level's write-behind: its token once made (``None``: it
+    did not win, or failed)."""
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+        self.done = threading.Event()
+
+    def resolve(self, token: str | None) -> None:
+        self.token = token
+        self.done.set()
+
+    def release(self, key: str) -> Callable[[Store], None]:
+        """The queued release of the lease this claim won (nothing when it did not)."""
+
+        def release(level: Store) -> None:
+            if self.token:
+                level.release_lease(key, self.token)
+
+        return release
 
 
 def _holds(level: Store, key: str) -> bool:

@@ -4,8 +4,8 @@ A tier (:class:`~compilecache.stores.tiered.Tiered`) writes its first level (the
 once and hands the writes of a remote level to a :class:`WriteBehind`: a bounded queue drained
 by a few background threads (a remote write is mostly waiting on the network, so several in
 flight finish an exit's drain several times sooner). Operations on one key run one at a time, in
-the order they were queued; lease releases of that level go through the same queue, so a release
-never overtakes the write it follows (a waiter on another host then finds the entry).
+the order they were queued; lease claims and releases of that level go through the same queue, so
+a release never overtakes the write it follows (a waiter on another host then finds the entry).
 
 The queue is bounded in items and bytes; a write that does not fit is dropped and counted, never
 waited for (the entry is in the local level; the remote misses one entry). At exit the session
@@ -28,19 +28,23 @@ log = logging.getLogger("compilecache")
 
 DEFAULT_MAX_ITEMS = 1024
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
-DEFAULT_WORKERS = 4
+# Up to three operations per compiled key (a claim, the write, the release), each mostly a wait
+# on the network: enough threads that a cold run of quick compiles does not queue up.
+DEFAULT_WORKERS = 8
 # An idle worker thread ends after this long; the next operation starts one again.
 IDLE_S = 30.0
 
 
 @dataclass
 class _Op:
-    """One deferred call: a put (``value`` set) or a lease release (``token`` set)."""
+    """One deferred call: a put (``value`` set), a lease release (``token`` set) or another call
+    on the level (``call`` set)."""
 
     key: str
     value: bytes | None = None
     meta: EntryMeta | None = None
     token: str | None = None
+    call: Callable[[Store], None] | None = None
 
     @property
     def size(self) -> int:
@@ -87,11 +91,16 @@ class WriteBehind:
                 self._add(_Op(key, token=token), force=True)
         return pending
 
+    def call(self, key: str, fn: Callable[[Store], None]) -> None:
+        """Queue ``fn(level)`` among the operations on ``key`` (never dropped; ``fn`` handles
+        its own errors: one that raises is logged and forgotten)."""
+        self._add(_Op(key, call=fn), force=True)
+
     def cancel(self, key: str) -> None:
         """Forget the pending writes of ``key`` and wait for one under way (before a delete,
         which must not be undone by a write queued before it)."""
         with self._cond:
-            kept = [op for op in self._ops if op.key != key or op.token is not None]
+            kept = [op for op in self._ops if op.key != key or op.value is None]
             if len(kept) != len(self._ops):
                 self._ops = collections.deque(kept)
                 self._bytes = sum(op.size for op in kept)
@@ -141,14 +150,19 @@ class WriteBehind:
                         return
             error: BaseException | None = None
             try:
-                if op.token is not None:
+                if op.call is not None:
+                    op.call(self.level)
+                elif op.token is not None:
                     self.level.release_lease(op.key, op.token)
                 else:
                     assert op.value is not None
                     self.level.put(op.key, op.value, op.meta)
             except Exception as exc:  # counted by the tier; the entry is still in the local level
                 error = exc
-            if self._on_done is not None and op.token is None:
+            if op.value is None:
+                if error is not None:
+                    log.debug("compilecache: %s: deferred call failed: %s", self.level.url, error)
+            elif self._on_done is not None:
                 self._on_done(op.key, error)
             with self._cond:  # after on_done: a drain that returns has every write counted
                 self._running.discard(op.key)
@@ -164,7 +178,7 @@ class WriteBehind:
                 if left <= 0:
                     break
                 self._cond.wait(timeout=left)
-            dropped = [op for op in self._ops if op.token is None]
+            dropped = [op for op in self._ops if op.value is not None]
             self._ops.clear()
             self._bytes = 0
             self.counters["dropped"] += len(dropped)
