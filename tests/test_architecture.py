@@ -21,7 +21,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "config", "entry", "stats", "host", "atomicfile", "_importhook"),
     # storage: bytes in, bytes out (bottom to top inside the folder)
     ("stores.base",),
-    ("stores.frame", "stores.leasefile", "stores.writebehind", "stores.coldstreak"),
+    (
+        "stores.frame",
+        "stores.leasefile",
+        "stores.writebehind",
+        "stores.coldstreak",
+        "stores.s3lite",
+    ),
     ("stores.local", "stores.sharedfs", "stores.redis", "stores.objectstore", "stores.memory"),
     ("stores.guarded", "stores.readonly"),
     ("stores.tiered",),

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 import redis
 
 from compilecache.entry import EntryHeader
@@ -20,6 +21,7 @@ from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import open_url
+from compilecache.stores.s3lite import S3Lite
 from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.servers import MotoServer, RedisServer, namespace
@@ -184,6 +186,15 @@ def test_a_read_that_fails_claims_nothing(tmp_path: Path, redis_server: RedisSer
 def s3_requests(store: ObjectStore) -> list[tuple[str, str, bool]]:
     """Record every request the store's S3 client sends: (method, path, asked to continue)."""
     sent: list[tuple[str, str, bool]] = []
+    if isinstance(store.fs, S3Lite):
+        client, send = store.fs, store.fs._send
+
+        def sending(method: str, bucket: str, key: str, *args: Any) -> Any:
+            sent.append((method, f"{bucket}/{key}", "expect" in args[-1]))
+            return send(method, bucket, key, *args)
+
+        client._send = sending  # type: ignore[method-assign,assignment]
+        return sent
 
     def record(request: Any, **kwargs: Any) -> None:
         path = request.url.split("?")[0].split("/", 3)[-1]
@@ -193,9 +204,15 @@ def s3_requests(store: ObjectStore) -> list[tuple[str, str, bool]]:
     return sent
 
 
-def test_s3_reads_writes_and_claims_take_one_request_each(moto_server: MotoServer) -> None:
-    store = open_url(moto_server.url(moto_server.create_bucket(), "requests"))
+@pytest.mark.parametrize("client", ["auto", "s3fs"])
+def test_s3_reads_writes_and_claims_take_one_request_each(
+    moto_server: MotoServer, client: str
+) -> None:
+    """With either S3 client (the built-in one, or s3fs)."""
+    url = moto_server.url(moto_server.create_bucket(), "requests") + f"&client={client}"
+    store = open_url(url)
     assert isinstance(store, ObjectStore)
+    assert isinstance(store.fs, S3Lite) == (client == "auto")
     sent = s3_requests(store)
     assert store.get("jax/absent") is None
     assert [m for m, _, _ in sent] == ["GET"]  # no HEAD and LIST before it

@@ -17,6 +17,7 @@ from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.registry import open_url
+from compilecache.stores.s3lite import S3Lite
 from tests import servers
 from tests.servers import MotoServer, run_race
 from tests.stores.conformance import StoreConformance
@@ -30,10 +31,15 @@ def bucket(moto_server: MotoServer) -> str:
     return moto_server.create_bucket()
 
 
-@pytest.fixture
-def s3(moto_server: MotoServer, bucket: str) -> Iterator[ObjectStore]:
-    store = open_url(moto_server.url(bucket, f"p{uuid.uuid4().hex[:10]}"))
+@pytest.fixture(params=["auto", "s3fs"])
+def s3(
+    moto_server: MotoServer, bucket: str, request: pytest.FixtureRequest
+) -> Iterator[ObjectStore]:
+    """The S3 store with each client: the built-in one (``auto``) and s3fs."""
+    url = moto_server.url(bucket, f"p{uuid.uuid4().hex[:10]}") + f"&client={request.param}"
+    store = open_url(url)
     assert isinstance(store, ObjectStore)
+    assert isinstance(store.fs, S3Lite) == (request.param == "auto")
     yield store
     store.close()
 
@@ -66,7 +72,10 @@ def test_s3_url_and_conditional_writes_enabled(s3: ObjectStore) -> None:
     assert s3.url.startswith("s3://") and s3.conditional
     # Fail fast: one attempt per request, short timeouts, no listing cache.
     assert s3.fs.retries == 1
-    assert s3.fs.config_kwargs["retries"] == {"max_attempts": 1}
+    if isinstance(s3.fs, S3Lite):
+        assert s3.fs.timeout == 5.0
+    else:
+        assert s3.fs.config_kwargs["retries"] == {"max_attempts": 1}
 
 
 def test_racing_creators_do_not_clobber(s3: ObjectStore, moto_server: MotoServer) -> None:

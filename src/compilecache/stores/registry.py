@@ -45,7 +45,7 @@ _REDIS_HINT = "redis (pip install 'compilecache[redis]')"
 _REDIS_OPTIONS = frozenset(
     {"prefix", "namespace", "ttl", "chunk_size", "timeout", "connect_timeout", "max_connections"}
 )
-_OBJECT_OPTIONS = frozenset({"timeout", "retries", "conditional"})
+_OBJECT_OPTIONS = frozenset({"timeout", "retries", "conditional", "client"})
 _DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
 SHARED_DIRECTORY = "file+shared"
 
