@@ -476,17 +476,23 @@ class ObjectStore(OneReadStore):
             return self._requests
 
     def _read_lease(self, path: str) -> tuple[str, float, str] | None:
-        """Token, expiry and ETag of a lease object; ``None`` when there is none.
-
-        The ETag is read first: if the object changes before its body is read, a replacement
-        conditional on that ETag fails, whatever the body said."""
+        """Token, expiry and ETag of a lease object; ``None`` when there is none."""
         try:
-            self.fs.invalidate_cache(path)
-            etag = str(self.fs.info(path).get("ETag") or "")
-            raw = _cat_whole(self.fs, path)
+            raw, etag = self._cat_with_etag(path)
         except FileNotFoundError:
             return None
         return (*_lease_fields(raw), etag)
+
+    def _cat_with_etag(self, path: str) -> tuple[bytes, str]:
+        """A small object and its ETag: one request with the built-in S3 client, two with
+        fsspec (its info first: if the object changes before the body is read, a write
+        conditional on that ETag fails, whatever the body said)."""
+        if isinstance(self.fs, S3Lite):
+            return self.fs.cat_with_etag(path)
+        self.fs.invalidate_cache(path)
+        info = self.fs.info(path)
+        raw = _cat_whole(self.fs, path)
+        return raw, str(info.get("ETag") or info.get("etag") or "")
 
     # -- persistent counters: one small object per host and day, summed by read_stats ----------
     #
@@ -531,12 +537,10 @@ class ObjectStore(OneReadStore):
 
     def _read_counters(self, path: str) -> tuple[dict[str, float], str | None]:
         try:
-            info = self.fs.info(path)
-            raw = _cat_whole(self.fs, path)
+            raw, etag = self._cat_with_etag(path)
         except FileNotFoundError:
             return {}, None
-        etag = info.get("ETag") or info.get("etag")
-        return _counters(raw), str(etag) if etag else ""
+        return _counters(raw), etag
 
     def read_stats(self) -> dict[str, float]:
         totals: dict[str, float] = {}

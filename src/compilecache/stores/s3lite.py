@@ -312,6 +312,12 @@ class S3Lite:
                 return b""
             raise
 
+    def cat_with_etag(self, path: str) -> tuple[bytes, str]:
+        """The whole object and its ETag, from one GET (a HEAD and a GET are two round trips,
+        and the object may change between them)."""
+        _, headers, data = self.request("GET", _strip(path))
+        return data, headers.get("etag", "")
+
     def cat(
         self, paths: Sequence[str], on_error: str = "raise", start: int | None = None
     ) -> dict[str, bytes | BaseException]:
