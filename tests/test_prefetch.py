@@ -13,18 +13,25 @@ from typing import Any
 
 import pytest
 
+from compilecache import entry
 from compilecache.config import Config
+from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime import manifest
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
+from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
+from compilecache.stores.objectstore import ObjectStore
+from compilecache.stores.registry import open_url
+from compilecache.stores.s3lite import S3Lite
 from compilecache.stores.tiered import Tiered
 from compilecache.stores.writebehind import WriteBehind
 from tests import servers
 from tests.conftest import TESTS, clean_env, cli_json, last_json, run_python
-from tests.servers import RedisServer, delayed, namespace
+from tests.servers import MotoServer, RedisServer, delayed, namespace
 
 redis_server = servers.redis_server
+moto_server = servers.moto_server
 PROGRAM = str(TESTS / "jax_program.py")
 
 
@@ -186,6 +193,98 @@ def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> No
     assert not again.record()  # nothing new
     other = Config(url="x", job="another-job")
     assert manifest.key_of(manifest.job_name(other)) != again.key
+
+
+# -- packs: a job's entries in one object ---------------------------------------------------------
+
+
+def _entry(key: str, name: str, payload: bytes, secret: bytes | None = None) -> bytes:
+    return entry.encode(EntryHeader("jax", key, name, compile_time_s=2.0), payload, secret=secret)
+
+
+def _seeded(keys: Sequence[str], secret: bytes | None = None) -> tuple[Tiered, str]:
+    """A host that ran the job: its entries local and remote, the manifest and pack written."""
+    remote = mem()
+    seed = Tiered([mem(), remote])
+    for key in keys:
+        seed.put(key, _entry(key, f"name-{key}", key.encode() * 50, secret), EntryMeta("jax"))
+    name = manifest.key_of("job")
+    assert manifest.save(seed, name, "job", list(keys), secret)
+    return Tiered([mem(), Slow(remote, delay=0.05)]), name
+
+
+def test_a_fresh_host_reads_the_pack_instead_of_each_entry() -> None:
+    keys = [f"jax/k{i}" for i in range(12)]
+    fresh, name = _seeded(keys)
+    remote = fresh.levels[1]
+    assert isinstance(remote, Slow)
+    pack = (name + manifest.PACK_SUFFIX, manifest.unpacker(name + manifest.PACK_SUFFIX, None))
+    fresh.prefetch(keys, pack=pack)
+    local = fresh.levels[0]
+    for key in keys:
+        found = local.get(key)
+        assert (
+            found is not None and entry.decode(found, expect_key=key).payload == key.encode() * 50
+        )
+        info = local.stat(key)
+        assert info is not None and info.name == f"name-{key}"  # labelled from its own header
+    assert [c for c in remote.calls if c[0] in ("get", "get_many")] == []  # one peek, no reads
+    assert fresh.level_stats()[remote.url]["prefetched"] == 12
+
+
+def test_a_damaged_or_foreign_pack_falls_back_to_reading_each_entry() -> None:
+    keys = [f"jax/k{i}" for i in range(6)]
+    fresh, name = _seeded(keys, secret=b"s1")
+    pack_name = name + manifest.PACK_SUFFIX
+    # Another key cannot verify the pack: every entry is read from the remote instead.
+    fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, b"other")))
+    remote = fresh.levels[1]
+    assert isinstance(remote, Slow)
+    assert all(fresh.get(k) for k in keys)  # each waits for its batch
+    assert [c[0] for c in remote.calls] == ["get_many"]
+    assert all(fresh.levels[0].get(k) for k in keys)
+
+
+def test_a_pack_entry_under_another_key_is_left_out() -> None:
+    keys = ["jax/a", "jax/b", "jax/c", "jax/d"]
+    fresh, name = _seeded(keys)
+    remote = fresh.levels[1]
+    assert isinstance(remote, Slow)
+    # A pack whose jax/b slot holds jax/a's entry (written wrongly, or tampered with unsigned).
+    seed = Tiered([mem(), remote.inner])
+    for key in keys:
+        seed.levels[0].put(key, remote.inner.get("jax/a" if key == "jax/b" else key) or b"")
+    assert manifest.save(seed, name, "job", keys, None)
+    unpack = manifest.unpacker(name + manifest.PACK_SUFFIX, None)
+    packed = unpack(remote.inner.get(name + manifest.PACK_SUFFIX) or b"")
+    assert sorted(packed) == ["jax/a", "jax/c", "jax/d"]
+
+
+def test_from_s3_a_fresh_host_sends_one_request_for_the_pack(
+    tmp_path: Path, moto_server: MotoServer
+) -> None:
+    url = moto_server.url(moto_server.create_bucket(), "packs")
+    keys = [f"jax/k{i}" for i in range(20)]
+    seed = Tiered([LocalStore(tmp_path / "seed"), open_url(url)])
+    for key in keys:
+        seed.put(key, _entry(key, "f", key.encode() * 1000), EntryMeta("jax", "f", 2.0))
+    name = manifest.key_of("job")
+    assert manifest.save(seed, name, "job", keys, None)
+    remote = open_url(url)
+    assert isinstance(remote, ObjectStore) and isinstance(remote.fs, S3Lite)
+    sent: list[str] = []
+    send = remote.fs._send
+
+    def sending(method: str, bucket: str, key: str, *args: Any) -> Any:
+        sent.append(method)
+        return send(method, bucket, key, *args)
+
+    remote.fs._send = sending  # type: ignore[method-assign,assignment]
+    fresh = Tiered([LocalStore(tmp_path / "fresh"), remote])
+    pack_name = name + manifest.PACK_SUFFIX
+    fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, None)))
+    assert sent == ["GET"]  # twenty entries, one request
+    assert all(fresh.levels[0].get(k) for k in keys)
 
 
 # -- end to end: real JAX processes, real Redis 25 ms away -----------------------------------------

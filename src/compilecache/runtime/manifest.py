@@ -8,9 +8,18 @@ next start of the same job, on any host, the session reads the manifest in the b
 asks the tiers to prefetch what the local level lacks (in batches of one round trip each); the
 framework's lookups then find their entries local, or wait for the batch on its way.
 
+Beside the manifest, the run writes a pack: the listed entries themselves (up to
+``PACK_MAX_BYTES``, in lookup order) in one object ``manifest/<job>.pack``. A fresh host that
+lacks several of the listed entries reads the pack first: one request for a hundred entries,
+where an object store would take a hundred (each a request the store bills, and that a busy
+bucket may answer with HTTP 429). Entries the pack lacks are fetched one batch at a time, as
+before.
+
 The job is named by ``COMPILECACHE_JOB``, or fingerprinted from the command line and the
 framework versions. A manifest is only a list of keys: a wrong or stale one costs a prefetch of
-entries nobody asks for, never a wrong hit (every entry is still checked when it is used).
+entries nobody asks for, never a wrong hit (every entry is still checked when it is used). A
+pack's entries are whole entries, each naming its own key: one that names another key is left
+out, and each is verified again when it is used.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from compilecache import entry
 from compilecache.config import Config
@@ -33,6 +42,9 @@ FRAMEWORK = "manifest"
 PREFIX = "manifest/"
 # A manifest lists at most this many keys (a job with more still prefetches the first ones).
 MAX_KEYS = 20_000
+# A pack holds the manifest's first entries up to this size (the rest are fetched one by one).
+PACK_MAX_BYTES = 64 * 1024 * 1024
+PACK_SUFFIX = ".pack"
 
 
 def job_name(cfg: Config, argv: Sequence[str] | None = None) -> str:
@@ -76,28 +88,88 @@ def load(store: Store, key: str, secret: bytes | None) -> list[str]:
 
 
 def save(store: Store, key: str, job: str, keys: Sequence[str], secret: bytes | None) -> bool:
-    """Write the manifest of this run into the slower levels of ``store`` (the ones a fresh host
-    reads it from; the first level, this host's own disk, has no use for it). Never raises;
-    ``False`` when written nowhere."""
+    """Write the manifest of this run, and its pack, into the slower levels of ``store`` (the
+    ones a fresh host reads them from; the first level, this host's own disk, has no use for
+    them). The pack goes first: a reader of the new manifest finds the pack that goes with it.
+    Never raises; ``False`` when the manifest was written nowhere."""
     keys = [k for k in keys if not k.startswith(PREFIX)][:MAX_KEYS]
     if not keys:
         return False
-    header = EntryHeader(framework=FRAMEWORK, key=key, name=job[:80])
-    try:
-        data = entry.encode(header, json.dumps(keys).encode(), secret=secret)
-    except Exception as exc:
-        log.debug("compilecache: could not encode the manifest %s: %s", key, exc)
-        return False
+    data = _encode(key, job, json.dumps(keys).encode(), secret)
+    pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), secret)
     written = False
     for level in store.levels[1:]:
         if level.read_only:
             continue
-        try:
-            level.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
-            written = True
-        except Exception as exc:
-            log.debug("compilecache: could not write the manifest to %s: %s", level.url, exc)
+        for name, value in ((key + PACK_SUFFIX, pack), (key, data)):
+            if value is None:
+                continue
+            try:
+                level.put(name, value, EntryMeta(FRAMEWORK, job[:80], 0.0))
+                written = written or name == key
+            except Exception as exc:
+                log.debug("compilecache: could not write %s to %s: %s", name, level.url, exc)
     return written
+
+
+def _encode(key: str, job: str, payload: bytes, secret: bytes | None) -> bytes | None:
+    header = EntryHeader(framework=FRAMEWORK, key=key, name=job[:80])
+    try:
+        return entry.encode(header, payload, compress=False, secret=secret)
+    except Exception as exc:
+        log.debug("compilecache: could not encode %s: %s", key, exc)
+        return None
+
+
+def _pack(level: Store, keys: Sequence[str]) -> bytes:
+    """The entries of ``keys`` that ``level`` holds, up to PACK_MAX_BYTES: a JSON line listing
+    ``[key, size]`` pairs, then the entries one after another."""
+    listed: list[tuple[str, int]] = []
+    values: list[bytes] = []
+    total = 0
+    for key in keys:
+        try:
+            value = level.peek(key)
+        except Exception as exc:  # a damaged or vanished entry is left out
+            log.debug("compilecache: %s left out of the pack: %s", key, exc)
+            continue
+        if value is None:
+            continue
+        if total + len(value) > PACK_MAX_BYTES:
+            break
+        listed.append((key, len(value)))
+        values.append(value)
+        total += len(value)
+    return json.dumps(listed).encode() + b"\n" + b"".join(values)
+
+
+def unpacker(
+    key: str, secret: bytes | None
+) -> Callable[[bytes], dict[str, tuple[bytes, EntryMeta]]]:
+    """What reads the pack stored under ``key``: its entries, each with the metadata its own
+    header gives; an entry that names another key than the one it is listed under is left out.
+    Raises on a pack that fails its checks (the caller then fetches entry by entry)."""
+
+    def unpack(data: bytes) -> dict[str, tuple[bytes, EntryMeta]]:
+        payload = entry.decode(data, secret=secret, expect_key=key).payload
+        head, _, body = payload.partition(b"\n")
+        found: dict[str, tuple[bytes, EntryMeta]] = {}
+        offset = 0
+        for name, size in json.loads(head):
+            value = body[offset : offset + size]
+            offset += size
+            try:
+                header = entry.read_header(value)
+            except Exception:
+                continue
+            if header.key == name and len(value) == size:
+                found[name] = (
+                    value,
+                    EntryMeta(header.framework, header.name, header.compile_time_s),
+                )
+        return found
+
+    return unpack
 
 
 class Prefetch:
@@ -124,7 +196,8 @@ class Prefetch:
             self.known = load(self.store, self.key, self.secret)
         finally:
             try:  # always: an empty list releases the lookups waiting for it
-                self.store.prefetch(self.known or [])
+                pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.secret))
+                self.store.prefetch(self.known or [], pack=pack)
             except Exception as exc:  # never fail a program for a prefetch
                 log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
 

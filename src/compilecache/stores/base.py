@@ -10,7 +10,7 @@ from the rest of ``stores/``; the one place that puts stores together from URLs 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +67,11 @@ UNWRITTEN_SUFFIX = "#unwritten"
 # ("held"), the entry is there after all ("present"), or the key's last compile wrote nothing
 # ("unwritten": compile without a lease).
 ClaimState = Literal["won", "held", "present", "unwritten"]
+
+
+# A pack of entries in one object (see runtime/manifest.py): its key, and what turns its bytes
+# into {key: (entry, metadata)}, raising when the pack is damaged.
+Pack = tuple[str, Callable[[bytes], Mapping[str, tuple[bytes, EntryMeta | None]]]]
 
 
 @dataclass(frozen=True)
@@ -203,8 +208,11 @@ class Store(abc.ABC):
         """A list of keys to prefetch is on its way (see :meth:`prefetch`)."""
         return None  # a safe default, not an abstract method
 
-    def prefetch(self, keys: Sequence[str], deadline_s: float = 60.0) -> None:
-        """Start copying ``keys`` from slower levels into the first one, in the background."""
+    def prefetch(
+        self, keys: Sequence[str], deadline_s: float = 60.0, *, pack: Pack | None = None
+    ) -> None:
+        """Start copying ``keys`` from slower levels into the first one, in the background
+        (from ``pack`` first, where given: several entries in one object)."""
         return None  # a safe default, not an abstract method
 
     def flush(self, deadline_s: float = 10.0) -> None:
@@ -367,8 +375,10 @@ class StoreWrapper(Store):
     def expect_prefetch(self) -> None:
         self.inner.expect_prefetch()
 
-    def prefetch(self, keys: Sequence[str], deadline_s: float = 60.0) -> None:
-        self.inner.prefetch(keys, deadline_s)
+    def prefetch(
+        self, keys: Sequence[str], deadline_s: float = 60.0, *, pack: Pack | None = None
+    ) -> None:
+        self.inner.prefetch(keys, deadline_s, pack=pack)
 
     def flush(self, deadline_s: float = 10.0) -> None:
         self.inner.flush(deadline_s)

@@ -42,6 +42,7 @@ from compilecache.stores.base import (
     Claim,
     EntryInfo,
     EntryMeta,
+    Pack,
     Store,
 )
 from compilecache.stores.coldstreak import ColdStreak
@@ -73,6 +74,8 @@ PREFETCH_DEADLINE = 60.0
 # How long a lookup waits for a prefetch list still being read (a remote read, bounded by the
 # level's own timeout and back-off; this is only the cap).
 PLAN_WAIT_S = 5.0
+# A pack (several entries in one object) is read when at least this many entries are missing.
+PACK_MIN_KEYS = 4
 # The token a lookup that did not wait hands out for a claim still queued (resolved later).
 _QUEUED = "queued-claim:"
 
@@ -566,16 +569,23 @@ class Tiered(Store):
         what the prefetch may be about to fetch."""
         self._planned.clear()
 
-    def prefetch(self, keys: Sequence[str], deadline_s: float = PREFETCH_DEADLINE) -> None:
+    def prefetch(
+        self,
+        keys: Sequence[str],
+        deadline_s: float = PREFETCH_DEADLINE,
+        *,
+        pack: Pack | None = None,
+    ) -> None:
         """Copy ``keys`` that the first level lacks from the slower levels into it, in the
-        background: in batches (one round trip each where the level can), a few at a time,
+        background: first from ``pack`` (one object holding several entries) where several are
+        missing, then in batches (one round trip each where the level can), a few at a time,
         giving up after ``deadline_s``. A lookup of a key still on its way waits for it."""
         try:
-            self._start_prefetch(keys, deadline_s)
+            self._start_prefetch(keys, deadline_s, pack)
         finally:
             self._planned.set()
 
-    def _start_prefetch(self, keys: Sequence[str], deadline_s: float) -> None:
+    def _start_prefetch(self, keys: Sequence[str], deadline_s: float, pack: Pack | None) -> None:
         targets = [d for d in range(1, len(self.levels)) if self._backfill_targets[d]]
         if not targets or not keys:
             return
@@ -586,6 +596,11 @@ class Tiered(Store):
         self._prefetch_deadline = time.monotonic() + deadline_s
         events = {key: threading.Event() for key in missing}
         self._prefetching.update(events)
+        if pack is not None and len(missing) >= PACK_MIN_KEYS:
+            # Lookups wait on their events meanwhile (the caller runs on a background thread).
+            missing = self._prefetch_pack(pack, missing, events)
+            if not missing:
+                return
         batches = [missing[i : i + PREFETCH_BATCH] for i in range(0, len(missing), PREFETCH_BATCH)]
         pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(PREFETCH_WORKERS, len(batches)),
@@ -598,6 +613,34 @@ class Tiered(Store):
         timer = threading.Timer(deadline_s, _set_all, args=(list(events.values()),))
         timer.daemon = True
         timer.start()
+
+    def _prefetch_pack(
+        self, pack: Pack, missing: list[str], events: Mapping[str, threading.Event]
+    ) -> list[str]:
+        """Backfill what ``pack`` holds of ``missing`` from the first slower level that has
+        the pack; the keys still missing. Never raises."""
+        name, unpack = pack
+        for depth in range(1, len(self.levels)):
+            if not self._backfill_targets[depth]:
+                continue
+            start = time.perf_counter()
+            try:
+                data = self.levels[depth].peek(name)
+                if data is None:
+                    continue
+                found = unpack(data)
+            except Exception as exc:  # a damaged or unreadable pack: fetch entry by entry
+                self._failed(depth, exc, "pack")
+                continue
+            elapsed = (time.perf_counter() - start) / max(len(found), 1)
+            for key in missing:
+                if key in found:
+                    value, meta = found[key]
+                    self._count(depth, "prefetched")
+                    self._served(depth, key, value, meta, elapsed)
+                    events[key].set()
+            return [k for k in missing if k not in found]
+        return missing
 
     def _prefetch_batch(self, batch: list[str], events: Mapping[str, threading.Event]) -> None:
         wanted = list(batch)
