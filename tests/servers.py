@@ -396,6 +396,8 @@ def run_race(
         for proc in procs:
             out, err = proc.communicate(timeout=seconds + 120)
             assert proc.returncode == 0, err
+            if err.strip():  # the errors a worker counted: shown when the test fails
+                print(f"worker {len(results)} stderr:\n{err[-3000:]}")
             results.append(json.loads(out.strip().splitlines()[-1]))
     finally:
         for proc in procs:

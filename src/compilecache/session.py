@@ -245,6 +245,8 @@ def enable(
             _install(name, session)
         if session.manifest is not None:
             session.manifest.start()
+        if len(store.levels) > 1 and not cfg.read_only:
+            store.prepare_stats()  # the shared levels' exit counters, read ahead
         _active = session
         return session
 

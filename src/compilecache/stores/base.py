@@ -228,6 +228,11 @@ class Store(abc.ABC):
         """Add ``counters`` to the persistent totals (nothing, where none are kept)."""
         return None  # a safe default, not an abstract method
 
+    def prepare_stats(self) -> None:
+        """Counters will be added later (at exit): a store that reads before it adds may start
+        reading now, in the background. Never blocks, never raises."""
+        return None  # a safe default, not an abstract method
+
     def read_stats(self) -> dict[str, float]:
         return {}
 
@@ -388,6 +393,9 @@ class StoreWrapper(Store):
 
     def add_stats(self, counters: Mapping[str, float]) -> None:
         self.inner.add_stats(counters)
+
+    def prepare_stats(self) -> None:
+        self.inner.prepare_stats()
 
     def read_stats(self) -> dict[str, float]:
         return self.inner.read_stats()

@@ -108,6 +108,8 @@ class ObjectStore(OneReadStore):
         self.lost_races = 0
         self._requests: concurrent.futures.ThreadPoolExecutor | None = None
         self._requests_pid = 0
+        # This host's counters object as read ahead by prepare_stats: (path, counters, ETag).
+        self._counters_ahead: tuple[str, dict[str, float], str | None] | None = None
 
     def path_of(self, key: str) -> str:
         return f"{self.root}/{_key_filename(key)}"
@@ -508,11 +510,35 @@ class ObjectStore(OneReadStore):
         day = day or time.strftime("%Y%m%d", time.gmtime())
         return f"{self.root}/stats/{host_label()}-{day}.json"
 
+    def prepare_stats(self) -> None:
+        """Read this host's counters object now, in the background, so that the exit's
+        add_stats is one conditional write (a round trip) instead of a read and a write. Only
+        where the write is conditional on the ETag read: a stale read then fails its write and
+        is read again, never lost."""
+        if not (self.conditional and self._etag_write):
+            return
+
+        def read_ahead() -> None:
+            path = self._stats_path()
+            try:
+                current, etag = self._read_counters(path)
+            except Exception as exc:  # add_stats reads it then
+                log.debug("compilecache: could not read %s ahead: %s", path, exc)
+                return
+            self._counters_ahead = (path, current, etag)
+
+        threading.Thread(target=read_ahead, name="compilecache-counters", daemon=True).start()
+
     def add_stats(self, counters: Mapping[str, float]) -> None:
         path = self._stats_path()
+        ahead, self._counters_ahead = self._counters_ahead, None
         try:
             for _ in range(_STATS_ATTEMPTS):
-                current, etag = self._read_counters(path)
+                if ahead is not None and ahead[0] == path:
+                    current, etag = dict(ahead[1]), ahead[2]
+                else:
+                    current, etag = self._read_counters(path)
+                ahead = None
                 for name, value in counters.items():
                     current[name] = current.get(name, 0.0) + float(value)
                 body = json.dumps(current, sort_keys=True).encode()

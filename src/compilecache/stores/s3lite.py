@@ -156,17 +156,16 @@ class _Pool:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def take(self) -> tuple[http.client.HTTPConnection, bool]:
-        """A connection, and whether it was used before (it may have been closed since)."""
+    def take(self) -> http.client.HTTPConnection:
+        """A kept-alive connection (the server may have closed it since), else a new one."""
         with self._lock:
             if self._pid != os.getpid():  # a forked child must not share its parent's sockets
                 self._idle, self._pid = [], os.getpid()
             if self._idle:
-                return self._idle.pop(), True
+                return self._idle.pop()
         if self.scheme == "https":
-            conn = http.client.HTTPSConnection(self.host, timeout=self.timeout, context=self.tls)
-            return conn, False
-        return http.client.HTTPConnection(self.host, timeout=self.timeout), False
+            return http.client.HTTPSConnection(self.host, timeout=self.timeout, context=self.tls)
+        return http.client.HTTPConnection(self.host, timeout=self.timeout)
 
     def give(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -277,15 +276,18 @@ class S3Lite:
         target = f"{path}?{canonical_query(query)}" if query else path
         pool = self._pool(scheme, host)
         for attempt in range(2):
-            conn, reused = pool.take()
+            conn = pool.take()
             try:
                 conn.request(method, target, body=body or None, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
             except _RETRIABLE:
                 conn.close()
-                if reused and attempt == 0:
-                    continue  # the server closed a kept-alive socket: once more, on a new one
+                if attempt == 0:
+                    # The server closed a kept-alive socket, or reset a new one (a busy server's
+                    # full accept queue): once more, on a new one. Never after a timeout: a
+                    # slow server costs its timeout once.
+                    continue
                 raise
             except BaseException:
                 conn.close()

@@ -438,6 +438,16 @@ class Tiered(Store):
         if host_level is not None:
             host_level.add_stats(counters)
 
+    def prepare_stats(self) -> None:
+        """The shared levels add counters at exit: let them read what they add to now."""
+        host_level = self._stats_level()
+        for depth, level in enumerate(self.levels):
+            if depth and level is not host_level and self._writable[depth]:
+                try:
+                    level.prepare_stats()
+                except Exception as exc:
+                    log.debug("compilecache: %s cannot prepare its counters: %s", level.url, exc)
+
     def read_stats(self) -> dict[str, float]:
         level = self._stats_level()
         return level.read_stats() if level is not None else {}
