@@ -9,8 +9,10 @@ compiles take seconds.
 :class:`ColdStreak` watches the answers. After ``streak`` lookups in a row that the remote level
 answered with nothing (and no other process compiling the key), each followed by a compile
 shorter than ``ratio`` round trips, the tier stops waiting: it queues the lease claim behind the
-level's write-behind and answers "miss" at once (:meth:`waits` is false). It waits again as soon
-as:
+level's write-behind and answers "miss" at once (:meth:`waits` is false). When the claim's turn
+comes and the compile has already queued its write, no lease is taken (no one would wait for
+it any more): the claim only looks whether another process wrote the key meanwhile. Lookups
+wait again as soon as:
 
 - a queued claim finds the entry, or another process's lease (the wait would have saved that
   compile: :meth:`late` counts it),

@@ -18,8 +18,9 @@ level in front of a shared one:
   (once per outage, not once per lookup); a write succeeds when at least one level took it.
 - A cold run of quick compiles stops waiting for the remote level's "nothing here" before each
   compile (:mod:`~compilecache.stores.coldstreak`): the lease claim goes behind the level's
-  write-behind, and the lookup misses at once (``unwaited``; ``late`` counts the claims that
-  found an entry or another process's lease after all).
+  write-behind (only a look for the entry, if the compile's write is queued by then), and the
+  lookup misses at once (``unwaited``; ``late`` counts the claims that found an entry or
+  another process's lease after all).
 - ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
 """
 
@@ -245,16 +246,24 @@ class Tiered(Store):
         self._count(last, "unwaited")
 
         def claim(level: Store) -> None:
+            token: str | None = None
             try:
-                answer = level.claim_lease(key, ttl_s)
+                if behind.has_put(key):
+                    # The compile is over and its write is next in line: a lease would make no
+                    # one wait any more. Only look whether another process wrote the key since.
+                    late = level.stat(key) is not None
+                else:
+                    answer = level.claim_lease(key, ttl_s)
+                    late = answer.state in ("present", "held")
+                    token = answer.token if answer.state == "won" else None
             except Exception as exc:
                 self._failed(last, exc, "claim")
                 self._streak.reset()
-                answer = Claim("won", None)
-            if answer.state in ("present", "held"):
+                late = False
+            if late:
                 self._count(last, "late")
                 self._streak.late()
-            queued.resolve(answer.token if answer.state == "won" else None)
+            queued.resolve(token)
 
         behind.call(key, claim)
         return Claim("won", token, checked=True)

@@ -96,6 +96,11 @@ class WriteBehind:
         its own errors: one that raises is logged and forgotten)."""
         self._add(_Op(key, call=fn), force=True)
 
+    def has_put(self, key: str) -> bool:
+        """Whether a write of ``key`` is queued (not yet taken by a worker)."""
+        with self._cond:
+            return any(op.key == key and op.value is not None for op in self._ops)
+
     def cancel(self, key: str) -> None:
         """Forget the pending writes of ``key`` and wait for one under way (before a delete,
         which must not be undone by a write queued before it)."""
