@@ -9,10 +9,12 @@ compiles take seconds.
 :class:`ColdStreak` watches the answers. After ``streak`` lookups in a row that the remote level
 answered with nothing (and no other process compiling the key), each followed by a compile
 shorter than ``ratio`` round trips, the tier stops waiting: it queues the lease claim behind the
-level's write-behind and answers "miss" at once (:meth:`waits` is false). When the claim's turn
-comes and the compile has already queued its write, no lease is taken (no one would wait for
-it any more): the claim only looks whether another process wrote the key meanwhile. Lookups
-wait again as soon as:
+level's write-behind and answers "miss" at once (:meth:`waits` is false). The queued claim
+first gives the compile a couple of round trips to finish: one that has queued its write by
+then takes no lease (no one would wait for it any more, and on an object store a lease costs
+five requests), and the claim only looks whether another process wrote the key meanwhile; a
+compile still running takes the lease, as a waited lookup would have. Lookups wait again as
+soon as:
 
 - a queued claim finds the entry, or another process's lease (the wait would have saved that
   compile: :meth:`late` counts it),
@@ -51,6 +53,11 @@ class ColdStreak:
     def waits(self) -> bool:
         """Whether the next lookup waits for the remote level's answer."""
         return self._waits
+
+    @property
+    def rtt(self) -> float:
+        """The last waited lookup's round trip to the remote level, seconds."""
+        return self._rtt
 
     def missed(self, key: str, rtt: float) -> None:
         """A waited lookup of ``key`` found nothing in any level, and no other process compiles

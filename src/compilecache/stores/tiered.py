@@ -18,7 +18,8 @@ level in front of a shared one:
   (once per outage, not once per lookup); a write succeeds when at least one level took it.
 - A cold run of quick compiles stops waiting for the remote level's "nothing here" before each
   compile (:mod:`~compilecache.stores.coldstreak`): the lease claim goes behind the level's
-  write-behind (only a look for the entry, if the compile's write is queued by then), and the
+  write-behind (only a look for the entry, if the compile's write comes within two round
+  trips), and the
   lookup misses at once (``unwaited``; ``late`` counts the claims that found an entry or
   another process's lease after all).
 - ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
@@ -77,6 +78,9 @@ PREFETCH_DEADLINE = 60.0
 PLAN_WAIT_S = 5.0
 # A pack (several entries in one object) is read when at least this many entries are missing.
 PACK_MIN_KEYS = 4
+# A queued claim gives the compile this many round trips to queue its write before taking a
+# lease (a quick compile then needs none).
+CLAIM_GRACE_RTTS = 2.0
 # The token a lookup that did not wait hands out for a claim still queued (resolved later).
 _QUEUED = "queued-claim:"
 
@@ -248,7 +252,7 @@ class Tiered(Store):
         def claim(level: Store) -> None:
             token: str | None = None
             try:
-                if behind.has_put(key):
+                if behind.wait_for_put(key, min(CLAIM_GRACE_RTTS * self._streak.rtt, 1.0)):
                     # The compile is over and its write is next in line: a lease would make no
                     # one wait any more. Only look whether another process wrote the key since.
                     late = level.stat(key) is not None

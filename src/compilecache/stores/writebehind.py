@@ -96,10 +96,18 @@ class WriteBehind:
         its own errors: one that raises is logged and forgotten)."""
         self._add(_Op(key, call=fn), force=True)
 
-    def has_put(self, key: str) -> bool:
-        """Whether a write of ``key`` is queued (not yet taken by a worker)."""
+    def wait_for_put(self, key: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a write of ``key`` to be queued; whether one is. Called
+        from an operation on ``key``, it holds the write back until it returns (operations on
+        one key run one at a time)."""
+        end = time.monotonic() + timeout
         with self._cond:
-            return any(op.key == key and op.value is not None for op in self._ops)
+            while not any(op.key == key and op.value is not None for op in self._ops):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(timeout=left)
+            return True
 
     def cancel(self, key: str) -> None:
         """Forget the pending writes of ``key`` and wait for one under way (before a delete,
