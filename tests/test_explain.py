@@ -307,3 +307,43 @@ def test_a_level_that_lists_slowly_in_all_is_no_longer_scanned(
         explain.record_miss(cache, framework="jax", name=f"f{i}", key=f"jax/f{i}-k", components={})
     assert 3 <= Remote.scans <= 4  # about 0.05 s of scans, then none
     assert len(history.read(store, history.MISS)) == 10  # still recorded, as new functions
+
+
+def test_an_object_store_is_never_listed_for_an_explanation() -> None:
+    """Its object names are hashes: listing it reads every object, a request each. A level that
+    lists cheaply (here a memory store) is still searched."""
+    import uuid
+
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from compilecache.stores.base import StoreWrapper
+    from compilecache.stores.objectstore import ObjectStore
+    from compilecache.stores.tiered import Tiered
+
+    class Listed(StoreWrapper):
+        scans = 0
+
+        def scan(self, prefix: str = "") -> Any:
+            Listed.scans += 1
+            return self.inner.scan(prefix)
+
+    header = EntryHeader("jax", "jax/jit_g-1", name="jit_g", components={"computation": "c1"})
+    bucket = Listed(ObjectStore(MemoryFileSystem(), f"/cc-{uuid.uuid4().hex}"))
+    assert not bucket.scans_cheaply()
+    Cache(bucket).save(header, b"x")
+    shared = MemoryStore(f"memory://{uuid.uuid4().hex}")
+    Cache(shared).save(header, b"x")
+    local = MemoryStore(f"memory://{uuid.uuid4().hex}")
+
+    def nearest(remote: Any) -> Any:
+        return explain.explain(
+            Tiered([local, remote]),
+            framework="jax",
+            name="jit_g",
+            key="jax/jit_g-2",
+            components={"computation": "c2"},
+            prefix="jax/jit_g-",
+        ).nearest
+
+    assert nearest(bucket) is None and Listed.scans == 0
+    assert nearest(shared) == "jax/jit_g-1"

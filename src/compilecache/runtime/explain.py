@@ -423,8 +423,11 @@ def nearest_entry(
     """The stored same-name entry (other than ``key``) with the fewest differing components
     (those agreeing on the ``identity`` components first), the newest on ties; and how many
     same-name entries were seen. The first level holding any same-name entry is searched
-    (normally the local disk)."""
+    (normally the local disk). A level that can only list by reading every object (an object
+    store) is never listed: one explanation would cost a request per stored entry."""
     for level in store.levels:
+        if not level.scans_cheaply():
+            continue
         infos = _same_name(level, prefix, name, key)
         if not infos:
             continue

@@ -94,6 +94,9 @@ class Store(abc.ABC):
 
     - ``peek``: a read that changes nothing (no hit counted, no access time, no backfill, no
       repair). The default is ``get``: a backend whose ``get`` records anything overrides it.
+    - ``scans_cheaply``: whether ``scan`` costs about a request per page of keys (an index, a
+      directory) rather than a read of every stored object (an object store, whose object names
+      are hashes): miss explanations list only the stores that scan cheaply.
     - counters (``keeps_stats``, ``add_stats``, ``read_stats``, ``zero_stats``): persistent
       counters shared by every process using the store.
     - history (``keeps_history``, ``add_history``, ``read_history``, ``clear_history``): a capped
@@ -188,6 +191,10 @@ class Store(abc.ABC):
 
     def available(self) -> bool:
         """False while calls are being skipped (a remote level in back-off after a failure)."""
+        return True
+
+    def scans_cheaply(self) -> bool:
+        """Whether ``scan`` costs about a request per page of keys, not a read per object."""
         return True
 
     def health(self) -> dict[str, float]:
@@ -367,6 +374,9 @@ class StoreWrapper(Store):
 
     def available(self) -> bool:
         return self.inner.available()
+
+    def scans_cheaply(self) -> bool:
+        return self.inner.scans_cheaply()
 
     def health(self) -> dict[str, float]:
         return self.inner.health()

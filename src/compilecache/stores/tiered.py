@@ -371,6 +371,9 @@ class Tiered(Store):
             raise first_error
         return None
 
+    def scans_cheaply(self) -> bool:
+        return all(level.scans_cheaply() for level in self.levels)
+
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
         """Every key of every level once (the fastest level's metadata wins)."""
         seen: dict[str, EntryInfo] = {}
