@@ -17,11 +17,10 @@ level in front of a shared one:
   lookup that found nothing re-raises the first level failure so that the cache layer counts it
   (once per outage, not once per lookup); a write succeeds when at least one level took it.
 - A cold run of quick compiles stops waiting for the remote level's "nothing here" before each
-  compile (:mod:`~compilecache.stores.coldstreak`): the lease claim goes behind the level's
-  write-behind (only a look for the entry, if the compile's write comes within two round
-  trips), and the
-  lookup misses at once (``unwaited``; ``late`` counts the claims that found an entry or
-  another process's lease after all).
+  compile (:mod:`~compilecache.stores.coldstreak`): the lookup misses at once, and its lease
+  claim goes behind the level's write-behind (only a look for the entry, if the compile's
+  write comes within two round trips). ``unwaited`` counts those lookups, ``late`` the claims
+  that found an entry or another process's lease after all.
 - ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
 """
 
@@ -250,7 +249,7 @@ class Tiered(Store):
         self._count(last, "unwaited")
 
         def claim(level: Store) -> None:
-            token: str | None = None
+            won: str | None = None
             try:
                 if behind.wait_for_put(key, min(CLAIM_GRACE_RTTS * self._streak.rtt, 1.0)):
                     # The compile is over and its write is next in line: a lease would make no
@@ -259,7 +258,7 @@ class Tiered(Store):
                 else:
                     answer = level.claim_lease(key, ttl_s)
                     late = answer.state in ("present", "held")
-                    token = answer.token if answer.state == "won" else None
+                    won = answer.token if answer.state == "won" else None
             except Exception as exc:
                 self._failed(last, exc, "claim")
                 self._streak.reset()
@@ -267,7 +266,7 @@ class Tiered(Store):
             if late:
                 self._count(last, "late")
                 self._streak.late()
-            queued.resolve(token)
+            queued.resolve(won)
 
         behind.call(key, claim)
         return Claim("won", token, checked=True)
@@ -624,7 +623,10 @@ class Tiered(Store):
         self._prefetching.update(events)
         if pack is not None and len(missing) >= PACK_MIN_KEYS:
             # Lookups wait on their events meanwhile (the caller runs on a background thread).
-            missing = self._prefetch_pack(pack, missing, events)
+            try:
+                missing = self._prefetch_pack(pack, missing, events)
+            except Exception as exc:  # never leave a lookup waiting: fetch entry by entry
+                log.debug("compilecache: prefetch from a pack failed: %s", exc)
             if not missing:
                 return
         batches = [missing[i : i + PREFETCH_BATCH] for i in range(0, len(missing), PREFETCH_BATCH)]
