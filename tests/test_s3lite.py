@@ -257,3 +257,16 @@ def test_errors_say_what_s3_said(client_for) -> None:  # type: ignore[no-untyped
     assert b"if-none-match: *" in server.requests[0].lower()
     with pytest.raises(FileNotFoundError):
         client.info("b/absent")
+
+
+def test_a_transient_server_error_is_retried_once(client_for) -> None:  # type: ignore[no-untyped-def]
+    body = b"<Error><Code>InternalError</Code><Message>try again</Message></Error>"
+    failed = f"HTTP/1.1 500 Internal Server Error\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    server = Scripted(
+        [(failed + body, False), (ok(), False), (failed + body, False), (failed + body, False)]
+    )
+    client = client_for(server)
+    assert client.cat_file("b/k") == b"hello"  # the second answer
+    with pytest.raises(S3Error, match="InternalError"):
+        client.cat_file("b/k")  # two in a row: the error stands
+    assert len(server.requests) == 4

@@ -61,6 +61,8 @@ OPTIONS = frozenset(
 _BOTOCORE_ONLY = ("role_arn", "credential_process", "sso_session", "sso_start_url")
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _RETRIABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# Answers S3 asks clients to retry (an internal error, a busy partition: 503 SlowDown).
+_TRANSIENT = frozenset({500, 502, 503, 504})
 # Variables that send botocore's requests through a proxy (http.client would ignore them).
 _PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
@@ -243,12 +245,17 @@ class S3Lite:
         Errors other than a 404 (:class:`FileNotFoundError`) raise :class:`S3Error`."""
         bucket, _, key = path.partition("/")
         query = dict(query or {})
-        for redirect in (False, True):
+        moved = retried = False
+        while True:
             status, answer, data = self._send(method, bucket, key, query, body, headers or {})
             region = answer.get("x-amz-bucket-region")
-            moved = status in (301, 400) and region and region != self.region
-            if moved and not redirect:
-                self.region = str(region)  # the bucket lives elsewhere: follow it, once
+            if status in (301, 400) and region and region != self.region and not moved:
+                self.region, moved = str(region), True  # the bucket lives elsewhere: follow it
+                continue
+            if status in _TRANSIENT and not retried:
+                # S3's own advice for 500 and 503 (SlowDown): try again. Once, and at once: a
+                # failing bucket costs one more quick answer, never a wait.
+                retried = True
                 continue
             break
         if status == 404:
