@@ -37,13 +37,12 @@ IDLE_S = 30.0
 
 @dataclass
 class _Op:
-    """One deferred call: a put (``value`` set), a lease release (``token`` set) or another call
-    on the level (``call`` set)."""
+    """One deferred call: a put (``value`` set), or another call on the level (``call`` set: a
+    lease claim or release)."""
 
     key: str
     value: bytes | None = None
     meta: EntryMeta | None = None
-    token: str | None = None
     call: Callable[[Store], None] | None = None
 
     @property
@@ -88,7 +87,7 @@ class WriteBehind:
             pending = key in self._running or any(op.key == key for op in self._ops)
             if pending:
                 # Never dropped: a lease left held costs other hosts a wait until it expires.
-                self._add(_Op(key, token=token), force=True)
+                self.call(key, lambda level: level.release_lease(key, token))
         return pending
 
     def call(self, key: str, fn: Callable[[Store], None]) -> None:
@@ -165,8 +164,6 @@ class WriteBehind:
             try:
                 if op.call is not None:
                     op.call(self.level)
-                elif op.token is not None:
-                    self.level.release_lease(op.key, op.token)
                 else:
                     assert op.value is not None
                     self.level.put(op.key, op.value, op.meta)
