@@ -257,21 +257,20 @@ def load(
         writers=writers,
         job=env.get("COMPILECACHE_JOB", "").strip(),
         prefetch=_flag(env, "COMPILECACHE_PREFETCH", default=True),
-        cold_streak=_count(env, "COMPILECACHE_COLD_STREAK", DEFAULT_COLD_STREAK),
+        cold_streak=parse_count(env, "COMPILECACHE_COLD_STREAK", DEFAULT_COLD_STREAK),
     )
 
 
-def _count(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name, "").strip()
+def parse_count(settings: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    """The whole number ``settings[name]`` (an environment, a URL's options), at least
+    ``minimum``; ``default`` when it is unset or empty."""
+    text = settings.get(name, "").strip()
     if not text:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigError(f"{name}: expected a whole number >= 0, got {text!r}")
-    return value
+    if not text.isdigit() or int(text) < minimum:
+        wanted = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
+        raise ConfigError(f"{name}: expected {wanted}, got {text!r}")
+    return int(text)
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:

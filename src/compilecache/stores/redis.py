@@ -61,7 +61,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from compilecache.config import parse_duration, parse_size
+from compilecache.config import parse_count, parse_duration, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
     HISTORY_KINDS,
@@ -656,7 +656,9 @@ def from_url(url: StoreURL) -> RedisStore:
         # One retry on a broken connection (a pooled socket the server closed); none on a
         # timeout: a slow server must cost its timeout once, not once per retry.
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        "max_connections": _count(params, "max_connections", DEFAULT_MAX_CONNECTIONS),
+        "max_connections": parse_count(
+            params, "max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1
+        ),
         # A new connection is one round trip to its first answer, not five: redis-py's default
         # handshake adds HELLO 3 (RESP3), two CLIENT SETINFO and a health-check PING, each a
         # round trip, and a process opens a connection per thread that talks to the server at
@@ -709,12 +711,3 @@ _NO_SETINFO: dict[str, None] = (
 def _seconds(params: Mapping[str, str], name: str, default: float) -> float:
     text = params.get(name)
     return parse_duration(text, name) if text else default
-
-
-def _count(params: Mapping[str, str], name: str, default: int) -> int:
-    text = params.get(name, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"{name}: expected a positive whole number, got {text!r}")
-    return int(text)
