@@ -14,7 +14,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	# The pin again beside the extras: pip 26 otherwise replaces the CPU wheel with a CUDA build
+	# of a newer release while resolving the test and s3 extras together.
+	$(PY) -m pip install --quiet $(TORCH) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
