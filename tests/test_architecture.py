@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
         "stores.leasefile",
         "stores.writebehind",
         "stores.coldstreak",
+        "stores.fleetledger",
         "stores.s3lite",
     ),
     ("stores.local", "stores.sharedfs", "stores.redis", "stores.objectstore", "stores.memory"),

@@ -18,6 +18,7 @@ from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime import manifest
+from compilecache.stats import level_counter
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
@@ -166,6 +167,46 @@ def test_prefetch_fetches_in_batches_and_lookups_wait_instead_of_fetching_twice(
     assert stats[local.url]["hits"] == 11 and stats[local.url]["backfills"] == 9
 
 
+def _session_counters(tiers: Tiered, **totals: float) -> dict[str, float]:
+    """What a session flushes: its totals and every level's counters by name."""
+    return {
+        **totals,
+        **{
+            level_counter(name, counter): value
+            for name, counts in tiers.level_stats().items()
+            for counter, value in counts.items()
+        },
+    }
+
+
+def test_what_a_prefetch_served_reaches_the_shared_level_when_it_ends_and_only_once() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.05)
+    for i in range(5):
+        remote.inner.put(f"jax/k{i}", b"x" * 10, EntryMeta("jax", f"f{i}", 2.0))
+    tiers = Tiered([local, remote])
+    tiers.prefetch([f"jax/k{i}" for i in range(5)])
+    deadline = time.monotonic() + 5.0
+    while not remote.inner.read_stats() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    early = remote.inner.read_stats()  # sent by the batch's end, before any flush
+    assert early["hits"] == 5 and early["compile_time_saved_s"] > 0
+    for i in range(5):
+        assert tiers.get(f"jax/k{i}") is not None  # local hits: nothing for the shared level
+    assert tiers.get("jax/new") is None  # a miss the exit reports
+    first = _session_counters(tiers, hits=5.0, misses=1.0)
+    tiers.add_stats(first)  # the exit's flush
+    after = remote.inner.read_stats()
+    assert after["hits"] == 5 and after["misses"] == 1  # the hits once, the miss added
+    assert after["compile_time_saved_s"] == early["compile_time_saved_s"]
+    # A later flush of what changed since sends what is new, and only that.
+    remote.inner.put("jax/late", b"y", EntryMeta("jax", "late", 1.0))
+    assert tiers.get("jax/late") == b"y"  # served by the shared level after the prefetch
+    second = _session_counters(tiers, hits=6.0, misses=1.0)
+    tiers.add_stats({k: v - first.get(k, 0.0) for k, v in second.items()})
+    assert remote.inner.read_stats()["hits"] == 6 and remote.inner.read_stats()["misses"] == 1
+    assert local.read_stats()["hits"] == 6  # the host's own counters, as flushed
+
+
 def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
     class Down(StoreWrapper):
         def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
@@ -272,19 +313,32 @@ def test_from_s3_a_fresh_host_sends_one_request_for_the_pack(
     assert manifest.save(seed, name, "job", keys, None)
     remote = open_url(url)
     assert isinstance(remote, ObjectStore) and isinstance(remote.fs, S3Lite)
-    sent: list[str] = []
+    sent: list[tuple[str, str]] = []
     send = remote.fs._send
 
     def sending(method: str, bucket: str, key: str, *args: Any) -> Any:
-        sent.append(method)
+        sent.append((method, key))
         return send(method, bucket, key, *args)
 
     remote.fs._send = sending  # type: ignore[method-assign,assignment]
     fresh = Tiered([LocalStore(tmp_path / "fresh"), remote])
     pack_name = name + manifest.PACK_SUFFIX
     fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, None)))
-    assert sent == ["GET"]  # twenty entries, one request
+    entries = [method for method, key in sent if "/stats/" not in key]
+    assert entries == ["GET"]  # twenty entries, one request
     assert all(fresh.levels[0].get(k) for k in keys)
+    # What the bucket served is added to its counters when the prefetch ends, not at exit.
+    assert [method for method, key in sent if "/stats/" in key][:2] == ["GET", "PUT"]
+    assert remote.read_stats()["hits"] == 20
+    # The exit's flush (the session's counters, these hits among them) has nothing left to send.
+    flushed = {
+        level_counter(name, counter): value
+        for name, counts in fresh.level_stats().items()
+        for counter, value in counts.items()
+    }
+    assert flushed[level_counter(remote.url, "hits")] == 20
+    fresh.add_stats({**flushed, "hits": 20.0})
+    assert remote.read_stats()["hits"] == 20
 
 
 # -- end to end: real JAX processes, real Redis 25 ms away -----------------------------------------

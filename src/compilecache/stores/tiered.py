@@ -47,6 +47,7 @@ from compilecache.stores.base import (
     Store,
 )
 from compilecache.stores.coldstreak import ColdStreak
+from compilecache.stores.fleetledger import FleetLedger
 from compilecache.stores.writebehind import WriteBehind
 
 log = logging.getLogger("compilecache")
@@ -142,6 +143,8 @@ class Tiered(Store):
         self._streak = ColdStreak(cold_streak)
         self._queued: dict[str, _QueuedClaim] = {}
         self._queued_ids = itertools.count()
+        # The shared levels' fleet counters: sent early (after a prefetch) or at exit, once.
+        self._fleet = FleetLedger()
 
     @property
     def levels(self) -> list[Store]:
@@ -434,24 +437,50 @@ class Tiered(Store):
     def add_stats(self, counters: Mapping[str, float]) -> None:
         """The host's counters go to its stats level; every other level that keeps counters (a
         shared Redis, a shared mount, an object store) adds what it served this host, so that
-        ``stats --url <shared level>`` shows the whole fleet."""
+        ``stats --url <shared level>`` shows the whole fleet (less what :meth:`report_served`
+        sent it already)."""
         host_level = self._stats_level()
-        for name, level in zip(self._level_names(), self.levels, strict=True):
-            if level is host_level or not level.keeps_stats():
-                continue
+        for depth, name, level in self._fleet_levels(host_level):
             served = {
                 out: counters.get(level_counter(name, counter), 0.0)
                 for counter, out in _FLEET_COUNTERS.items()
             }
             served["misses"] = counters.get("misses", 0.0)
-            served = {k: v for k, v in served.items() if v}
-            if served:
-                try:
-                    level.add_stats(served)
-                except Exception as exc:  # counters are a report: never worth failing for
-                    log.debug("compilecache: cannot add fleet counters to %s: %s", name, exc)
+            self._send_fleet(level, self._fleet.flush(depth, served))
         if host_level is not None:
             host_level.add_stats(counters)
+
+    def report_served(self) -> None:
+        """Send each shared level what it has served this process so far, now instead of at
+        exit. Called when a prefetch ends: a warm start's hits are then known, and its exit has
+        no round trip left to make for them. Never raises."""
+        host_level = self._stats_level()
+        for depth, _, level in self._fleet_levels(host_level):
+            with self._lock:
+                counts = {out: self._counts[depth][c] for c, out in _FLEET_COUNTERS.items()}
+            if self._send_fleet(level, self._fleet.early(depth, counts)):
+                try:  # the exit's write, if any, is then one round trip again
+                    level.prepare_stats()
+                except Exception as exc:
+                    log.debug("compilecache: %s cannot prepare its counters: %s", level.url, exc)
+
+    def _fleet_levels(self, host_level: Store | None) -> Iterator[tuple[int, str, Store]]:
+        """The levels, other than the host's stats level, that keep counters for the fleet."""
+        for depth, (name, level) in enumerate(zip(self._level_names(), self.levels, strict=True)):
+            if level is not host_level and level.keeps_stats():
+                yield depth, name, level
+
+    @staticmethod
+    def _send_fleet(level: Store, counters: Mapping[str, float]) -> bool:
+        """Add ``counters`` to a shared level; whether anything was sent. Never raises."""
+        counters = {k: v for k, v in counters.items() if v}
+        if not counters:
+            return False
+        try:
+            level.add_stats(counters)
+        except Exception as exc:  # counters are a report: never worth failing for
+            log.debug("compilecache: cannot add fleet counters to %s: %s", level.url, exc)
+        return True
 
     def prepare_stats(self) -> None:
         """The shared levels add counters at exit: let them read what they add to now."""
@@ -604,20 +633,25 @@ class Tiered(Store):
         """Copy ``keys`` that the first level lacks from the slower levels into it, in the
         background: first from ``pack`` (one object holding several entries) where several are
         missing, then in batches (one round trip each where the level can), a few at a time,
-        giving up after ``deadline_s``. A lookup of a key still on its way waits for it."""
+        giving up after ``deadline_s``. A lookup of a key still on its way waits for it. When
+        the prefetch ends, the shared levels are sent what they served (:meth:`report_served`)."""
         try:
-            self._start_prefetch(keys, deadline_s, pack)
+            fetched = self._start_prefetch(keys, deadline_s, pack)
         finally:
             self._planned.set()
+        if fetched:
+            self.report_served()
 
-    def _start_prefetch(self, keys: Sequence[str], deadline_s: float, pack: Pack | None) -> None:
+    def _start_prefetch(self, keys: Sequence[str], deadline_s: float, pack: Pack | None) -> bool:
+        """Fetch from ``pack`` now, start the batches for the rest; ``True`` when the pack
+        fetched everything (the batches report what was served when they end)."""
         targets = [d for d in range(1, len(self.levels)) if self._backfill_targets[d]]
         if not targets or not keys:
-            return
+            return False
         first = self.levels[0]
         missing = [k for k in dict.fromkeys(keys) if not _holds(first, k)]
         if not missing:
-            return
+            return False
         self._prefetch_deadline = time.monotonic() + deadline_s
         events = {key: threading.Event() for key in missing}
         self._prefetching.update(events)
@@ -628,19 +662,29 @@ class Tiered(Store):
             except Exception as exc:  # never leave a lookup waiting: fetch entry by entry
                 log.debug("compilecache: prefetch from a pack failed: %s", exc)
             if not missing:
-                return
+                return True
         batches = [missing[i : i + PREFETCH_BATCH] for i in range(0, len(missing), PREFETCH_BATCH)]
         pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(PREFETCH_WORKERS, len(batches)),
             thread_name_prefix="compilecache-prefetch",
         )
+        left = [len(batches)]
+
+        def batch_done(_: concurrent.futures.Future[None]) -> None:
+            with self._lock:
+                left[0] -= 1
+                last = not left[0]
+            if last:  # the prefetch's hits are all counted: the shared levels can have them
+                self.report_served()
+
         for batch in batches:
-            pool.submit(self._prefetch_batch, batch, events)
+            pool.submit(self._prefetch_batch, batch, events).add_done_callback(batch_done)
         pool.shutdown(wait=False)
         # Whatever is not fetched by the deadline is released: its lookup reads as usual.
         timer = threading.Timer(deadline_s, _set_all, args=(list(events.values()),))
         timer.daemon = True
         timer.start()
+        return False
 
     def _prefetch_pack(
         self, pack: Pack, missing: list[str], events: Mapping[str, threading.Event]
