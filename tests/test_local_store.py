@@ -847,3 +847,25 @@ def test_full_disk_tmpfs(tiny_tmpfs: Path, caplog: pytest.LogCaptureFixture) -> 
     loaded = cache.load("jax", "later")
     assert loaded is not None
     assert len(_warnings(caplog)) == 1
+
+
+def test_put_many_on_a_full_disk_indexes_what_it_published(tiny_tmpfs: Path) -> None:
+    store = LocalStore(tiny_tmpfs / "c")
+    assert store.total_size() == 0  # the index exists before the disk fills
+    items = [(f"jax/k{i}", os.urandom(250 * KB), EntryMeta("jax", f"f{i}", 1.0)) for i in range(8)]
+    with pytest.raises(StoreUnavailable, match=r"No space left|full"):
+        store.put_many(items)
+    written = [key for key, _, _ in items if store.stat(key) is not None]
+    assert written and len(written) < len(items)
+    assert written == [key for key, _, _ in items[: len(written)]]  # in order, then it stopped
+    for key, value, _ in items:
+        assert store.get(key) == (value if key in written else None)
+    assert store.total_size() == len(written) * 250 * KB
+    assert list((tiny_tmpfs / "c" / "tmp").iterdir()) == []  # nothing half-written left
+
+
+def test_put_many_keeps_the_bound(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "c", max_size=10 * KB)
+    store.put_many([(f"jax/k{i}", bytes(4 * KB), None) for i in range(5)])
+    assert store.total_size() <= 10 * KB
+    assert store.get("jax/k4") == bytes(4 * KB)  # the newest stay

@@ -146,6 +146,26 @@ class StoreConformance(CapabilityConformance):
         assert info.compile_time_s == pytest.approx(1.5)
         assert info.created > 0 and info.accessed >= info.created - 1
 
+    def test_put_many(self, store: Store) -> None:
+        store.put("jax/m-0", b"older")  # replaced, and counted once in the sizes
+        store.put_many(
+            [
+                ("jax/m-0", b"zero", EntryMeta("jax", "jit_m0", 0.5)),
+                ("jax/m-1", b"one!!", EntryMeta("jax", "jit_m1", 1.5)),
+                ("torch/m-2", b"", None),
+            ]
+        )
+        assert [store.get(k) for k in ("jax/m-0", "jax/m-1", "torch/m-2")] == [
+            b"zero",
+            b"one!!",
+            b"",
+        ]
+        info = store.stat("jax/m-1")
+        assert info is not None and info.name == "jit_m1"
+        assert info.compile_time_s == pytest.approx(1.5)
+        assert {i.key: i.size for i in store.scan("jax/m-")} == {"jax/m-0": 4, "jax/m-1": 5}
+        store.put_many([])
+
     def test_scan_prefix(self, store: Store) -> None:
         store.put("jax/a", b"1")
         store.put("jax/b", b"22")

@@ -177,6 +177,16 @@ class Store(abc.ABC):
                 found[key] = value
         return found
 
+    # -- writes ----------------------------------------------------------------------------------
+
+    def put_many(self, items: Sequence[tuple[str, bytes, EntryMeta | None]]) -> None:
+        """``put`` of several entries (a prefetch's backfill): in one index transaction where
+        the backend keeps an index (the local disk). The default puts one at a time, through
+        this store's own ``put``: a wrapper that refuses or changes writes (read-only, a guard)
+        applies to every entry, since wrappers do not forward this to the store they wrap."""
+        for key, value, meta in items:
+            self.put(key, value, meta)
+
     # -- shape -----------------------------------------------------------------------------------
 
     @property

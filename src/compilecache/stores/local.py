@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -529,6 +529,43 @@ class LocalStore(LeaseFilesMixin, Store):
         except sqlite3.Error as exc:
             # The file is published and valid; the next read adopts it into the index.
             raise StoreUnavailable(f"cannot update the index {self.index_path}: {exc}") from exc
+
+    def put_many(self, items: Sequence[tuple[str, bytes, EntryMeta | None]]) -> None:
+        """Several entries: every file first, then every row in one transaction (a prefetch
+        backfills a hundred entries; a transaction each cost a commit each). A failure part way
+        still indexes the files already published, then raises."""
+        self._refuse_writes()
+        created = time.time()
+        rows: list[tuple[str, int, EntryMeta]] = []
+        shards: set[Path] = set()
+        failure: OSError | None = None
+        for key, value, meta in items:
+            meta = meta or EntryMeta()
+            path = self.path_of(key)
+            try:
+                if path.parent not in shards:
+                    path.parent.mkdir(exist_ok=True)
+                    shards.add(path.parent)
+                self._write_atomic(path, encode_frame(key, meta, created, len(value)), value)
+            except OSError as exc:
+                failure = exc
+                break
+            rows.append((key, len(value), meta))
+        try:
+            if rows:
+                with self._transaction() as conn:
+                    for key, size, meta in rows:
+                        self._upsert_row(conn, key, size, meta, created)
+                    total = conn.execute(
+                        "SELECT value FROM meta WHERE name = 'total_size'"
+                    ).fetchone()
+                if total and total[0] > self.max_size:
+                    self.evict(self.max_size)
+        except sqlite3.Error as exc:
+            # The files are published and valid; their next reads adopt them into the index.
+            raise StoreUnavailable(f"cannot update the index {self.index_path}: {exc}") from exc
+        if failure is not None:
+            raise StoreUnavailable(f"cannot write into {self.root}: {failure}") from failure
 
     def _write_atomic(self, path: Path, *chunks: bytes) -> None:
         write_atomic(self.tmp_dir / f"{uuid.uuid4().hex}.tmp", path, chunks)

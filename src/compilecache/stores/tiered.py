@@ -278,16 +278,27 @@ class Tiered(Store):
         self, depth: int, key: str, value: bytes, meta: EntryMeta | None, elapsed: float
     ) -> None:
         """Count a hit at ``depth`` (and what it saved) and copy it into the faster levels."""
-        self._count(depth, "hits")
-        if meta is not None:
-            self._count(depth, "saved_s", max(meta.compile_time_s - elapsed, 0.0))
+        self._served_many(depth, [(key, value, meta)], elapsed)
+
+    def _served_many(
+        self, depth: int, items: Sequence[tuple[str, bytes, EntryMeta | None]], elapsed: float
+    ) -> None:
+        """Count hits at ``depth`` (each taking ``elapsed``) and copy them into the faster
+        levels, all of them in one write per level (a prefetch's backfill)."""
+        saved = sum(max(meta.compile_time_s - elapsed, 0.0) for _, _, meta in items if meta)
+        with self._lock:
+            self._counts[depth]["hits"] += len(items)
+            self._counts[depth]["saved_s"] += saved
         for d in self._backfill_targets[depth]:
             try:
-                self.levels[d].put(key, value, meta)
+                if len(items) == 1:
+                    self.levels[d].put(*items[0])
+                else:
+                    self.levels[d].put_many(items)
             except Exception as exc:
                 self._failed(d, exc, "backfill")
                 continue
-            self._count(d, "backfills")
+            self._count(d, "backfills", len(items))
 
     def peek(self, key: str) -> bytes | None:
         """The first level's value, counting, touching and backfilling nothing."""
@@ -705,14 +716,27 @@ class Tiered(Store):
                 self._failed(depth, exc, "pack")
                 continue
             elapsed = (time.perf_counter() - start) / max(len(found), 1)
-            for key in missing:
-                if key in found:
-                    value, meta = found[key]
-                    self._count(depth, "prefetched")
-                    self._served(depth, key, value, meta, elapsed)
-                    events[key].set()
+            self._prefetched(
+                depth, [(k, *found[k]) for k in missing if k in found], elapsed, events
+            )
             return [k for k in missing if k not in found]
         return missing
+
+    def _prefetched(
+        self,
+        depth: int,
+        items: Sequence[tuple[str, bytes, EntryMeta | None]],
+        elapsed: float,
+        events: Mapping[str, threading.Event],
+    ) -> None:
+        """Entries a prefetch read from ``depth``: counted, backfilled, then their lookups
+        released (they find the local copy)."""
+        if not items:
+            return
+        self._count(depth, "prefetched", len(items))
+        self._served_many(depth, items, elapsed)
+        for key, _, _ in items:
+            events[key].set()
 
     def _prefetch_batch(self, batch: list[str], events: Mapping[str, threading.Event]) -> None:
         wanted = list(batch)
@@ -727,10 +751,9 @@ class Tiered(Store):
                     self._failed(depth, exc, "prefetch")
                     continue
                 elapsed = (time.perf_counter() - start) / max(len(found), 1)
-                for key, (value, meta) in found.items():
-                    self._count(depth, "prefetched")
-                    self._served(depth, key, value, meta, elapsed)
-                    events[key].set()
+                self._prefetched(
+                    depth, [(k, *found[k]) for k in wanted if k in found], elapsed, events
+                )
                 wanted = [k for k in wanted if k not in found]
         except Exception as exc:  # a prefetch must never fail anything: lookups read as usual
             log.debug("compilecache: prefetch failed: %s", exc)
