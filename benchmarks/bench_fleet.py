@@ -21,12 +21,17 @@ JAX opens non-local cache paths through ``etils.epath`` and falls back to ``path
 so ``s3://bucket/x`` would become a local directory named ``s3:``.
 
 Reported: medians and spread (min-max) of the process's wall time (start to exit, seen from the
-parent, so the exit drain of write-behind counts) and of the workload's own span; the ratios
-fresh+prefetch / warm local (target <= 1.1x), fresh without prefetch / warm local, cold with the
-remote / cold local (target <= 1.2x). Every run's result digest must equal the others'.
+parent, so the exit drain of write-behind counts), its CPU time and the workload's own span; the
+ratios fresh+prefetch / warm local (target <= 1.1x), fresh without prefetch / warm local, cold
+with the remote / cold local (target <= 1.2x), each as the median of the rounds' paired ratios
+(the two variants of one round run within a minute of each other, so a machine whose speed
+drifts between rounds moves both; the targets are judged on it) and as the ratio of the medians.
+Every run's result digest must equal the others'.
 
     python benchmarks/bench_fleet.py            # 25 ms, 3 rounds, full-size workloads
     python benchmarks/bench_fleet.py --quick    # small workloads, 1 round (writes -quick files)
+    python benchmarks/bench_fleet.py --variants warm_local,fresh_prefetch_redis,fresh_prefetch_s3 \
+        --rounds 11 --label prefetch            # the prefetch target alone, more rounds
 """
 
 from __future__ import annotations
@@ -119,15 +124,31 @@ class Runner:
 
 
 def jax_s3_status() -> str:
+    """Why JAX's own cache cannot run on the S3 bucket here ("" when it can)."""
     if importlib.util.find_spec("etils") is None:
         return (
             "not run: JAX opens a non-local jax_compilation_cache_dir through etils.epath, and "
-            "etils is not installed in this venv (jax._src.path falls back to pathlib.Path, so "
-            "'s3://bucket/x' would be a local directory named 's3:'); s3fs "
-            + ("is" if importlib.util.find_spec("s3fs") else "is not")
-            + " installed"
+            "etils is not installed in this venv (`pip install 'etils[epath]'`; without it JAX "
+            "refuses an s3:// cache directory)"
         )
-    return "not run: etils is installed but this benchmark does not configure it for moto"
+    if importlib.util.find_spec("s3fs") is None:
+        return "not run: etils.epath reads s3:// through s3fs, which is not installed"
+    return ""
+
+
+def jax_own_s3_env(endpoint: str, bucket: str, ns: str) -> dict[str, str]:
+    """JAX's own persistent cache in ``s3://bucket/ns`` (through etils.epath and s3fs, pointed
+    at the S3 server by fsspec's environment configuration), storing every compile as the
+    compilecache runs do."""
+    return {
+        "JAX_COMPILATION_CACHE_DIR": f"s3://{bucket}/{ns}",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "FSSPEC_S3_ENDPOINT_URL": endpoint,
+        "FSSPEC_S3_KEY": "testing",
+        "FSSPEC_S3_SECRET": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
 
 
 def measure(
@@ -171,6 +192,10 @@ def measure(
                 runner.run(
                     workload, f"{runner.fresh('seed')},{remote_url(r, ns)}", COMPILECACHE_JOB=job
                 )
+            jax_own = wname.startswith("jax") and not jax_s3_status()
+            jax_env = jax_own_s3_env(s3_endpoint, bucket, f"jaxown{uuid.uuid4().hex[:8]}")
+            if jax_own and (not variants or "jax_own_s3" in variants):
+                runner.run(workload, None, **jax_env)  # JAX's own cache, filled on the bucket
 
             def variant(
                 name: str,
@@ -178,11 +203,14 @@ def measure(
                 warm_dir: Path = warm_dir,
                 job: str = job,
                 seeded: dict[str, str] = seeded,
+                jax_env: dict[str, str] = jax_env,
             ) -> Any:
                 if name == "warm_local":
                     return runner.run(workload, str(warm_dir))
                 if name == "cold_local":
                     return runner.run(workload, str(runner.fresh("cold")))
+                if name == "jax_own_s3":
+                    return runner.run(workload, None, **jax_env)
                 kind, _, remote = name.rpartition("_")
                 local = runner.fresh("host")
                 if kind == "cold":
@@ -197,12 +225,15 @@ def measure(
             names = ["warm_local", "cold_local"]
             for r in ("redis", "s3"):
                 names += [f"fresh_prefetch_{r}", f"fresh_noprefetch_{r}", f"cold_{r}"]
+            if jax_own:
+                names.append("jax_own_s3")
             names = [n for n in names if not variants or n in variants]
             samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
             for rnd, name in common.rotations(names, rounds):
                 proc = variant(name)
                 rec = dict(proc.record)
                 rec["wall_s"] = proc.wall_s
+                rec["cpu_s"] = proc.cpu_s
                 samples[name].append(rec)
                 cc = rec.get("compilecache", {})
                 # Process start to enable() done, and what the process spends after the
@@ -223,6 +254,7 @@ def measure(
                     "wall_median_s": common.median(walls),
                     "wall_min_s": min(walls),
                     "wall_max_s": max(walls),
+                    "cpu_median_s": common.median([r["cpu_s"] for r in recs]),
                     "span_median_s": common.median(spans),
                     "span_min_s": min(spans),
                     "span_max_s": max(spans),
@@ -239,12 +271,32 @@ def measure(
                         ("prefetch", f"fresh_prefetch_{r}", "warm_local"),
                         ("noprefetch", f"fresh_noprefetch_{r}", "warm_local"),
                         ("cold", f"cold_{r}", "cold_local"),
+                        ("jaxown", "jax_own_s3" if r == "s3" else "", "warm_local"),
                     ):
                         if over in v and base in v:  # not when --variants left one out
                             ratios[f"{name}_{r}_over_{base.replace('_local', '')}_{metric}"] = (
                                 common.ratio(v[over][key], v[base][key])
                             )
             summary["ratios"] = ratios
+            # Paired: each round's ratio of the two variants' walls (run minutes apart at most,
+            # so a machine that drifts between rounds shifts both), then the median and spread.
+            paired: dict[str, list[float]] = {}
+            for r in ("redis", "s3"):
+                for name, over, base in (
+                    ("prefetch", f"fresh_prefetch_{r}", "warm_local"),
+                    ("noprefetch", f"fresh_noprefetch_{r}", "warm_local"),
+                    ("cold", f"cold_{r}", "cold_local"),
+                    ("jaxown", "jax_own_s3" if r == "s3" else "", "warm_local"),
+                ):
+                    if over in v and base in v:
+                        paired[f"{name}_{r}"] = [
+                            common.ratio(a["wall_s"], b["wall_s"])
+                            for a, b in zip(samples[over], samples[base], strict=True)
+                        ]
+            summary["paired"] = {
+                k: {"median": common.median(x), "min": min(x), "max": max(x)}
+                for k, x in paired.items()
+            }
             results[wname] = summary
             done(results)  # a partial results file after each workload
     finally:
@@ -264,7 +316,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"(DelayProxy in front of redis-server and moto_server); {data['rounds']} round(s), "
         "every run a fresh process; wall = process start to exit seen from the parent.",
         "",
-        f"JAX's own cache on the same S3 bucket: {data['jax_s3']}.",
+        "JAX's own cache on the same S3 bucket (`jax_own_s3`, JAX workloads): "
+        + (data["jax_s3"] or "run, through etils.epath and s3fs, behind the same delay")
+        + ".",
         "",
     ]
     if not data.get("complete", True):
@@ -279,6 +333,7 @@ def markdown(data: dict[str, Any]) -> str:
                     name,
                     f"{x['wall_median_s']:.2f} s ({x['wall_min_s']:.2f}-{x['wall_max_s']:.2f})",
                     f"{x['span_median_s']:.2f} s ({x['span_min_s']:.2f}-{x['span_max_s']:.2f})",
+                    f"{x['cpu_median_s']:.2f} s" if "cpu_median_s" in x else "-",
                     f"{x['setup_median_s']:.2f} s",
                     f"{x['exit_median_s']:.2f} s",
                 ]
@@ -289,6 +344,7 @@ def markdown(data: dict[str, Any]) -> str:
                     "variant",
                     "wall median (min-max)",
                     f"{s['span']} median (min-max)",
+                    "CPU median",
                     "enable()",
                     "exit",
                 ],
@@ -306,15 +362,23 @@ def markdown(data: dict[str, Any]) -> str:
                 ("fresh + prefetch / warm local", f"prefetch_{remote}_over_warm", TARGET_PREFETCH),
                 ("fresh, no prefetch / warm local", f"noprefetch_{remote}_over_warm", None),
                 ("cold with remote / cold local", f"cold_{remote}_over_cold", TARGET_COLD),
+                ("JAX's own cache on S3 / warm local", f"jaxown_{remote}_over_warm", None),
             ):
                 if f"{key}_wall" not in r:
                     continue
                 wall = r[f"{key}_wall"]
-                verdict = "" if target is None else ("met" if wall <= target else "NOT met")
+                pair = s.get("paired", {}).get(
+                    key.replace("_over_warm", "").replace("_over_cold", "")
+                )
+                judged = pair["median"] if pair else wall
+                verdict = "" if target is None else ("met" if judged <= target else "NOT met")
                 ratio_rows.append(
                     [
                         remote,
                         label,
+                        f"{pair['median']:.2f}x ({pair['min']:.2f}-{pair['max']:.2f})"
+                        if pair
+                        else "-",
                         f"{wall:.2f}x",
                         f"{r[f'{key}_span']:.2f}x",
                         f"<= {target}x {verdict}" if target else "-",
@@ -322,7 +386,15 @@ def markdown(data: dict[str, Any]) -> str:
                 )
         lines.append(
             common.markdown_table(
-                ["remote", "ratio", "wall", "span", "target (on wall)"], ratio_rows
+                [
+                    "remote",
+                    "ratio",
+                    "paired wall, median (min-max)",
+                    "wall medians",
+                    "span medians",
+                    "target (on the paired median)",
+                ],
+                ratio_rows,
             )
         )
         lines.append("")
@@ -342,12 +414,19 @@ def main() -> None:
         default="",
         help="only these variants, comma-separated (e.g. cold_local,cold_redis)",
     )
+    parser.add_argument(
+        "--label",
+        default="",
+        help="results go to bench_fleet-LABEL.{md,json} (default: -partial for a part of it)",
+    )
     common.add_no_write(parser)
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     # Results of another delay, or of a part of the variants, go to their own files.
     name = NAME if args.delay_ms == 25.0 else f"{NAME}-{args.delay_ms:g}ms"
-    if args.workload or variants:
+    if args.label:
+        name += f"-{args.label}"
+    elif args.workload or variants:
         name += "-partial"
     rounds = args.rounds or (1 if args.quick else 3)
     data = common.results_record(
