@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "stores.coldstreak",
         "stores.fleetledger",
         "stores.s3lite",
+        "stores.resp",
     ),
     ("stores.local", "stores.sharedfs", "stores.redis", "stores.objectstore", "stores.memory"),
     ("stores.guarded", "stores.readonly"),

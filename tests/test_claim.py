@@ -1,12 +1,13 @@
 """The single-flight claim after a miss (``Store.claim_lease``, ``Store.get_or_claim``): what every
 lease store answers, and that with Redis a cold miss costs one round trip in all (the read, the
 entry's second look, the unwritten mark and the lease together), counted on the wire of a real
-``redis-server``."""
+``redis-server``, with either Redis client (the built-in one and redis-py)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +22,7 @@ from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import open_url
+from compilecache.stores.resp import Connection, RespClient
 from compilecache.stores.s3lite import S3Lite
 from compilecache.stores.tiered import Tiered
 from tests import servers
@@ -101,7 +103,8 @@ def test_a_redis_cluster_claims_in_a_second_request(redis_cluster: Any) -> None:
 
 
 class CountingConnection(redis.Connection):
-    """A connection counting its requests: a pipeline is one send, like one round trip."""
+    """A redis-py connection counting its requests: a pipeline is one send, like one round
+    trip."""
 
     sends: ClassVar[list[int]] = [0]
 
@@ -110,23 +113,47 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
-def counting_store(server: RedisServer, ns: str) -> tuple[RedisStore, list[int]]:
+class CountingRespConnection(Connection):
+    """A connection of the built-in client counting its sends (one per round trip)."""
+
+    sends: ClassVar[list[int]] = [0]
+
+    def send(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        self.sends[0] += 1
+        super().send(pieces)
+
+
+def counting_store(
+    server: RedisServer, ns: str, client: str = "redis-py"
+) -> tuple[RedisStore, list[int]]:
+    """A store on ``server`` whose client (``redis-py`` or ``builtin``) counts its sends, with
+    one connection open already (the count starts at 0)."""
     sends = [0]
-    connection = type("Counting", (CountingConnection,), {"sends": sends})
-    pool = redis.ConnectionPool(host="127.0.0.1", port=server.port, connection_class=connection)
-    client = redis.Redis(connection_pool=pool)
-    client.ping()
+    redis_client: Any
+    if client == "builtin":
+        redis_client = RespClient("127.0.0.1", server.port, socket_timeout=10)
+        redis_client.connection_class = type(
+            "Counting", (CountingRespConnection,), {"sends": sends}
+        )
+    else:
+        connection = type("Counting", (CountingConnection,), {"sends": sends})
+        pool = redis.ConnectionPool(host="127.0.0.1", port=server.port, connection_class=connection)
+        redis_client = redis.Redis(connection_pool=pool)
+    redis_client.ping()
     sends[0] = 0
-    return RedisStore(client, url=f"{server.url}/{ns}", namespace=ns), sends
+    return RedisStore(redis_client, url=f"{server.url}/{ns}", namespace=ns), sends
 
 
 def tiers(tmp_path: Path, remote: Store) -> Tiered:
     return Tiered([LocalStore(tmp_path / "local"), Guarded(remote)])
 
 
-def test_a_cold_miss_is_one_round_trip(tmp_path: Path, redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("client", ["builtin", "redis-py"])
+def test_a_cold_miss_is_one_round_trip(
+    tmp_path: Path, redis_server: RedisServer, client: str
+) -> None:
     ns = namespace()
-    remote, sends = counting_store(redis_server, ns)
+    remote, sends = counting_store(redis_server, ns, client)
     cache = Cache(tiers(tmp_path / "a", remote))
     assert cache.load_or_lead("jax", "jax/k") is None  # a miss: this process compiles
     assert sends[0] == 1
@@ -153,14 +180,15 @@ def test_a_cold_miss_is_one_round_trip(tmp_path: Path, redis_server: RedisServer
     assert third._flight is not None and third._flight.held() == []
 
 
+@pytest.mark.parametrize("client", ["builtin", "redis-py"])
 def test_an_unwritten_mark_is_read_in_the_same_round_trip(
-    tmp_path: Path, redis_server: RedisServer
+    tmp_path: Path, redis_server: RedisServer, client: str
 ) -> None:
     ns = namespace()
     first = Cache(tiers(tmp_path / "a", open_url(f"{redis_server.url}/{ns}")))
     assert first.load_or_lead("jax", "jax/cb") is None
     first.finish_thread_leads()  # the compile ended without an entry (host callbacks)
-    remote, sends = counting_store(redis_server, ns)
+    remote, sends = counting_store(redis_server, ns, client)
     later = Cache(tiers(tmp_path / "b", remote))
     assert later.load_or_lead("jax", "jax/cb") is None  # compiles at once...
     assert sends[0] == 1

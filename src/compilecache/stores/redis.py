@@ -11,8 +11,19 @@ one node (the client discovers the others; commas separate tiers, not nodes). Op
 ``timeout``         socket timeout per operation, seconds (default 2)
 ``connect_timeout`` default ``timeout``
 ``max_connections`` connection pool bound (default 16)
+``client``          ``auto`` (default), ``builtin`` or ``redis-py``: which Redis client (below)
 ==================  =========================================================================
-Any other option is handed to redis-py (``ssl_cert_reqs=none``, ``ssl_ca_certs=...``).
+TLS options, for ``rediss://``, named as redis-py names them: ``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs`` (``none``, ``optional``, ``required``) and
+``ssl_check_hostname``. Any other option is handed to redis-py as it is.
+
+The client: ``redis://`` and ``rediss://`` use a small built-in client
+(:mod:`compilecache.stores.resp`, standard library only) when every option of the URL is one
+above, because importing redis-py costs 70 to 100 ms at ``enable()``; any other option (say
+``protocol=3`` or ``ssl_ca_path``), or ``client=redis-py``, opens redis-py instead, as does a
+cluster. ``client=builtin`` insists on the built-in client (an option it cannot honour is then a
+configuration error). Both speak RESP2 with the same timeouts, pool bound and single retry of a
+pooled connection the server closed.
 
 Layout, for a namespace ``N`` and a key whose blake2b digest is ``D``::
 
@@ -46,20 +57,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import json
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
-
-import redis as redis_lib
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from compilecache.config import parse_count, parse_duration, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable
@@ -74,6 +79,8 @@ from compilecache.stores.base import (
     OneReadStore,
     StoreURL,
 )
+from compilecache.stores.resp import URL_OPTIONS as BUILTIN_OPTIONS
+from compilecache.stores.resp import RespClient, RespError, ResponseError
 
 DEFAULT_NAMESPACE = "compilecache"
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
@@ -107,10 +114,12 @@ _OWN_PARAMS = (
             "timeout",
             "connect_timeout",
             "max_connections",
+            "client",
         }
     )
     | WRAPPER_PARAMS
 )
+_CLIENTS = ("auto", "builtin", "redis-py")
 
 # KEYS[1] = hash. ARGV: base, ver, n, ttl_ms, grace_ms, then field/value pairs.
 _COMMIT = """
@@ -205,7 +214,11 @@ class RedisStore(OneReadStore):
         namespace: str = DEFAULT_NAMESPACE,
         ttl: float | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        errors: tuple[type[Exception], ...] | None = None,
     ) -> None:
+        """``errors``: the exceptions of the client that mean a failed request (caught, and
+        raised as :class:`StoreUnavailable`); by default those of the built-in client, and
+        redis-py's when redis-py is loaded."""
         if chunk_size < 1024:
             raise ConfigError(f"chunk_size must be at least 1KiB, got {chunk_size}")
         if not namespace or any(c in namespace for c in "{}*?[]\\ "):
@@ -222,6 +235,11 @@ class RedisStore(OneReadStore):
         self.chunk_size = chunk_size
         self._closed = False
         self._lock = threading.Lock()
+        # RespError always: _claim raises ResponseError for an answer it does not know.
+        self._errors: tuple[type[Exception], ...] = (
+            *(errors or _default_errors(client)),
+            RespError,
+        )
 
     @property
     def client(self) -> Any:
@@ -231,7 +249,7 @@ class RedisStore(OneReadStore):
                     assert self._factory is not None
                     try:
                         self._client = self._factory()
-                    except RedisError as exc:
+                    except self._errors as exc:
                         raise self._unavailable("connect", exc) from exc
         return self._client
 
@@ -270,7 +288,7 @@ class RedisStore(OneReadStore):
                 if not isinstance(found, _Again):
                     return found
             return None
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("get", exc) from exc
 
     def _queue_read(self, pipe: Any, base: str, now: str | None) -> None:
@@ -346,7 +364,7 @@ class RedisStore(OneReadStore):
                         again = self.get_with_meta(key)
                         if again is not None:
                             found[key] = again
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("get", exc) from exc
         return found
 
@@ -389,7 +407,7 @@ class RedisStore(OneReadStore):
                 "EVAL", _COMMIT, 1, base + ":m", base, ver, n, self.ttl_ms, GRACE_MS, *fields
             )
             results = pipe.execute(raise_on_error=False)
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("put", exc) from exc
         for result in results:
             if isinstance(result, Exception):
@@ -399,13 +417,13 @@ class RedisStore(OneReadStore):
         base = self._base(key)
         try:
             return bool(self.client.eval(_DELETE, 1, base + ":m", base, ""))
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("delete", exc) from exc
 
     def stat(self, key: str) -> EntryInfo | None:
         try:
             fields = self.client.hmget(self._base(key) + ":m", *_META_FIELDS)
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("stat", exc) from exc
         found = _info(fields)
         return found if found is not None and found.key == key else None
@@ -421,7 +439,7 @@ class RedisStore(OneReadStore):
                     infos += self._infos(batch, prefix)
                     batch = []
             infos += self._infos(batch, prefix)
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("scan", exc) from exc
         return iter(sorted(infos, key=lambda i: i.key))
 
@@ -440,7 +458,7 @@ class RedisStore(OneReadStore):
                 return
             self._closed = True
         if self._client is not None:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(*self._errors):
                 self._client.close()
 
     # -- persistent stats ----------------------------------------------------------------------
@@ -452,20 +470,20 @@ class RedisStore(OneReadStore):
             for counter, value in counters.items():
                 pipe.hincrbyfloat(name, counter, float(value))
             pipe.execute()
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("add_stats", exc) from exc
 
     def read_stats(self) -> dict[str, float]:
         try:
             raw = self.client.hgetall(f"{self.namespace}:stats")
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("read_stats", exc) from exc
         return {k.decode(): float(v) for k, v in raw.items()}
 
     def zero_stats(self) -> None:
         try:
             self.client.delete(f"{self.namespace}:stats")
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("zero_stats", exc) from exc
 
     # -- history (miss explanations, run totals) -------------------------------------------------
@@ -478,13 +496,13 @@ class RedisStore(OneReadStore):
             pipe.lpush(name, raw)
             pipe.ltrim(name, 0, HISTORY_LIMIT - 1)
             pipe.execute()
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("add_history", exc) from exc
 
     def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
         try:
             raw = self.client.lrange(f"{self.namespace}:history:{kind}", 0, max(limit, 1) - 1)
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("read_history", exc) from exc
         out: list[dict[str, object]] = []
         for item in raw:
@@ -498,7 +516,7 @@ class RedisStore(OneReadStore):
         try:
             for kind in HISTORY_KINDS:
                 self.client.delete(f"{self.namespace}:history:{kind}")
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("clear_history", exc) from exc
 
     # -- leases (single-flight compiles across every host using this Redis) --------------------
@@ -515,21 +533,21 @@ class RedisStore(OneReadStore):
         token = uuid.uuid4().hex
         try:
             won = self.client.set(self._lease_name(key), token, nx=True, px=_ms(ttl_s))
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("acquire_lease", exc) from exc
         return token if won else None
 
     def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
         try:
             renewed = self.client.eval(_LEASE_RENEW, 1, self._lease_name(key), token, _ms(ttl_s))
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("renew_lease", exc) from exc
         return bool(renewed)
 
     def release_lease(self, key: str, token: str) -> None:
         try:
             self.client.eval(_LEASE_RELEASE, 1, self._lease_name(key), token)
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("release_lease", exc) from exc
 
     def _claim_args(self, key: str, token: str, ttl_s: float) -> list[Any]:
@@ -544,10 +562,9 @@ class RedisStore(OneReadStore):
         """One script, one round trip: the entry's presence, the unwritten mark and the lease."""
         token = uuid.uuid4().hex
         try:
-            answer = self.client.eval(*self._claim_args(key, token, ttl_s))
-        except RedisError as exc:
+            return _claim(self.client.eval(*self._claim_args(key, token, ttl_s)), token)
+        except self._errors as exc:
             raise self._unavailable("acquire_lease", exc) from exc
-        return _claim(answer, token)
 
     def get_or_claim(
         self, key: str, ttl_s: float
@@ -569,7 +586,7 @@ class RedisStore(OneReadStore):
             claim = _claim(answer, token)
             read = self._finish_read(key, base, fields, look_only=False)
             found = self._read(key, look_only=False) if isinstance(read, _Again) else read
-        except RedisError as exc:
+        except self._errors as exc:
             raise self._unavailable("get", exc) from exc
         if found is not None and claim.state == "won":
             # Removed between the read and the claim: the lease is not needed.
@@ -587,7 +604,7 @@ def _claim(answer: Any, token: str) -> Claim:
         return Claim("won", token, checked=True)
     if state in ("held", "present", "unwritten"):
         return Claim(state, checked=True)  # type: ignore[arg-type]
-    raise RedisError(f"unexpected answer to the lease claim: {answer!r}")
+    raise ResponseError(f"unexpected answer to the lease claim: {answer!r}")
 
 
 def _ms(seconds: float) -> int:
@@ -637,7 +654,11 @@ def _redacted(url: StoreURL, db: int, namespace: str) -> str:
 
 
 def from_url(url: StoreURL) -> RedisStore:
-    """Open ``redis://``, ``rediss://``, ``redis+cluster://`` or ``rediss+cluster://``."""
+    """Open ``redis://``, ``rediss://``, ``redis+cluster://`` or ``rediss+cluster://``.
+
+    ``redis://`` and ``rediss://`` use the built-in client (:mod:`compilecache.stores.resp`)
+    when it understands every option of the URL, and redis-py otherwise (or with
+    ``client=redis-py``); a cluster always uses redis-py."""
     cluster = url.scheme.endswith("+cluster")
     scheme = url.scheme.removesuffix("+cluster")
     segments = [s for s in url.path.split("/") if s]
@@ -646,19 +667,87 @@ def from_url(url: StoreURL) -> RedisStore:
         db = int(segments.pop(0))
     namespace = url.params.get("prefix") or url.params.get("namespace") or "/".join(segments)
     namespace = namespace or DEFAULT_NAMESPACE
+    where = _redacted(url, db, namespace)
     params = url.params
     timeout = _seconds(params, "timeout", DEFAULT_TIMEOUT)
+    connect_timeout = _seconds(params, "connect_timeout", timeout)
+    max_connections = parse_count(params, "max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1)
     ttl_text = params.get("ttl")
     chunk_text = params.get("chunk_size")
+    choice = params.get("client", "auto").strip().lower()
+    if choice not in _CLIENTS:
+        raise ConfigError(f"client: expected auto, builtin or redis-py, got {choice!r} in {where}")
+    extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
+    query = f"?{urlencode(extra, quote_via=quote)}" if extra else ""
+    foreign = sorted(set(extra) - BUILTIN_OPTIONS)
+    if choice == "builtin" and (cluster or foreign):
+        what = f"{url.scheme}://" if cluster else ", ".join(foreign)
+        raise ConfigError(
+            f"client=builtin: the built-in Redis client cannot honour {what} in {where} "
+            "(use client=redis-py)"
+        )
+    client: Any = None
+    factory: Callable[[], Any] | None = None
+    try:
+        if choice == "redis-py" or cluster or foreign:
+            client, factory, errors = _redis_py(
+                f"{scheme}://{url.netloc}/{0 if cluster else db}{query}",
+                cluster=cluster,
+                timeout=timeout,
+                connect_timeout=connect_timeout,
+                max_connections=max_connections,
+                where=where,
+            )
+        else:
+            client = RespClient.from_url(
+                f"{scheme}://{url.netloc}/{db}{query}",
+                socket_timeout=timeout,
+                socket_connect_timeout=connect_timeout,
+                max_connections=max_connections,
+            )
+            errors = (RespError,)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot use {where}: {exc}") from exc
+    return RedisStore(
+        client,
+        client_factory=factory,
+        url=where,
+        namespace=namespace,
+        ttl=parse_duration(ttl_text, "ttl") if ttl_text else None,
+        chunk_size=parse_size(chunk_text, "chunk_size") if chunk_text else DEFAULT_CHUNK_SIZE,
+        errors=errors,
+    )
+
+
+def _redis_py(
+    url: str,
+    *,
+    cluster: bool,
+    timeout: float,
+    connect_timeout: float,
+    max_connections: int,
+    where: str,
+) -> tuple[Any, Callable[[], Any] | None, tuple[type[Exception], ...]]:
+    """A redis-py client of ``url`` (or, for a cluster, a factory of one: it connects as soon
+    as it is built), and redis-py's base error. Imported only here: it takes 70 to 100 ms."""
+    try:
+        import redis
+    except ImportError as exc:
+        raise StoreUnavailable(
+            f"cannot open {where} with redis-py ({exc}): install redis "
+            "(pip install 'compilecache[redis]'), or leave out the options only redis-py knows"
+        ) from exc
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisError
+    from redis.retry import Retry
+
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout,
-        "socket_connect_timeout": _seconds(params, "connect_timeout", timeout),
+        "socket_connect_timeout": connect_timeout,
         # One retry on a broken connection (a pooled socket the server closed); none on a
         # timeout: a slow server must cost its timeout once, not once per retry.
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        "max_connections": parse_count(
-            params, "max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1
-        ),
         # A new connection is one round trip to its first answer, not five: redis-py's default
         # handshake adds HELLO 3 (RESP3), two CLIENT SETINFO and a health-check PING, each a
         # round trip, and a process opens a connection per thread that talks to the server at
@@ -666,46 +755,41 @@ def from_url(url: StoreURL) -> RedisStore:
         # server closed fails at once and is retried once (above), and a dead link costs its
         # timeout with or without a PING first. ``?protocol=3`` in the URL still asks for RESP3.
         "protocol": 2,
-        **_NO_SETINFO,
+        **_no_setinfo(),
         "health_check_interval": 0,
     }
-    extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
-    query = f"?{urlencode(extra, quote_via=quote)}" if extra else ""
-    client: Any = None
-    factory: Callable[[], Any] | None = None
+    if cluster:
+        from redis.cluster import RedisCluster
+
+        def factory() -> Any:
+            return RedisCluster.from_url(url, **kwargs)
+
+        return None, factory, (RedisError,)
     try:
-        if cluster:
-            from redis.cluster import RedisCluster
-
-            kwargs.pop("max_connections")
-            seed = f"{scheme}://{url.netloc}/0{query}"
-
-            def factory() -> Any:
-                return RedisCluster.from_url(seed, **kwargs)
-
-        else:
-            client = redis_lib.Redis.from_url(f"{scheme}://{url.netloc}/{db}{query}", **kwargs)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"cannot use {_redacted(url, db, namespace)}: {exc}") from exc
+        client = redis.Redis.from_url(url, max_connections=max_connections, **kwargs)
     except RedisError as exc:
-        raise StoreUnavailable(f"cannot reach {_redacted(url, db, namespace)}: {exc}") from exc
-    return RedisStore(
-        client,
-        client_factory=factory,
-        url=_redacted(url, db, namespace),
-        namespace=namespace,
-        ttl=parse_duration(ttl_text, "ttl") if ttl_text else None,
-        chunk_size=parse_size(chunk_text, "chunk_size") if chunk_text else DEFAULT_CHUNK_SIZE,
-    )
+        raise StoreUnavailable(f"cannot reach {where}: {exc}") from exc
+    return client, None, (RedisError,)
 
 
-# No CLIENT SETINFO on connect: redis-py 8 takes ``driver_info=None``, and deprecates the
-# ``lib_name``/``lib_version`` that redis-py 5 to 7 take.
-_NO_SETINFO: dict[str, None] = (
-    {"driver_info": None}
-    if importlib.util.find_spec("redis.driver_info") is not None
-    else {"lib_name": None, "lib_version": None}
-)
+def _default_errors(client: Any) -> tuple[type[Exception], ...]:
+    """The errors of a client given to :class:`RedisStore` directly: redis-py's when it is
+    redis-py's (told by its module, without importing redis-py for a client that is not)."""
+    if type(client).__module__.partition(".")[0] == "redis" or "redis" in sys.modules:
+        from redis.exceptions import RedisError
+
+        return (RedisError,)
+    return ()
+
+
+def _no_setinfo() -> dict[str, None]:
+    """No CLIENT SETINFO on connect: redis-py 8 takes ``driver_info=None``, and deprecates the
+    ``lib_name``/``lib_version`` that redis-py 5 to 7 take."""
+    import importlib.util
+
+    if importlib.util.find_spec("redis.driver_info") is not None:
+        return {"driver_info": None}
+    return {"lib_name": None, "lib_version": None}
 
 
 def _seconds(params: Mapping[str, str], name: str, default: float) -> float:

@@ -43,7 +43,16 @@ StoreFactory = Callable[[StoreURL], Store]
 
 _REDIS_HINT = "redis (pip install 'compilecache[redis]')"
 _REDIS_OPTIONS = frozenset(
-    {"prefix", "namespace", "ttl", "chunk_size", "timeout", "connect_timeout", "max_connections"}
+    {
+        "prefix",
+        "namespace",
+        "ttl",
+        "chunk_size",
+        "timeout",
+        "connect_timeout",
+        "max_connections",
+        "client",
+    }
 )
 _OBJECT_OPTIONS = frozenset({"timeout", "retries", "conditional", "client"})
 _DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
