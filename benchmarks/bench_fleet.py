@@ -123,6 +123,16 @@ class Runner:
         )
 
 
+def comparisons(remote: str) -> tuple[tuple[str, str, str], ...]:
+    """The ratios reported for ``remote``: (name, variant, the variant it is divided by)."""
+    return (
+        ("prefetch", f"fresh_prefetch_{remote}", "warm_local"),
+        ("noprefetch", f"fresh_noprefetch_{remote}", "warm_local"),
+        ("cold", f"cold_{remote}", "cold_local"),
+        ("jaxown", "jax_own_s3" if remote == "s3" else "", "warm_local"),
+    )
+
+
 def jax_s3_status() -> str:
     """Why JAX's own cache cannot run on the S3 bucket here ("" when it can)."""
     if importlib.util.find_spec("etils") is None:
@@ -267,12 +277,7 @@ def measure(
             for metric in ("wall", "span"):
                 key = f"{metric}_median_s"
                 for r in ("redis", "s3"):
-                    for name, over, base in (
-                        ("prefetch", f"fresh_prefetch_{r}", "warm_local"),
-                        ("noprefetch", f"fresh_noprefetch_{r}", "warm_local"),
-                        ("cold", f"cold_{r}", "cold_local"),
-                        ("jaxown", "jax_own_s3" if r == "s3" else "", "warm_local"),
-                    ):
+                    for name, over, base in comparisons(r):
                         if over in v and base in v:  # not when --variants left one out
                             ratios[f"{name}_{r}_over_{base.replace('_local', '')}_{metric}"] = (
                                 common.ratio(v[over][key], v[base][key])
@@ -282,12 +287,7 @@ def measure(
             # so a machine that drifts between rounds shifts both), then the median and spread.
             paired: dict[str, list[float]] = {}
             for r in ("redis", "s3"):
-                for name, over, base in (
-                    ("prefetch", f"fresh_prefetch_{r}", "warm_local"),
-                    ("noprefetch", f"fresh_noprefetch_{r}", "warm_local"),
-                    ("cold", f"cold_{r}", "cold_local"),
-                    ("jaxown", "jax_own_s3" if r == "s3" else "", "warm_local"),
-                ):
+                for name, over, base in comparisons(r):
                     if over in v and base in v:
                         paired[f"{name}_{r}"] = [
                             common.ratio(a["wall_s"], b["wall_s"])
