@@ -32,13 +32,16 @@ lint: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
 
+# etils lets bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// through it).
 bench: $(STAMP)
+	$(PY) -m pip install --quiet 'etils[epath]'
 	$(PY) benchmarks/bench_store.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_jax_warm.py
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_torch.py
 	$(PY) benchmarks/bench_singleflight.py
+	$(PY) benchmarks/bench_fleet.py
 
 # compat: the framework versions users run, each in its own venv (several GB: not part of
 # `make test` or CI). The newest torch on the index is a CUDA build; it runs here on the CPU.
