@@ -194,6 +194,26 @@ class _Spy:
         return getattr(self._fs, name)
 
 
+def test_a_write_of_a_new_entry_only_is_one_request(s3: ObjectStore) -> None:
+    """``put_new`` (a cold run's write behind its claim) asks nothing first: one conditional
+    PUT, whose refusal says another process wrote the key."""
+    calls: list[str] = []
+
+    def pipe_file(path: str, value: bytes, **kwargs: Any) -> Any:
+        calls.append(f"pipe_file {kwargs.get('mode')}")
+        return s3.fs.pipe_file(path, value, **kwargs)
+
+    def info(path: str, **kwargs: Any) -> Any:
+        calls.append("info")
+        return s3.fs.info(path, **kwargs)
+
+    spied = ObjectStore(_Spy(s3.fs, pipe_file=pipe_file, info=info), s3.root, url=s3.url)
+    assert spied.put_new("jax/new", b"mine", EntryMeta("jax", "f", 1.0))
+    assert not spied.put_new("jax/new", b"a second compile of it")
+    assert calls == ["pipe_file create", "pipe_file create"]
+    assert s3.get("jax/new") == b"mine"
+
+
 def test_counters_read_ahead_make_the_exit_one_write_and_lose_nothing(
     moto_server: MotoServer, bucket: str
 ) -> None:

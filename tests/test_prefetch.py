@@ -132,6 +132,29 @@ def test_a_full_queue_drops_and_counts_and_exit_drops_what_is_left() -> None:
     assert left >= 1 and behind.counters["dropped"] >= 2 + left
 
 
+def test_a_write_found_by_a_claim_writes_a_new_entry_only() -> None:
+    """A queued claim that finds the key's write queued makes it a write of a new entry only:
+    an entry another process wrote meanwhile stands, is reported, and is not counted as ours."""
+    remote = Slow(mem(), delay=0.05)
+    remote.inner.put("theirs", b"their entry")
+    done: list[str] = []
+    behind = WriteBehind(remote, on_done=lambda key, error: done.append(key))
+    found: dict[str, bool] = {}
+    present: list[str] = []
+    for key in ("theirs", "new"):
+
+        def claim(level: Store, key: str = key) -> None:
+            found[key] = behind.wait_for_put(key, 5.0, if_present=lambda: present.append(key))
+
+        behind.call(key, claim)
+        behind.put(key, f"mine: {key}".encode(), None)
+    assert behind.drain(10.0) == 0
+    assert found == {"theirs": True, "new": True}
+    assert present == ["theirs"] and done == ["new"]
+    assert remote.inner.get("theirs") == b"their entry"
+    assert remote.inner.get("new") == b"mine: new"
+
+
 def test_a_delete_is_not_undone_by_a_queued_write() -> None:
     local, remote = mem(), Slow(mem(), delay=0.2)
     tiers = Tiered([local, remote], write_behind=[False, True])

@@ -166,6 +166,13 @@ class StoreConformance(CapabilityConformance):
         assert {i.key: i.size for i in store.scan("jax/m-")} == {"jax/m-0": 4, "jax/m-1": 5}
         store.put_many([])
 
+    def test_put_new(self, store: Store) -> None:
+        assert store.put_new("jax/n", b"first", EntryMeta("jax", "jit_n", 2.0))
+        assert not store.put_new("jax/n", b"second")  # an entry is there: it stands
+        assert store.get("jax/n") == b"first"
+        info = store.stat("jax/n")
+        assert info is not None and info.name == "jit_n"
+
     def test_scan_prefix(self, store: Store) -> None:
         store.put("jax/a", b"1")
         store.put("jax/b", b"22")

@@ -179,6 +179,17 @@ class Store(abc.ABC):
 
     # -- writes ----------------------------------------------------------------------------------
 
+    def put_new(self, key: str, value: bytes, meta: EntryMeta | None = None) -> bool:
+        """``put``, unless an entry is stored under ``key`` already: then nothing is written
+        and the answer is ``False`` (the entry there stands; both are checked when read). One
+        conditional request where the backend has them (an object store); the default looks,
+        then puts, and like ``put_many`` runs through this store's own ``stat`` and ``put``
+        (wrappers do not forward it unless they mean to)."""
+        if self.stat(key) is not None:
+            return False
+        self.put(key, value, meta)
+        return True
+
     def put_many(self, items: Sequence[tuple[str, bytes, EntryMeta | None]]) -> None:
         """``put`` of several entries (a prefetch's backfill): in one index transaction where
         the backend keeps an index (the local disk). The default puts one at a time, through

@@ -227,6 +227,9 @@ class Guarded(StoreWrapper):
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         self._call("put", self.inner.put, key, value, meta)
 
+    def put_new(self, key: str, value: bytes, meta: EntryMeta | None = None) -> bool:
+        return self._call("put", self.inner.put_new, key, value, meta)
+
     def delete(self, key: str) -> bool:
         return self._call("delete", self.inner.delete, key)
 

@@ -180,6 +180,23 @@ class ObjectStore(OneReadStore):
         except Exception as exc:
             raise self._unavailable("put", exc) from exc
 
+    def put_new(self, key: str, value: bytes, meta: EntryMeta | None = None) -> bool:
+        """One conditional create (``If-None-Match: *``): ``False`` when the object exists."""
+        if not self.conditional:
+            return super().put_new(key, value, meta)
+        path = self.path_of(key)
+        body = encode_frame(key, meta or EntryMeta(), time.time(), len(value)) + value
+        try:
+            self.fs.pipe_file(path, body, mode="create")
+            return True
+        except Exception as exc:
+            if _precondition_failed(exc):
+                return False
+            if not _not_implemented(exc):
+                raise self._unavailable("put", exc) from exc
+        self.put(key, value, meta)  # no conditional writes after all: put learns it and says so
+        return True
+
     def _put_conditional(self, path: str, body: bytes) -> None:
         try:
             # A new key first (the common case): one request. An existing one is then replaced

@@ -251,13 +251,19 @@ class Tiered(Store):
             self._queued[token] = queued
         self._count(last, "unwaited")
 
+        def found_late() -> None:
+            self._count(last, "late")
+            self._streak.late()
+
         def claim(level: Store) -> None:
             won: str | None = None
             try:
-                if behind.wait_for_put(key, min(CLAIM_GRACE_RTTS * self._streak.rtt, 1.0)):
+                grace = min(CLAIM_GRACE_RTTS * self._streak.rtt, 1.0)
+                if behind.wait_for_put(key, grace, if_present=found_late):
                     # The compile is over and its write is next in line: a lease would make no
-                    # one wait any more. Only look whether another process wrote the key since.
-                    late = level.stat(key) is not None
+                    # one wait any more. The write itself, a write of a new entry only, tells
+                    # whether another process wrote the key since (found_late).
+                    late = False
                 else:
                     answer = level.claim_lease(key, ttl_s)
                     late = answer.state in ("present", "held")
@@ -267,8 +273,7 @@ class Tiered(Store):
                 self._streak.reset()
                 late = False
             if late:
-                self._count(last, "late")
-                self._streak.late()
+                found_late()
             queued.resolve(won)
 
         behind.call(key, claim)

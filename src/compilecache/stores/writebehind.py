@@ -38,12 +38,14 @@ IDLE_S = 30.0
 @dataclass
 class _Op:
     """One deferred call: a put (``value`` set), or another call on the level (``call`` set: a
-    lease claim or release)."""
+    lease claim or release). A put with ``if_present`` writes only where no entry is yet
+    (``Store.put_new``) and calls ``if_present`` when there was one."""
 
     key: str
     value: bytes | None = None
     meta: EntryMeta | None = None
     call: Callable[[Store], None] | None = None
+    if_present: Callable[[], None] | None = None
 
     @property
     def size(self) -> int:
@@ -95,18 +97,27 @@ class WriteBehind:
         its own errors: one that raises is logged and forgotten)."""
         self._add(_Op(key, call=fn), force=True)
 
-    def wait_for_put(self, key: str, timeout: float) -> bool:
+    def wait_for_put(
+        self, key: str, timeout: float, *, if_present: Callable[[], None] | None = None
+    ) -> bool:
         """Wait up to ``timeout`` for a write of ``key`` to be queued; whether one is. Called
         from an operation on ``key``, it holds the write back until it returns (operations on
-        one key run one at a time)."""
+        one key run one at a time). With ``if_present``, the write found becomes a write of a
+        new entry only: where the level holds one already it writes nothing and calls
+        ``if_present`` (one conditional request on an object store, instead of a look first)."""
         end = time.monotonic() + timeout
         with self._cond:
-            while not any(op.key == key and op.value is not None for op in self._ops):
+            while True:
+                found = next(
+                    (op for op in self._ops if op.key == key and op.value is not None), None
+                )
+                if found is not None:
+                    found.if_present = if_present
+                    return True
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
                 self._cond.wait(timeout=left)
-            return True
 
     def cancel(self, key: str) -> None:
         """Forget the pending writes of ``key`` and wait for one under way (before a delete,
@@ -161,15 +172,21 @@ class WriteBehind:
                         self._threads.discard(me)
                         return
             error: BaseException | None = None
+            wrote = op.value is not None
             try:
                 if op.call is not None:
                     op.call(self.level)
-                else:
+                elif op.if_present is None:
                     assert op.value is not None
                     self.level.put(op.key, op.value, op.meta)
+                else:
+                    assert op.value is not None
+                    wrote = self.level.put_new(op.key, op.value, op.meta)
+                    if not wrote:
+                        op.if_present()  # nothing written: the entry there stands
             except Exception as exc:  # counted by the tier; the entry is still in the local level
                 error = exc
-            if op.value is None:
+            if not wrote:
                 if error is not None:
                     log.debug("compilecache: %s: deferred call failed: %s", self.level.url, error)
             elif self._on_done is not None:
