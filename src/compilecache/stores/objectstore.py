@@ -187,15 +187,23 @@ class ObjectStore(OneReadStore):
         path = self.path_of(key)
         body = encode_frame(key, meta or EntryMeta(), time.time(), len(value)) + value
         try:
+            return self._create(path, body)
+        except Exception as exc:
+            if not _not_implemented(exc):
+                raise self._unavailable("put", exc) from exc
+        self.put(key, value, meta)  # no conditional writes after all: put learns it and says so
+        return True
+
+    def _create(self, path: str, body: bytes) -> bool:
+        """Write ``path`` only where no object is (``If-None-Match: *``): ``False`` when one
+        is. Any other failure, a backend without conditional writes included, raises."""
+        try:
             self.fs.pipe_file(path, body, mode="create")
             return True
         except Exception as exc:
             if _precondition_failed(exc):
                 return False
-            if not _not_implemented(exc):
-                raise self._unavailable("put", exc) from exc
-        self.put(key, value, meta)  # no conditional writes after all: put learns it and says so
-        return True
+            raise
 
     def _put_conditional(self, path: str, body: bytes) -> None:
         try:
@@ -338,13 +346,12 @@ class ObjectStore(OneReadStore):
         body = _lease_body(token, ttl_s)
         try:
             try:
-                self.fs.pipe_file(path, body, mode="create")
-                return token
+                if self._create(path, body):
+                    return token
             except Exception as exc:
                 if _not_implemented(exc):
                     return NO_COORDINATION
-                if not _precondition_failed(exc):
-                    raise
+                raise
             held = self._read_lease(path)
             if held is None or time.time() < held[1]:
                 return None  # held (or released just now: the caller polls again)
