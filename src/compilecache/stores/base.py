@@ -468,6 +468,22 @@ WRAPPER_PARAMS = frozenset(
     {"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size", "write_behind"}
 )
 
+# URL options a backend reads itself, named here once: the registry checks a URL against them
+# without importing the backend, and the backend passes everything else on to its client.
+REDIS_PARAMS = frozenset(
+    {
+        "prefix",
+        "namespace",
+        "ttl",
+        "chunk_size",
+        "timeout",
+        "connect_timeout",
+        "max_connections",
+        "client",
+    }
+)
+OBJECT_PARAMS = frozenset({"timeout", "retries", "conditional", "client"})
+
 
 @dataclass(frozen=True)
 class StoreURL:

@@ -46,6 +46,7 @@ from typing import Any
 from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
 from compilecache.stores.base import (
     NO_COORDINATION,
+    OBJECT_PARAMS,
     UNWRITTEN_SUFFIX,
     WRAPPER_PARAMS,
     Claim,
@@ -82,7 +83,7 @@ _OBJECT_PROTOCOLS = frozenset(
 )
 # Protocols with conditional writes the store knows how to ask for.
 _CONDITIONAL = frozenset({"s3", "s3a", "gs", "gcs"})
-_OWN_PARAMS = frozenset({"timeout", "retries", "conditional", "client"}) | WRAPPER_PARAMS
+_OWN_PARAMS = OBJECT_PARAMS | WRAPPER_PARAMS
 
 
 class ObjectStore(OneReadStore):

@@ -71,6 +71,7 @@ from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
     HISTORY_KINDS,
     HISTORY_LIMIT,
+    REDIS_PARAMS,
     UNWRITTEN_SUFFIX,
     WRAPPER_PARAMS,
     Claim,
@@ -104,21 +105,7 @@ _META_FIELDS = (
 _ENTRY_META = ("framework", "name", "compile_time")
 # The hash fields a read asks for, in the order _finish_read and get_many unpack them.
 _READ_FIELDS = ("v", "n", "ver", "key", "size", *_ENTRY_META)
-_OWN_PARAMS = (
-    frozenset(
-        {
-            "prefix",
-            "namespace",
-            "ttl",
-            "chunk_size",
-            "timeout",
-            "connect_timeout",
-            "max_connections",
-            "client",
-        }
-    )
-    | WRAPPER_PARAMS
-)
+_OWN_PARAMS = REDIS_PARAMS | WRAPPER_PARAMS
 _CLIENTS = ("auto", "builtin", "redis-py")
 
 # KEYS[1] = hash. ARGV: base, ver, n, ttl_ms, grace_ms, then field/value pairs.

@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, urlsplit
 from compilecache.config import DEFAULT_COLD_STREAK
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
+    OBJECT_PARAMS,
+    REDIS_PARAMS,
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
@@ -42,19 +44,6 @@ log = logging.getLogger("compilecache")
 StoreFactory = Callable[[StoreURL], Store]
 
 _REDIS_HINT = "redis (pip install 'compilecache[redis]')"
-_REDIS_OPTIONS = frozenset(
-    {
-        "prefix",
-        "namespace",
-        "ttl",
-        "chunk_size",
-        "timeout",
-        "connect_timeout",
-        "max_connections",
-        "client",
-    }
-)
-_OBJECT_OPTIONS = frozenset({"timeout", "retries", "conditional", "client"})
 _DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
 SHARED_DIRECTORY = "file+shared"
 
@@ -77,24 +66,22 @@ class Backend:
 _S3 = Backend(
     "compilecache.stores.objectstore:from_url",
     "fsspec and s3fs (pip install 'compilecache[s3]')",
-    _OBJECT_OPTIONS,
+    OBJECT_PARAMS,
     passthrough=True,
 )
 _GCS = Backend(
     "compilecache.stores.objectstore:from_url",
     "fsspec and gcsfs (pip install 'compilecache[gcs]')",
-    _OBJECT_OPTIONS,
+    OBJECT_PARAMS,
     passthrough=True,
 )
 _AZURE = Backend(
     "compilecache.stores.objectstore:from_url",
     "fsspec and adlfs (pip install adlfs)",
-    _OBJECT_OPTIONS,
+    OBJECT_PARAMS,
     passthrough=True,
 )
-_REDIS = Backend(
-    "compilecache.stores.redis:from_url", _REDIS_HINT, _REDIS_OPTIONS, passthrough=True
-)
+_REDIS = Backend("compilecache.stores.redis:from_url", _REDIS_HINT, REDIS_PARAMS, passthrough=True)
 # scheme -> backend. Lazy: nothing heavy is imported until a URL with that scheme is opened.
 _BUILTIN: dict[str, Backend] = {
     "file": Backend("compilecache.stores.local:from_url", "", _DIRECTORY_OPTIONS),
