@@ -510,35 +510,17 @@ class LocalStore(LeaseFilesMixin, Store):
             raise ReadOnlyStore(f"{self.root} is on read-only media")
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
-        self._refuse_writes()
-        meta = meta or EntryMeta()
-        created = time.time()
-        path = self.path_of(key)
-        frame = encode_frame(key, meta, created, len(value))
-        try:
-            path.parent.mkdir(exist_ok=True)
-            self._write_atomic(path, frame, value)
-        except OSError as exc:
-            raise StoreUnavailable(f"cannot write {path}: {exc}") from exc
-        try:
-            with self._transaction() as conn:
-                self._upsert_row(conn, key, len(value), meta, created)
-                total = conn.execute("SELECT value FROM meta WHERE name = 'total_size'").fetchone()
-            if total and total[0] > self.max_size:
-                self.evict(self.max_size)
-        except sqlite3.Error as exc:
-            # The file is published and valid; the next read adopts it into the index.
-            raise StoreUnavailable(f"cannot update the index {self.index_path}: {exc}") from exc
+        self.put_many([(key, value, meta)])
 
     def put_many(self, items: Sequence[tuple[str, bytes, EntryMeta | None]]) -> None:
-        """Several entries: every file first, then every row in one transaction (a prefetch
-        backfills a hundred entries; a transaction each cost a commit each). A failure part way
-        still indexes the files already published, then raises."""
+        """Several entries (``put`` is one): every file first, then every row in one
+        transaction (a prefetch backfills a hundred entries; a transaction each cost a commit
+        each). A failure part way still indexes the files already published, then raises."""
         self._refuse_writes()
         created = time.time()
         rows: list[tuple[str, int, EntryMeta]] = []
         shards: set[Path] = set()
-        failure: OSError | None = None
+        failure: StoreUnavailable | None = None
         for key, value, meta in items:
             meta = meta or EntryMeta()
             path = self.path_of(key)
@@ -548,7 +530,8 @@ class LocalStore(LeaseFilesMixin, Store):
                     shards.add(path.parent)
                 self._write_atomic(path, encode_frame(key, meta, created, len(value)), value)
             except OSError as exc:
-                failure = exc
+                failure = StoreUnavailable(f"cannot write {path}: {exc}")
+                failure.__cause__ = exc
                 break
             rows.append((key, len(value), meta))
         try:
@@ -565,7 +548,7 @@ class LocalStore(LeaseFilesMixin, Store):
             # The files are published and valid; their next reads adopt them into the index.
             raise StoreUnavailable(f"cannot update the index {self.index_path}: {exc}") from exc
         if failure is not None:
-            raise StoreUnavailable(f"cannot write into {self.root}: {failure}") from failure
+            raise failure
 
     def _write_atomic(self, path: Path, *chunks: bytes) -> None:
         write_atomic(self.tmp_dir / f"{uuid.uuid4().hex}.tmp", path, chunks)

@@ -296,10 +296,7 @@ class Tiered(Store):
             self._counts[depth]["saved_s"] += saved
         for d in self._backfill_targets[depth]:
             try:
-                if len(items) == 1:
-                    self.levels[d].put(*items[0])
-                else:
-                    self.levels[d].put_many(items)
+                self.levels[d].put_many(items)
             except Exception as exc:
                 self._failed(d, exc, "backfill")
                 continue
