@@ -43,7 +43,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import common
 
@@ -123,14 +123,49 @@ class Runner:
         )
 
 
-def comparisons(remote: str) -> tuple[tuple[str, str, str], ...]:
-    """The ratios reported for ``remote``: (name, variant, the variant it is divided by)."""
+class Comparison(NamedTuple):
+    """One reported ratio: ``over`` (a variant) divided by ``base``, with its target if any."""
+
+    name: str  # the key in the results: ``{name}_{remote}``
+    over: str
+    base: str
+    label: str
+    target: float | None
+
+
+def comparisons(remote: str) -> tuple[Comparison, ...]:
+    """The ratios reported for ``remote``."""
     return (
-        ("prefetch", f"fresh_prefetch_{remote}", "warm_local"),
-        ("noprefetch", f"fresh_noprefetch_{remote}", "warm_local"),
-        ("cold", f"cold_{remote}", "cold_local"),
-        ("jaxown", "jax_own_s3" if remote == "s3" else "", "warm_local"),
+        Comparison(
+            "prefetch",
+            f"fresh_prefetch_{remote}",
+            "warm_local",
+            "fresh + prefetch / warm local",
+            TARGET_PREFETCH,
+        ),
+        Comparison(
+            "noprefetch",
+            f"fresh_noprefetch_{remote}",
+            "warm_local",
+            "fresh, no prefetch / warm local",
+            None,
+        ),
+        Comparison(
+            "cold", f"cold_{remote}", "cold_local", "cold with remote / cold local", TARGET_COLD
+        ),
+        Comparison(
+            "jaxown",
+            "jax_own_s3" if remote == "s3" else "",
+            "warm_local",
+            "JAX's own cache on S3 / warm local",
+            None,
+        ),
     )
+
+
+def ratio_key(remote: str, c: Comparison) -> str:
+    """The results key of the ratio of medians, less its ``_wall``/``_span`` suffix."""
+    return f"{c.name}_{remote}_over_{c.base.removesuffix('_local')}"
 
 
 def jax_s3_status() -> str:
@@ -277,21 +312,21 @@ def measure(
             for metric in ("wall", "span"):
                 key = f"{metric}_median_s"
                 for r in ("redis", "s3"):
-                    for name, over, base in comparisons(r):
-                        if over in v and base in v:  # not when --variants left one out
-                            ratios[f"{name}_{r}_over_{base.replace('_local', '')}_{metric}"] = (
-                                common.ratio(v[over][key], v[base][key])
+                    for c in comparisons(r):
+                        if c.over in v and c.base in v:  # not when --variants left one out
+                            ratios[f"{ratio_key(r, c)}_{metric}"] = common.ratio(
+                                v[c.over][key], v[c.base][key]
                             )
             summary["ratios"] = ratios
             # Paired: each round's ratio of the two variants' walls (run minutes apart at most,
             # so a machine that drifts between rounds shifts both), then the median and spread.
             paired: dict[str, list[float]] = {}
             for r in ("redis", "s3"):
-                for name, over, base in comparisons(r):
-                    if over in v and base in v:
-                        paired[f"{name}_{r}"] = [
+                for c in comparisons(r):
+                    if c.over in v and c.base in v:
+                        paired[f"{c.name}_{r}"] = [
                             common.ratio(a["wall_s"], b["wall_s"])
-                            for a, b in zip(samples[over], samples[base], strict=True)
+                            for a, b in zip(samples[c.over], samples[c.base], strict=True)
                         ]
             summary["paired"] = {
                 k: {"median": common.median(x), "min": min(x), "max": max(x)}
@@ -365,18 +400,12 @@ def markdown(data: dict[str, Any]) -> str:
         ]
         ratio_rows = []
         for remote in ("redis", "s3"):
-            for label, key, target in (
-                ("fresh + prefetch / warm local", f"prefetch_{remote}_over_warm", TARGET_PREFETCH),
-                ("fresh, no prefetch / warm local", f"noprefetch_{remote}_over_warm", None),
-                ("cold with remote / cold local", f"cold_{remote}_over_cold", TARGET_COLD),
-                ("JAX's own cache on S3 / warm local", f"jaxown_{remote}_over_warm", None),
-            ):
+            for c in comparisons(remote):
+                label, key, target = c.label, ratio_key(remote, c), c.target
                 if f"{key}_wall" not in r:
                     continue
                 wall = r[f"{key}_wall"]
-                pair = s.get("paired", {}).get(
-                    key.replace("_over_warm", "").replace("_over_cold", "")
-                )
+                pair = s.get("paired", {}).get(f"{c.name}_{remote}")
                 judged = pair["median"] if pair else wall
                 verdict = "" if target is None else ("met" if judged <= target else "NOT met")
                 ratio_rows.append(

@@ -55,6 +55,8 @@ URL_OPTIONS = frozenset(
 )
 DEFAULT_PORT = 6379
 _CERT_REQS = ("none", "optional", "required")
+# redis-py's reading of a boolean option (anything else is true; "off" added, as base.flag reads
+# it), not base.flag's stricter one: ``ssl_check_hostname=n`` is no error with either client.
 _FALSE = ("0", "f", "false", "n", "no", "off")
 # Arguments up to this size are copied into the command buffer; larger ones (chunks of MiB) are
 # sent from their own memory, never copied.
