@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,27 @@ def run_python(
         f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     )
     return proc
+
+
+def in_threads(
+    work: Callable[[int], None], count: int, timeout: float = 120
+) -> list[BaseException]:
+    """Run ``work(0)`` to ``work(count - 1)`` at once, one thread each; what they raised."""
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            work(n)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), f"threads still running after {timeout} s"
+    return errors
 
 
 def last_json(text: str) -> Any:

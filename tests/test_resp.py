@@ -28,7 +28,7 @@ from compilecache.stores.resp import (
     RespTimeoutError,
 )
 from tests import servers
-from tests.conftest import clean_env
+from tests.conftest import clean_env, in_threads
 from tests.servers import RedisServer, TlsProxy, delayed, free_port
 
 redis_server = servers.redis_server
@@ -380,28 +380,20 @@ def test_max_connections(redis_server: RedisServer) -> None:
 
 def test_sixteen_threads_share_one_client(redis_server: RedisServer) -> None:
     client = RespClient.from_url(redis_server.url, socket_timeout=10, max_connections=16)
-    errors: list[BaseException] = []
     prefix = key()
 
     def work(n: int) -> None:
-        try:
-            for i in range(150):
-                k = f"{prefix}:{n}:{i}"
-                value = f"{n}:{i}:".encode() * (1 + (n * i) % 700)
-                pipe = client.pipeline(transaction=False)
-                pipe.set(k, value).execute_command("INCR", f"{prefix}:count").mget([k, key()])
-                ok, _, got = pipe.execute()
-                assert ok is True and got == [value, None]
-                assert client.get(k) == value
-                assert client.hgetall(k + ":h") == {}
-        except BaseException as exc:
-            errors.append(exc)
+        for i in range(150):
+            k = f"{prefix}:{n}:{i}"
+            value = f"{n}:{i}:".encode() * (1 + (n * i) % 700)
+            pipe = client.pipeline(transaction=False)
+            pipe.set(k, value).execute_command("INCR", f"{prefix}:count").mget([k, key()])
+            ok, _, got = pipe.execute()
+            assert ok is True and got == [value, None]
+            assert client.get(k) == value
+            assert client.hgetall(k + ":h") == {}
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    errors = in_threads(work, 16)
     assert not errors, errors[:3]
     assert client.get(f"{prefix}:count") == b"2400"
     opened, idle = client.connections()

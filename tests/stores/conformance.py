@@ -9,13 +9,13 @@ wrapper that refuses writes subclasses :class:`CapabilityConformance` alone.
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
 
 import pytest
 
 from compilecache.stores.base import NO_COORDINATION, EntryMeta, Store
+from tests.conftest import in_threads
 
 
 class CapabilityConformance:
@@ -188,26 +188,16 @@ class StoreConformance(CapabilityConformance):
         assert store.get("big") == value
 
     def test_threads(self, store: Store) -> None:
-        errors: list[BaseException] = []
-
         def worker(n: int) -> None:
-            try:
-                for i in range(20):
-                    key = f"t{i % 5}"
-                    value = f"{key}:{n}:{i}".encode() * 50
-                    store.put(key, value)
-                    got = store.get(key)
-                    # Another thread may have replaced it, but only with a whole value.
-                    assert got is None or got.split(b":")[0] == key.encode()
-            except BaseException as exc:
-                errors.append(exc)
+            for i in range(20):
+                key = f"t{i % 5}"
+                value = f"{key}:{n}:{i}".encode() * 50
+                store.put(key, value)
+                got = store.get(key)
+                # Another thread may have replaced it, but only with a whole value.
+                assert got is None or got.split(b":")[0] == key.encode()
 
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        assert in_threads(worker, 4) == []
 
     def test_close_is_idempotent(self, store: Store) -> None:
         store.close()
