@@ -15,8 +15,9 @@ empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TMPDIR`` unless the scenario says otherw
   ``save_cache_artifacts`` into fresh directories (the load is inside the timed span);
 - ``compilecache (local store)`` / ``compilecache (Redis store)``: ``compilecache run``'s
   bootstrap with ``COMPILECACHE_URL`` = a local directory, or the same entries copied into Redis;
-- ``compilecache, PCH on``: the same with Inductor's precompiled headers left on (the decision
-  compilecache makes for you is to turn them off; this measures the alternative);
+- ``compilecache, PCH off``: the same with Inductor's precompiled headers turned off, as
+  compilecache did before issue 23 (it now keeps torch's default, the header carried through the
+  store: :mod:`compilecache.frameworks.torch_headers`);
 - ``compilecache same machine``: compilecache's first run's own directories again (a second run
   on the same machine: torch's local caches serve the graphs, compilecache counts them as hits of
   its ``torch-local`` level); ``compilecache same machine, torch local off``: the alternative of
@@ -31,6 +32,14 @@ produce the same output and gradients (SHA-256 digest).
     python benchmarks/bench_torch.py              # mlp and block, 3 warm runs per scenario
     python benchmarks/bench_torch.py --quick      # mlp only, 1 warm run per scenario
     python benchmarks/bench_torch.py --warm-start # issue 12's rows only (bench_torch-warm-start)
+    python benchmarks/bench_torch.py --real       # transformers models (bench_torch-real)
+
+``--real`` (issue 23) runs transformers' GPT-2 and Llama (random init from a small config, see
+``torch_step``) in rounds of five interleaved variants: eager (no compile), torch's own cold
+compile, compilecache's cold compile (an empty store), torch's warm local cache, and compilecache
+on a new machine (empty Inductor and temporary directories, the store of the first cold run).
+Time to first step is the child's whole wall time (process start to exit, compilecache's
+bootstrap included); the compile overhead is that minus the eager run's, per round.
 """
 
 from __future__ import annotations
@@ -53,6 +62,22 @@ NAME = "bench_torch"
 # Children run the compilecache next to this script (a checkout, or a snapshot of one).
 SRC = common.REPO_ROOT / "src"
 MODELS = {"mlp": "MLP 256-1024-256", "block": "transformer block d=128 h=4"}
+REAL_MODELS = {
+    "gpt2": "transformers GPT2LMHeadModel, 2 layers, 4 heads, width 128, vocabulary 512",
+    "llama": "transformers LlamaForCausalLM, 2 layers, 4 heads (2 KV), width 128, vocabulary 512",
+}
+# Issue 23: a cold compile under compilecache <= 1.05x torch's own; on a new machine the compile
+# overhead (time to first step minus eager) <= 0.5x that of torch's warm local cache.
+TARGET_COLD_OVER_TORCH_COLD = 1.05
+TARGET_OVERHEAD_OVER_TORCH_WARM = 0.5
+REAL_ROUND = ("eager", "cold_fresh", "cc_cold", "torch_warm_local", "cc_local")
+REAL_LABELS = {
+    "eager": "eager (no torch.compile)",
+    "cold_fresh": "torch cold (empty dirs)",
+    "cc_cold": "compilecache cold (empty store, empty dirs)",
+    "torch_warm_local": "torch warm local disk (same dirs)",
+    "cc_local": "compilecache, new machine (empty dirs, the store)",
+}
 TARGET_OVER_WARM_LOCAL = 1.5  # compilecache hit <= 1.5 x torch's warm local disk
 TARGET_SPEEDUP_OVER_TORCH_REMOTE = 5.0  # and >= 5x faster than torch's remote and mega-cache
 # Issue 12: warm starts through compilecache, on a new machine and on the same one, take at most
@@ -60,13 +85,13 @@ TARGET_SPEEDUP_OVER_TORCH_REMOTE = 5.0  # and >= 5x faster than torch's remote a
 TARGET_WARM_OVER_TORCH_WARM_LOCAL = 0.5
 METRICS = ("first_step_s", "first_step_cpu_s", "wall_s")
 
-# compilecache is enabled by the bootstrap (sitecustomize) before this runs; "pch-on" keeps
-# Inductor's precompiled headers on, to measure the alternative to compilecache's choice.
+# compilecache is enabled by the bootstrap (sitecustomize) before this runs; "pch-off" turns
+# Inductor's precompiled headers off, as compilecache did before issue 23.
 CHILD = r"""
 import runpy, sys
 from compilecache.frameworks import torch as integration
-if sys.argv[1] == "pch-on":
-    integration.INDUCTOR_FLAGS["cpp_cache_precompile_headers"] = True
+if sys.argv[1] == "pch-off":
+    integration.INDUCTOR_FLAGS["cpp_cache_precompile_headers"] = False
 if sys.argv[1] == "torch-local-off":
     integration.INDUCTOR_FLAGS["fx_graph_cache"] = False
     integration.FUNCTORCH_FLAGS["enable_autograd_cache"] = False
@@ -77,8 +102,8 @@ runpy.run_module("compilecache.workloads.torch_step", run_name="__main__")
 POPULATE = {
     "cold": "cold (torch defaults, empty dirs)",
     "torch_remote_populate": "torch remote (Redis), first run",
-    "cc_populate": "compilecache, first run (PCH off)",
-    "cc_pch_populate": "compilecache, first run (PCH on)",
+    "cc_populate": "compilecache, first run",
+    "cc_pch_populate": "compilecache, first run (PCH off)",
     "cc_tl_populate": "compilecache, first run (torch local off)",
 }
 # In rotation order: compilecache's hit runs next to torch's warm local run, so that the two
@@ -89,7 +114,7 @@ WARM = {
     "cc_redis": "compilecache hit, Redis store, empty dirs",
     "torch_remote": "torch remote (Redis) hit, empty dirs",
     "torch_mega": "torch mega-cache loaded, empty dirs",
-    "cc_pch": "compilecache hit, PCH on, empty dirs",
+    "cc_pch": "compilecache hit, PCH off, empty dirs",
     "cc_same": "compilecache same machine (its dirs again)",
     "cc_same_tl": "compilecache same machine, torch local off",
 }
@@ -136,7 +161,7 @@ class Bench:
             env = runner.child_environment(
                 common.clean_env(**dirs, PYTHONPATH=str(SRC)), spool, {"COMPILECACHE_URL": url}
             )
-            args = [sys.executable, "-c", CHILD, mode or ("pch-on" if pch else "pch-off")]
+            args = [sys.executable, "-c", CHILD, mode or ("default" if pch else "pch-off")]
             args += ["--model", self.model, "--salt", self.salt]
             proc = common.run_json(args, env, timeout=1800)
             return proc, runner.read_spool(Path(spool))
@@ -157,15 +182,24 @@ class Bench:
         elif scenario == "torch_mega":
             proc, counters = self._plain(fresh_dirs(self.root), ["--load-mega", str(self.mega)], {})
         elif scenario in ("cc_populate", "cc_same"):
-            proc, counters = self._cc(self.cc_dirs, self.cc_store, pch=False)
+            proc, counters = self._cc(self.cc_dirs, self.cc_store, pch=True)
         elif scenario in ("cc_tl_populate", "cc_same_tl"):
-            proc, counters = self._cc(self.cc_tl_dirs, self.cc_tl_store, False, "torch-local-off")
+            proc, counters = self._cc(self.cc_tl_dirs, self.cc_tl_store, True, "torch-local-off")
         elif scenario == "cc_local":
-            proc, counters = self._cc(fresh_dirs(self.root), self.cc_store, pch=False)
+            proc, counters = self._cc(fresh_dirs(self.root), self.cc_store, pch=True)
         elif scenario == "cc_redis":
-            proc, counters = self._cc(fresh_dirs(self.root), self.cc_redis, pch=False)
+            proc, counters = self._cc(fresh_dirs(self.root), self.cc_redis, pch=True)
         elif scenario in ("cc_pch_populate", "cc_pch"):
-            proc, counters = self._cc(fresh_dirs(self.root), self.cc_pch_store, pch=True)
+            proc, counters = self._cc(fresh_dirs(self.root), self.cc_pch_store, pch=False)
+        elif scenario == "eager":
+            proc, counters = self._plain(fresh_dirs(self.root), ["--eager"], {})
+        elif scenario == "cold_fresh":
+            proc, counters = self._plain(fresh_dirs(self.root), [], {})
+        elif scenario == "cc_cold":
+            store = str(self.root / f"cc-store-{uuid.uuid4().hex[:8]}")
+            proc, counters = self._cc(fresh_dirs(self.root), store, pch=True)
+            if not Path(self.cc_store).exists():
+                Path(store).rename(self.cc_store)  # the new-machine runs read the first one
         else:
             raise ValueError(scenario)
         record = dict(proc.record)
@@ -348,6 +382,169 @@ def measure(
     }
 
 
+def measure_real(model: str, root: Path, rounds: int) -> dict[str, Any]:
+    """Issue 23: the five variants of :data:`REAL_ROUND`, interleaved, ``rounds`` times."""
+    bench = Bench(model, root, "", 0)
+    for number in range(rounds):
+        common.progress(f"{model}: round {number + 1} of {rounds}")
+        for scenario in REAL_ROUND:
+            # The first round's torch cold run fills the directories torch's warm runs reuse.
+            name = "cold" if scenario == "cold_fresh" and number == 0 else scenario
+            bench.run(name)["round"] = number
+    for record in bench.runs:
+        if record["scenario"] == "cold":
+            record["scenario"] = "cold_fresh"
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
+    for record in bench.runs:
+        by_round.setdefault(record["round"], {})[record["scenario"]] = record
+    summary: dict[str, Any] = {}
+    for scenario in REAL_ROUND:
+        mine = [r for r in bench.runs if r["scenario"] == scenario]
+        summary[scenario] = {
+            "runs": len(mine),
+            **{m: common.median([r[m] for r in mine]) for m in METRICS},
+            **{f"{m}_range": [min(r[m] for r in mine), max(r[m] for r in mine)] for m in METRICS},
+        }
+
+    def per_round(fn: Any) -> list[float]:
+        return [fn(r) for r in by_round.values()]
+
+    def overhead(r: dict[str, dict[str, Any]], scenario: str) -> float:
+        return float(r[scenario]["wall_s"] - r["eager"]["wall_s"])
+
+    cold = per_round(lambda r: r["cc_cold"]["wall_s"] / r["cold_fresh"]["wall_s"])
+    warm = per_round(
+        lambda r: common.ratio(overhead(r, "cc_local"), overhead(r, "torch_warm_local"))
+    )
+    new_machine = [r for r in bench.runs if r["scenario"] == "cc_local"]
+    verdict = {
+        "cold_over_torch_cold": common.median(cold),
+        "cold_over_torch_cold_range": [min(cold), max(cold)],
+        "overhead_over_torch_warm": common.median(warm),
+        "overhead_over_torch_warm_range": [min(warm), max(warm)],
+        "overheads_s": {
+            s: common.median(per_round(lambda r, s=s: overhead(r, s)))
+            for s in REAL_ROUND
+            if s != "eager"
+        },
+    }
+    verdict["met"] = {
+        "cold": verdict["cold_over_torch_cold"] <= TARGET_COLD_OVER_TORCH_COLD,
+        "warm": verdict["overhead_over_torch_warm"] <= TARGET_OVERHEAD_OVER_TORCH_WARM,
+    }
+    return {
+        "model": model,
+        "description": REAL_MODELS[model],
+        "summary": summary,
+        "verdicts": verdict,
+        "identical_results": len({r["digest"] for r in bench.runs if not r.get("eager")}) == 1,
+        "new_machine_compiled_nothing": all(
+            r["torch_counters"]["fxgraph_cache_miss"] == 0
+            and r["torch_counters"]["autograd_cache_miss"] == 0
+            and r["compilecache"].get("torch.kernel.misses", 0) == 0
+            for r in new_machine
+        ),
+        "runs": bench.runs,
+    }
+
+
+def render_real(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
+    parts = [
+        "# torch.compile on transformers models: cold compiles and new-machine warm starts",
+        "",
+        common.machine_markdown(info).replace(
+            "jax", "torch " + info.get("torch", "?") + ", jax", 1
+        ),
+        "",
+        f"Reproduce: `{command}`",
+        "",
+        "Each round runs the five variants once, in turn, each a fresh process. `wall_s`: the "
+        "whole child process (time to the first step's gradients, plus the digest and exit); "
+        "`first_step_s`: `torch.compile` to the end of `backward`. Medians (min-max). The "
+        "compile overhead is a variant's `wall_s` minus the eager run's of the same round; the "
+        "ratios are medians over rounds of the per-round ratios.",
+    ]
+    for block in blocks:
+        s, v = block["summary"], block["verdicts"]
+        rows = []
+        for scenario in REAL_ROUND:
+            x = s[scenario]
+            rows.append(
+                [
+                    REAL_LABELS[scenario],
+                    x["runs"],
+                    *(
+                        f"{common.fmt(x[m])} ({common.fmt(x[m + '_range'][0])}-"
+                        f"{common.fmt(x[m + '_range'][1])})"
+                        for m in ("wall_s", "first_step_s", "first_step_cpu_s")
+                    ),
+                    common.fmt(v["overheads_s"].get(scenario, float("nan"))),
+                ]
+            )
+        met = v["met"]
+        parts += [
+            "",
+            f"## {block['description']}",
+            "",
+            common.markdown_table(
+                ["variant", "runs", "wall_s", "first_step_s", "first_step_cpu_s", "overhead_s"],
+                rows,
+            ),
+            "",
+            common.markdown_table(
+                ["comparison", "median", "min-max", "target", "verdict"],
+                [
+                    [
+                        "compilecache cold / torch cold (wall)",
+                        common.fmt(v["cold_over_torch_cold"]),
+                        "-".join(common.fmt(x) for x in v["cold_over_torch_cold_range"]),
+                        f"<= {TARGET_COLD_OVER_TORCH_COLD}",
+                        "met" if met["cold"] else "MISSED",
+                    ],
+                    [
+                        "compile overhead: compilecache new machine / torch warm local",
+                        common.fmt(v["overhead_over_torch_warm"]),
+                        "-".join(common.fmt(x) for x in v["overhead_over_torch_warm_range"]),
+                        f"<= {TARGET_OVERHEAD_OVER_TORCH_WARM}",
+                        "met" if met["warm"] else "MISSED",
+                    ],
+                ],
+            ),
+            "",
+            f"Identical output and gradients in every compiled run: "
+            f"{'yes' if block['identical_results'] else 'NO'}. The new-machine runs compiled "
+            f"nothing (no FX, AOT or kernel miss): "
+            f"{'yes' if block['new_machine_compiled_nothing'] else 'NO'}.",
+        ]
+    return "\n".join(parts)
+
+
+def main_real(models: list[str], rounds: int, write: bool) -> int:
+    info = common.machine_info()
+    info["torch"] = common._version("torch")
+    info["transformers"] = common._version("transformers")
+    with tempfile.TemporaryDirectory(prefix="bench-torch-real-") as tmp:
+        blocks = [measure_real(model, Path(tmp), rounds) for model in models]
+    command = common.command_line()
+    markdown = render_real(info, blocks, command)
+    print(markdown)
+    if write:
+        data = common.results_record(
+            f"{NAME}-real",
+            info,
+            False,
+            targets={
+                "cold_over_torch_cold_max": TARGET_COLD_OVER_TORCH_COLD,
+                "overhead_over_torch_warm_max": TARGET_OVERHEAD_OVER_TORCH_WARM,
+            },
+            targets_met=all(all(b["verdicts"]["met"].values()) for b in blocks),
+            models=blocks,
+        )
+        paths = common.write_results(f"{NAME}-real", data, markdown)
+        common.progress(f"wrote {paths[0]} and {paths[1]}")
+    return 0
+
+
 def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
     parts = [
         "# torch.compile warm start on a new machine: torch's caches vs compilecache",
@@ -493,10 +690,8 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
                         "compilecache hit, Redis store / torch warm local disk",
                         "cc_redis_over_torch_warm_local",
                     ),
-                    row("compilecache hit: PCH on / PCH off", "cc_pch_over_cc_local"),
-                    row(
-                        "compilecache first run (PCH off) / cold (PCH on)", "cc_populate_over_cold"
-                    ),
+                    row("compilecache hit: PCH off / PCH on", "cc_pch_over_cc_local"),
+                    row("compilecache first run / cold", "cc_populate_over_cold"),
                 ],
             ),
             "",
@@ -510,11 +705,8 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
         ]
     parts += [
         "",
-        "Precompiled headers: compare `compilecache, first run (PCH off)` with `cold` (torch's "
-        "default, PCH on) for the cold cost of turning them off, and `compilecache hit, PCH on` "
-        "with `compilecache hit, local store` for the warm cost of keeping them: with PCH on, "
-        "the header is rebuilt by the C++ compiler on every new machine even when every kernel "
-        "binary is fetched.",
+        "Precompiled headers: compilecache keeps torch's default (on) and carries the header "
+        "through the store; `compilecache hit, PCH off` is the choice it made before issue 23.",
     ]
     return "\n".join(parts)
 
@@ -530,6 +722,16 @@ def main(argv: list[str] | None = None) -> int:
         help="issue 12's rows only (cold, compilecache first runs, warm local, new machine, same "
         "machine); results/bench_torch-warm-start.*",
     )
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="transformers models (gpt2, llama): eager, cold and warm, interleaved "
+        "(results/bench_torch-real.*)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --real (default 3)")
+    parser.add_argument(
+        "--real-models", nargs="+", choices=list(REAL_MODELS), help="default: gpt2 llama"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write results/")
     parser.add_argument(
         "--rerender", action="store_true", help="rewrite results/bench_torch.md from the JSON"
@@ -543,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown)
         common.write_results(NAME, data, markdown)
         return 0
+    if args.real:
+        return main_real(args.real_models or list(REAL_MODELS), args.rounds, not args.no_write)
     models = args.models or (["mlp"] if args.quick else list(MODELS))
     warm_runs = args.warm_runs or (1 if args.quick else 3)
 

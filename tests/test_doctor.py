@@ -221,14 +221,16 @@ def test_jax_pitfalls() -> None:
 
 def test_torch_pitfalls() -> None:
     facts = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": True}}]
-    report = doctor.analyze(["p"], [RunResult(0, facts=facts)], {})
+    report = doctor.analyze(
+        ["p"], [RunResult(0, facts=facts)], {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
+    )
     by_title = {f.title: f for f in report.findings}
     assert (
-        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0"
-        in by_title["torch Inductor precompiled headers are on"].fix
+        "unset TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"
+        in by_title["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0 is set"].fix
     )
     assert by_title["OMP_NUM_THREADS is not set"].fix.startswith("export OMP_NUM_THREADS=2")
-    pinned = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": False}}]
+    pinned = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": True}}]
     assert not doctor.analyze(
         ["p"], [RunResult(0, facts=pinned)], {"OMP_NUM_THREADS": "2"}
     ).findings

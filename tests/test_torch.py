@@ -195,7 +195,7 @@ def test_hooks_are_live_on_installed_torch() -> None:
     vec_isa = sys.modules["torch._inductor.cpu_vec_isa"].VecISA
     # ISA probe children do not start compilecache (see Integration._hook_cpu_vec_isa).
     assert vec_isa._build_probe_env()["COMPILECACHE_DISABLE"] == "1"
-    assert config.cpp_cache_precompile_headers is False
+    assert config.cpp_cache_precompile_headers is True
     assert config.fx_graph_remote_cache is True and functorch.enable_remote_autograd_cache is True
     # torch's config values are per thread: the flags must hold in other threads too.
     seen: dict[str, Any] = {}
@@ -208,7 +208,7 @@ def test_hooks_are_live_on_installed_torch() -> None:
     thread = threading.Thread(target=read_flags)
     thread.start()
     thread.join()
-    assert seen == {"pch": False, "fx": True, "aot": True}
+    assert seen == {"pch": True, "fx": True, "aot": True}
     compilecache.disable()
     assert integration.active() is None
     assert integration.hook_status() == {}

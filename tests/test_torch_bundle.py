@@ -427,9 +427,9 @@ def test_blob_import_never_replaces_a_valid_entry_and_hashes_unsafe_keys(tmp_pat
 
 
 def test_graphs_compiled_with_other_flags_are_skipped_unless_no_check(tmp_path: Path) -> None:
-    """A plain torch process precompiles headers by default: compilecache turns that off, so
-    such graphs (and the AOTAutograd entries built on them) would never be looked up."""
-    other = LINE + "inductor_config[cpp_cache_precompile_headers]: True"
+    """Graphs compiled with an Inductor flag compilecache sets otherwise (here precompiled
+    headers turned off) and the AOTAutograd entries built on them would never be looked up."""
+    other = LINE + "inductor_config[cpp_cache_precompile_headers]: False"
     blob = tmp_path / "torch.bin"
     blob.write_bytes(
         write_blob(
@@ -441,8 +441,8 @@ def test_graphs_compiled_with_other_flags_are_skipped_unless_no_check(tmp_path: 
     )
     report = import_blob(blob, LocalStore(tmp_path / "checked"))
     assert report.transferred == [] and len(report.skipped) == 2
-    assert all("cpp_cache_precompile_headers=True" in r for _, r in report.skipped)
-    assert all("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0" in r for _, r in report.skipped)
+    assert all("cpp_cache_precompile_headers=False" in r for _, r in report.skipped)
+    assert all("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=1" in r for _, r in report.skipped)
     forced = import_blob(blob, LocalStore(tmp_path / "forced"), check=False)
     assert len(forced.transferred) == 2
 

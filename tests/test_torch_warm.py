@@ -57,13 +57,23 @@ if fake == "torch":
 import compilecache
 session = compilecache.enable(url)
 from compilecache.workloads import torch_step
-result = torch_step.run("tiny")
+if fake == "salt":  # other graph and kernel keys, the same headers
+    result = torch_step.run("tiny", salt="another-program")
+elif fake == "fastmath":  # another compiler flag on every command line
+    result = torch_step.run("tiny", inductor_config={"cpp.enable_unsafe_math_opt_flag": True})
+else:
+    result = torch_step.run("tiny")
 result["stats"] = session.stats()
 result["started"] = started
 print(json.dumps(result), flush=True)
 """
 
 WRAPPER = '#!/bin/sh\nexec "{real}" "$@"\n'
+# Another build of the same compiler: its `-v` text says so.
+OTHER_BUILD = (
+    '#!/bin/sh\nif [ "$1" = "-v" ]; then "{real}" -v; echo "another build" >&2; exit 0; fi\n'
+    'exec "{real}" "$@"\n'
+)
 
 
 def probes_run(result: dict[str, Any]) -> int:
@@ -72,6 +82,27 @@ def probes_run(result: dict[str, Any]) -> int:
 
 def compiler_checks_run(result: dict[str, Any]) -> int:
     return sum(args.endswith((" -v", " --version")) for args in result["started"])
+
+
+def header_work(result: dict[str, Any]) -> tuple[int, int]:
+    """(preprocessing runs of the precompiled header, compiles of it) the process started."""
+    started = result["started"]
+    return (
+        sum(" -E " in a and "header.hpp" in a for a in started),
+        sum(".gch" in a for a in started),
+    )
+
+
+def wrapped_compilers(bin_dir: Path, script: str) -> str:
+    """``bin_dir`` holding ``script`` in front of each C/C++ compiler; a PATH prefix."""
+    bin_dir.mkdir()
+    for name in ("g++", "gcc", "c++", "cc"):
+        real = shutil.which(name)
+        if real is not None:
+            wrapper = bin_dir / name
+            wrapper.write_text(script.format(real=real))
+            wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return f"{bin_dir}{os.pathsep}"
 
 
 class Machine:
@@ -150,17 +181,7 @@ def test_another_cpu_compiler_or_torch_never_reuses_an_answer(
 ) -> None:
     """A fake CPU feature list, a wrapper script standing in for another g++, another torch
     version string: the probes run again, and the miss names the part that changed."""
-    prefix = ""
-    if part == "compiler":
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        for name in ("g++", "gcc", "c++", "cc"):
-            real = shutil.which(name)
-            if real is not None:
-                wrapper = bin_dir / name
-                wrapper.write_text(WRAPPER.format(real=real))
-                wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-        prefix = f"{bin_dir}{os.pathsep}"
+    prefix = wrapped_compilers(tmp_path / "bin", WRAPPER) if part == "compiler" else ""
     result = Machine(tmp_path / "m", prefix).run(
         warmed["store"], fake=part if part != "compiler" else ""
     )
@@ -178,6 +199,58 @@ def test_another_cpu_compiler_or_torch_never_reuses_an_answer(
     assert result["digest"] == warmed["cold"]["digest"]
     changed = {d["component"] for r in misses_explained(warmed["store"]) for d in r["differences"]}
     assert part in changed, changed
+
+
+@pytest.mark.slow
+def test_precompiled_header_is_built_once_and_a_new_machine_needs_none(
+    warmed: dict[str, Any],
+) -> None:
+    """Issue 23: Inductor's precompiled header stays on. The first machine preprocesses and
+    compiles it once (stored); a new machine whose kernels all come from the store neither
+    preprocesses it (the answer is checked against the files it read) nor compiles it."""
+    cold, warm = warmed["cold"], warmed["warm"]
+    assert header_work(cold) == (1, 1), cold["started"]
+    assert cold["stats"]["torch.header_misses"] == 1
+    assert cold["stats"]["torch.pch.misses"] == 1
+    assert header_work(warm) == (0, 0), warm["started"]
+    stats = warm["stats"]
+    assert stats["torch.header_hits"] == 1 and stats.get("torch.header_misses", 0) == 0
+    assert stats.get("torch.kernel.misses", 0) == 0
+    assert stats.get("torch.pch.hits", 0) == 0  # no kernel compiled: the .gch not even read
+    assert not [a for a in warm["started"] if "g++" in a or "c++" in a], warm["started"]
+
+
+@pytest.mark.slow
+def test_a_kernel_compiled_on_a_new_machine_uses_the_stored_precompiled_header(
+    warmed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Other graphs (a new cache_key_tag) on a new machine: its kernels compile, with the
+    precompiled header from the store, which no compiler builds again."""
+    result = Machine(tmp_path / "m").run(warmed["store"], fake="salt")
+    stats = result["stats"]
+    assert stats["torch.kernel.misses"] > 0  # kernels compiled here
+    assert stats["torch.header_hits"] == 1
+    assert stats["torch.pch.hits"] == 1 and stats.get("torch.pch.misses", 0) == 0
+    assert header_work(result) == (0, 0), result["started"]
+    assert result["digest"] == warmed["cold"]["digest"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", ["flag", "compiler"])
+def test_a_changed_flag_or_compiler_builds_the_header_again(
+    warmed: dict[str, Any], tmp_path: Path, change: str
+) -> None:
+    """Another compiler flag (-ffast-math) or another build of the compiler (its -v text):
+    the stored answer and the stored .gch are not used; torch preprocesses and compiles."""
+    if change == "compiler":
+        prefix = wrapped_compilers(tmp_path / "bin", OTHER_BUILD)
+        result = Machine(tmp_path / "m", prefix).run(warmed["store"])
+    else:
+        result = Machine(tmp_path / "m").run(warmed["store"], fake="fastmath")
+    stats = result["stats"]
+    assert stats["torch.header_misses"] == 1 and stats.get("torch.header_hits", 0) == 0
+    assert stats["torch.pch.misses"] == 1 and stats.get("torch.pch.hits", 0) == 0
+    assert header_work(result) == (1, 1), result["started"]
 
 
 @pytest.mark.slow

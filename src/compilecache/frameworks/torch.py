@@ -89,6 +89,7 @@ from typing import Any
 
 from compilecache import _importhook
 from compilecache.entry import EntryHeader
+from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
 from compilecache.frameworks.torch_sources import SourceKeyHooks
@@ -126,7 +127,7 @@ INDUCTOR_FLAGS: dict[str, Any] = {
     "fx_graph_remote_cache": True,
     "autotune_local_cache": True,
     "autotune_remote_cache": True,
-    "cpp_cache_precompile_headers": False,
+    "cpp_cache_precompile_headers": True,
 }
 FUNCTORCH_FLAGS: dict[str, Any] = {
     "enable_autograd_cache": True,
@@ -251,6 +252,10 @@ class Integration:
         self.probe_hooks = ProbeHooks(ProbeCache(cache))
         self.source_hooks = SourceKeyHooks(self.probe_hooks.probes)
         self.template_hooks = TemplateHooks(self.probe_hooks.probes)
+        headers = HeaderCache(self.probe_hooks.probes)
+        self.header_hook = HeaderHook(headers)
+        self.kernels.preprocess = headers.preprocess
+        self.kernels.before_compile = headers.ensure_for
         self.saved_record_result: dict[Any, Any] = {}
         self.saved_flags: dict[tuple[str, str], Any] = {}
         self.saved_defaults: dict[tuple[str, str], Any] = {}
@@ -439,6 +444,9 @@ class Integration:
         self._count_local_hits(getattr(module, "FxGraphCache", None), "fx")
         # torch_key() and triton_key() from the store (torch_sources).
         self.source_hooks.install(module)
+        # The precompiled header's preprocessing answered, its .gch from the store
+        # (torch_headers).
+        self.header_hook.install(module)
 
     def _count_local_hits(self, cls: Any, layer: str) -> None:
         """Wrap ``cls._record_result`` (torch's hit/miss bookkeeping of a lookup, told whether
@@ -579,6 +587,7 @@ class Integration:
             for name in HOOKED_MODULES:
                 _importhook.cancel(name)
             self.build_hook.uninstall()
+            self.header_hook.uninstall()
             self.probe_hooks.uninstall()
             self.source_hooks.uninstall()
             self.template_hooks.uninstall()
@@ -638,6 +647,7 @@ class Integration:
             )
         _private(CPP_BUILDER)
         status["kernel.CppBuilder.build"] = self.build_hook.live
+        status["headers._precompile_header"] = self.header_hook.live
         vec_isa = getattr(_private(CPU_VEC_ISA), "VecISA", None)
         probe_env = getattr(vec_isa, "_build_probe_env", None)
         status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")

@@ -24,7 +24,10 @@ Never a wrong hit: the key is a SHA-256 over everything that decides the bytes g
 - torch's version and git revision (its headers), the Python version (``Python.h``), the C
   library, and torch's ``cache_key_tag``.
 
-Precompiled headers, preprocessing and fbcode remote builds are left alone.
+Inductor's precompiled headers (``.gch``) travel the same way, as ``pch`` entries; the header's
+preprocessing is handed to :mod:`compilecache.frameworks.torch_headers`, which also builds an
+answered header's ``.gch`` before the first kernel that needs the compiler (``before_compile``).
+fbcode remote builds are left alone.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ log = logging.getLogger("compilecache")
 
 FRAMEWORK = "torch"
 LAYER = "kernel"
+PCH_LAYER = "pch"
+PCH_SUFFIX = ".gch"
 KEY_VERSION = "compilecache-torch-kernel-v1"
 _CACHE_DIR_MARK = "<inductor-cache>"
 _DEFAULT_DIR_MARK = "<inductor-default-cache>"
@@ -231,6 +236,10 @@ class KernelCache:
         self.cache = cache
         self.on_built = on_built
         self.timer = SharedTimer()
+        # Set by the torch integration (torch_headers): a header's preprocessing build, and
+        # what must be ready before the compiler runs for a command line.
+        self.preprocess: Callable[[Any, Callable[[Any], None]], None] | None = None
+        self.before_compile: Callable[[str], None] | None = None
 
     def _context(self, builder: Any = None) -> tuple[str, list[tuple[str, str]], str]:
         torch = _private("torch")
@@ -270,6 +279,9 @@ class KernelCache:
 
     def build(self, builder: Any, original: Callable[[Any], None]) -> None:
         """``CppBuilder.build`` through the store: fetch, else build and store."""
+        if self.preprocess is not None and getattr(builder, "_preprocessing", False):
+            self.preprocess(builder, original)
+            return
         try:
             handled = _cacheable(builder)
             key, target = self.key_for(builder) if handled else (None, "")
@@ -278,6 +290,11 @@ class KernelCache:
             key, target = None, ""
         if key is not None and self._fetch(key, target):
             return
+        if self.before_compile is not None and not getattr(builder, "_precompiling", False):
+            try:
+                self.before_compile(str(builder.get_command_line()))
+            except Exception as exc:  # an optimisation only: the kernel compiles without it
+                log.debug("compilecache: precompiled header not prepared: %s", exc)
         token = self.timer.start()
         try:
             original(builder)
@@ -292,13 +309,13 @@ class KernelCache:
         try:
             found = self.cache.load(FRAMEWORK, key.store_key)
             if found is None:
-                self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.misses")
+                self.cache.stats.add(f"{FRAMEWORK}.{layer_of(target)}.misses")
                 return False
             write_into_place(target, found.payload)
         except Exception as exc:
             self.cache.warn_once("torch:kernel-get", f"kernel fetch failed, compiling: {exc}")
             return False
-        self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.hits")
+        self.cache.stats.add(f"{FRAMEWORK}.{layer_of(target)}.hits")
         log.debug("compilecache: kernel %s from %s", os.path.basename(target), key.store_key)
         return True
 
@@ -313,21 +330,26 @@ class KernelCache:
                 compile_time_s=elapsed,
                 versions=torch_versions(),
                 components=key.components,
-                extra={"layer": LAYER, "readable": key.readable},
+                extra={"layer": layer_of(target), "readable": key.readable},
             )
             self.cache.save(header, payload)
         except Exception as exc:
             self.cache.warn_once("torch:kernel-put", f"kernel not stored: {exc}")
 
 
+def layer_of(target: str) -> str:
+    """``pch`` for a precompiled header, ``kernel`` for everything else built."""
+    return PCH_LAYER if target.endswith(PCH_SUFFIX) else LAYER
+
+
 def _cacheable(builder: Any) -> bool:
-    """Shared libraries and objects built locally; not headers, preprocessing or remote builds."""
-    if any(
-        getattr(builder, name, False)
-        for name in ("_precompiling", "_preprocessing", "_use_relative_path")
-    ):
+    """Shared libraries, objects and precompiled headers built locally; not preprocessing or
+    remote builds."""
+    if any(getattr(builder, name, False) for name in ("_preprocessing", "_use_relative_path")):
         return False
     target = str(builder.get_target_file_path())
+    if getattr(builder, "_precompiling", False):
+        return target.endswith(PCH_SUFFIX)
     return target.endswith((".so", ".o", ".dylib", ".pyd", ".dll"))
 
 

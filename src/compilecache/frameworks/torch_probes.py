@@ -182,6 +182,10 @@ def compiler_check_key(check: str, args: tuple[Any, ...]) -> ProbeKey | None:
     return make_key("compiler", f"compiler {compilers[0] if compilers else '?'} {flag}", parts)
 
 
+class _Refused(Exception):
+    """A stored answer that its ``decode`` refused (it no longer holds on this host)."""
+
+
 class ProbeCache:
     """Probe answers through a :class:`Cache`: fetch, else run and store."""
 
@@ -190,7 +194,11 @@ class ProbeCache:
         self._lock = threading.Lock()
         self._memo: dict[str, Any] = {}
 
-    def _lookup(self, key: ProbeKey, counter: str) -> tuple[bool, Any]:
+    def lookup(
+        self, key: ProbeKey, counter: str, decode: Callable[[Any], Any] | None = None
+    ) -> tuple[bool, Any]:
+        """(True, the stored answer) or (False, None); ``decode`` turns the stored JSON into
+        the answer, and an answer it refuses (raises) is a miss."""
         with self._lock:
             if key.store_key in self._memo:
                 return True, self._memo[key.store_key]
@@ -203,6 +211,11 @@ class ProbeCache:
                 if found.header.framework != FRAMEWORK:
                     raise ValueError(f"entry belongs to {found.header.framework!r}")
                 value = json.loads(found.payload)["answer"]
+                if decode is not None:
+                    try:
+                        value = decode(value)
+                    except Exception as exc:
+                        raise _Refused from exc
                 with self._lock:
                     self._memo[key.store_key] = value
                 saved = found.header.compile_time_s - (time.perf_counter() - start)
@@ -211,6 +224,8 @@ class ProbeCache:
                 return True, value
         except ForeignEntry as exc:  # signed with another key: one warning per process, kept
             cache.note_foreign(FRAMEWORK, key.store_key, exc, count_miss=False)
+        except _Refused as exc:  # a stored answer that no longer holds here: a miss
+            log.debug("compilecache: stored %s not used: %s", key.name, exc.__cause__)
         except Exception as exc:  # never raise into torch: a miss, and torch does the work
             # A store error is one, whatever asked: the headline count says the store failed.
             cache.stats.add("errors", framework=FRAMEWORK)
@@ -219,7 +234,7 @@ class ProbeCache:
         cache.stats.add(f"{FRAMEWORK}.{counter}_misses")
         return False, None
 
-    def _save(self, key: ProbeKey, value: Any, seconds: float, *, explain: bool = True) -> None:
+    def save(self, key: ProbeKey, value: Any, seconds: float, *, explain: bool = True) -> None:
         """Store an answer. Not a compile: it is counted apart from the graphs' hits, misses
         and writes (``torch.probe_writes``), so that those still count compiles. ``explain``:
         record why it was not reused (an answer that only grew, a bundle, was not missed)."""
@@ -281,7 +296,7 @@ class ProbeCache:
         """``compute()`` through the store: the stored answer when one decodes, else computed
         (as torch would) and stored. ``encode``/``decode`` turn it into JSON and back; an answer
         that does not decode is a miss."""
-        hit, stored = self._lookup(key, counter)
+        hit, stored = self.lookup(key, counter)
         if hit:
             try:
                 return decode(stored)
@@ -294,7 +309,7 @@ class ProbeCache:
         except Exception as exc:
             log.debug("compilecache: %s not stored: %s", key.name, exc)
             return value
-        self._save(key, encoded, time.perf_counter() - start)
+        self.save(key, encoded, time.perf_counter() - start)
         return value
 
     def check_build(self, isa: Any, code: str, original: Callable[[Any, str], bool]) -> bool:

@@ -80,7 +80,7 @@ class TemplateBundle:
     def _load(self) -> dict[str, str]:
         """The stored bundle (read once; a bundle that does not decode is an empty one)."""
         if self._codes is None:
-            hit, stored = self.probes._lookup(self.key, "template_bundle")
+            hit, stored = self.probes.lookup(self.key, "template_bundle")
             valid = hit and isinstance(stored, dict)
             self._codes = {str(k): str(v) for k, v in stored.items()} if valid else {}
             self._missed = not valid
@@ -131,7 +131,7 @@ class TemplateBundle:
             self._dirty, self._added, self._missed = False, 0.0, False
         try:
             # A bundle that was missing is a miss worth explaining; one that only grew is not.
-            self.probes._save(self.key, codes, seconds, explain=explain)
+            self.probes.save(self.key, codes, seconds, explain=explain)
         except Exception as exc:
             log.debug("compilecache: kernel templates not stored: %s", exc)
 

@@ -15,7 +15,7 @@ spool (see :meth:`compilecache.session.Session.flush_stats`). Then:
     read-only mode or ``COMPILECACHE_MIN_COMPILE_TIME`` (from the cache layer), a failed write.
 (c) **Pitfalls.** Settings that defeat sharing or caching, from the processes' facts and the
     environment: JAX's cache directory inside the key on 0.10.x, a program-set JAX minimum
-    compile time or cache directory, torch precompiled headers, OMP thread counts left to each
+    compile time or cache directory, torch precompiled headers turned off, OMP thread counts left to each
     host's core count.
 
 Every finding carries a concrete fix.
@@ -486,18 +486,22 @@ def _pitfalls(
                 )
         torch = fact.get("torch")
         if isinstance(torch, dict) and "version" in torch:
-            if torch.get("precompile_headers") or env.get(
-                "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", ""
-            ).strip() in ("1", "true", "True"):
+            if env.get("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "").strip() in (
+                "0",
+                "false",
+                "False",
+            ):
                 found.setdefault(
                     "torch_pch",
                     Finding(
                         "pitfall",
-                        "torch Inductor precompiled headers are on",
-                        "The header (about 150 MB) lives outside TORCHINDUCTOR_CACHE_DIR and "
-                        "the setting is part of the FX graph key: hosts that differ in it "
-                        "never share entries.",
-                        "export TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0 on every host.",
+                        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0 is set",
+                        "compilecache keeps Inductor's precompiled headers on (torch's default) "
+                        "and carries the header through the store; torch processes that run "
+                        "without compilecache with the headers off compute other FX graph keys "
+                        "and share no entries, and each of their cold compiles parses the "
+                        "headers for every kernel (about 1.2-1.35x slower).",
+                        "unset TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS on every host.",
                         "torch",
                     ),
                 )

@@ -6,7 +6,14 @@ Models (float32, CPU or the default device, fixed seeds):
 
 - ``tiny``: MLP 16-32-16 on a batch of 8 (for tests: a few kernels, a quick cold compile);
 - ``mlp``: MLP 256-1024-256 (GELU) on a batch of 64;
-- ``block``: a pre-norm transformer block, d=128, 4 heads, MLP ratio 4, batch 8 x 32 tokens.
+- ``block``: a pre-norm transformer block, d=128, 4 heads, MLP ratio 4, batch 8 x 32 tokens;
+- ``gpt2``: transformers' ``GPT2LMHeadModel`` from a ``GPT2Config`` (2 layers, 4 heads, width 128,
+  vocabulary 512, context 64), random init, a batch of 4 x 32 tokens, the LM loss;
+- ``llama``: transformers' ``LlamaForCausalLM`` from a ``LlamaConfig`` (2 layers, 4 heads and 2
+  key-value heads, width 128, MLP 256, vocabulary 512), random init, the same batch and loss.
+
+The transformers models need ``pip install transformers`` (``make bench`` installs it); nothing is
+downloaded: the weights are random and the configurations are written here.
 
 The step compiles the model with ``torch.compile`` (Inductor), runs it forward, takes the mean square
 of the output as the loss and runs backward, so Dynamo, AOTAutograd and Inductor each compile a
@@ -55,7 +62,9 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-MODELS = ("tiny", "mlp", "block")
+MODELS = ("tiny", "mlp", "block", "gpt2", "llama")
+# transformers models: the loss is computed by the model from its labels.
+HF_MODELS = ("gpt2", "llama")
 SEED = 0
 
 
@@ -73,12 +82,44 @@ def make_fresh_dirs() -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(inductor), "TMPDIR": str(tmp)}
 
 
+def build_hf(model: str) -> tuple[Any, Any]:
+    """A small transformers causal LM with random weights, and its token batch."""
+    import torch
+    import transformers
+
+    config: Any
+    module: Any
+    common: dict[str, Any] = {
+        "vocab_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+    }
+    if model == "gpt2":
+        config = transformers.GPT2Config(n_embd=128, n_positions=64, **common)
+        module = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(
+            hidden_size=128,
+            intermediate_size=256,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            **common,
+        )
+        module = transformers.LlamaForCausalLM(config)
+    module.train()
+    return module, torch.randint(0, 512, (4, 32))
+
+
 def build(model: str, seed: int = SEED) -> tuple[Any, Any]:
     """The module and its fixed input, with deterministic parameters."""
     import torch
     from torch import nn
 
     torch.manual_seed(seed)
+    if model in HF_MODELS:
+        return build_hf(model)
 
     class MLP(nn.Module):
         def __init__(self, d_in: int, hidden: int, d_out: int) -> None:
@@ -120,6 +161,15 @@ def build(model: str, seed: int = SEED) -> tuple[Any, Any]:
     return module, torch.randn(*shape)
 
 
+def forward_loss(compiled: Any, model: str, x: Any) -> tuple[Any, Any]:
+    """One forward call: (output, loss)."""
+    if model in HF_MODELS:
+        out = compiled(input_ids=x, labels=x)
+        return out.logits, out.loss
+    out = compiled(x)
+    return out, out.pow(2).mean()
+
+
 def digest(output: Any, module: Any) -> tuple[float, str]:
     """A float checksum and a SHA-256 of the output and every gradient, in parameter order."""
     hasher = hashlib.sha256(output.detach().contiguous().numpy().tobytes())
@@ -155,10 +205,13 @@ def run(
     save_mega: str | None = None,
     load_mega: str | None = None,
     inductor_config: dict[str, Any] | None = None,
+    eager: bool = False,
 ) -> dict[str, Any]:
     """Import, build, compile (or load) and run forward+backward once; the result record.
 
     ``inductor_config``: ``torch._inductor.config`` values to set first (``{"cpp.simdlen": 256}``).
+    ``eager``: run the step without ``torch.compile`` (the baseline a compile's overhead is
+    measured against).
     """
     import torch
     import torch._dynamo
@@ -177,9 +230,8 @@ def run(
     if load_mega:
         torch.compiler.load_cache_artifacts(Path(load_mega).read_bytes())
         load_s = time.perf_counter() - start
-    compiled: Any = torch.compile(module)
-    out = compiled(x)
-    loss = out.pow(2).mean()
+    compiled: Any = module if eager else torch.compile(module)
+    out, loss = forward_loss(compiled, model, x)
     loss.backward()
     first_step_s = time.perf_counter() - start
     first_step_cpu_s = _cpu_seconds() - cpu_start
@@ -193,12 +245,13 @@ def run(
     checksum, hexdigest = digest(out, module)
     return {
         "model": model,
+        "eager": eager,
         "first_step_s": first_step_s,
         "first_step_cpu_s": first_step_cpu_s,
         "import_s": import_s,
         "load_s": load_s,
         "total_s": time.perf_counter() - _T0,
-        "loss": float(loss),
+        "loss": float(loss.detach()),
         "checksum": checksum,
         "digest": hexdigest,
         "torch": torch.__version__,
@@ -239,11 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="set a torch._inductor.config value first (cpp.simdlen=256); VALUE is a Python literal",
     )
+    parser.add_argument("--eager", action="store_true", help="no torch.compile (the baseline)")
     parser.add_argument("--json", action="store_true", help="accepted for symmetry; always JSON")
     args = parser.parse_args(argv)
     dirs = make_fresh_dirs() if args.fresh_dirs else {}
     config = dict(parse_setting(text) for text in args.config)
-    result = run(args.model, args.salt, args.save_mega, args.load_mega, config)
+    result = run(args.model, args.salt, args.save_mega, args.load_mega, config, args.eager)
     result["dirs"] = dirs
     print(json.dumps(result), flush=True)
     return 0
