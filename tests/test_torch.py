@@ -237,8 +237,8 @@ def test_second_machine_hits_every_layer_and_runs_no_compiler(
     # machine takes them from the store, so it needs no ISA probe library (a kernel entry).
     probes = [k for k in layers.pop("probe", []) if k.startswith("torch/probe/")]
     isa_probes = sum(k.startswith("torch/probe/isa/") for k in probes)
-    assert sorted(layers) == ["aot", "fx", "kernel"]
-    assert len(layers["fx"]) == 2 and len(layers["aot"]) == 1
+    assert sorted(layers) == ["aot", "fx", "kernel", "pch"]
+    assert len(layers["fx"]) == 2 and len(layers["aot"]) == 1 and len(layers["pch"]) == 1
     assert first["stats"]["writes"] == len(written) - len(probes)
 
     second = Machine(tmp_path / "machine-b", cold["fake_bin"])
@@ -254,7 +254,9 @@ def test_second_machine_hits_every_layer_and_runs_no_compiler(
     assert stats["torch.aot.hits"] == 1
     assert stats["torch.kernel.hits"] == len(layers["kernel"]) - isa_probes
     assert stats["misses"] == 0 and stats["writes"] == 0 and stats["errors"] == 0
-    assert stats["torch.hits"] == len(written) - len(probes) - isa_probes
+    # The precompiled header is not even read: no kernel compiles here (torch_headers).
+    assert stats["torch.hits"] == len(written) - len(probes) - isa_probes - len(layers["pch"])
+    assert stats["torch.header_hits"] == 1
     assert stats["torch.isa_probe_hits"] == isa_probes > 0
     assert 0 < stats["compile_time_saved_s"] <= first["stats"]["compile_time_s"]
     # The kernel binaries were written into machine B's own inductor directory.
@@ -271,8 +273,8 @@ def test_entries_describe_layer_name_time_and_key_components(cold: dict[str, Any
         if layer == "probe":
             # ISA verdicts and compiler checks name the compiler; source hashes and kernel
             # templates (torch_sources, torch_templates) depend on torch, not on a compiler.
-            assert header.extra["kind"] in ("isa", "compiler", "source", "template")
-            if header.extra["kind"] in ("isa", "compiler"):
+            assert header.extra["kind"] in ("isa", "compiler", "source", "template", "header")
+            if header.extra["kind"] in ("isa", "compiler", "header"):
                 assert set(header.components) >= {"compiler"}
             else:
                 assert set(header.components) >= {"torch", "python"}
@@ -281,6 +283,11 @@ def test_entries_describe_layer_name_time_and_key_components(cold: dict[str, Any
             assert header.compile_time_s > 0
             assert set(header.components) >= {"command", "inputs", "compiler", "cpu", "torch"}
             assert "<inductor-cache>/" in header.extra["readable"]["command"]
+        elif layer == "pch":  # the precompiled header (torch_headers), keyed like a kernel
+            assert header.name.endswith(".h.gch")
+            assert header.compile_time_s > 0
+            assert set(header.components) >= {"command", "inputs", "compiler", "cpu", "torch"}
+            assert "<inductor-default-cache>/" in header.extra["readable"]["command"]
         else:
             assert header.extra["remote_key"].endswith(key.rsplit("/", 1)[1] + ":c1")
             assert "forward" in header.name, header.name
@@ -299,15 +306,17 @@ def test_failing_store_compiles_normally_and_counts_errors(
 ) -> None:
     """A store that raises on every call, or a Redis nobody listens on: torch.compile proceeds.
 
-    The cold run's inductor directory is reused (its kernels are there, so no C++ compiler runs
+    The cold run's inductor directory is reused (its kernels are there, so no kernel compiles
     and the test stays fast) with a new ``cache_key_tag``, so that every FX and AOTAutograd
     lookup misses locally and goes to the failing store, and every result is written to it.
+    The compiler runs for the precompiled header only (its preprocessing and its build in this
+    machine's new ``TMPDIR``), as in torch without compilecache: the answer's store is down.
     """
     url = "broken://x" if kind == "raising" else f"redis://127.0.0.1:{free_port()}/0?timeout=1"
     machine = Machine(tmp_path / "machine", cold["fake_bin"])
     result = machine.run(
         url,
-        allow_compiler=False,
+        allow_compiler=True,
         salt=f"failing-{uuid.uuid4().hex}",
         inductor=cold["machine"].inductor,
     )

@@ -211,9 +211,10 @@ def test_store_exported_as_torch_blob_hits_torchs_own_caches(
     blob = tmp_path / "torch.bin"
     report = cli_json(capsys, "export", str(blob), "--format", "torch", "--url", str(cold["store"]))
     assert report["transferred"] == 3
-    # Kernels and probe answers (torch_probes) have no place in torch's format.
+    # Kernels, precompiled headers and probe answers (torch_probes) have no place in torch's
+    # format.
     assert sorted(s["key"] for s in report["skipped"]) == sorted(
-        written["kernel"] + written.get("probe", [])
+        written["kernel"] + written.get("pch", []) + written.get("probe", [])
     )
     groups = {kind: [a.key for a in arts] for kind, arts in read_blob(blob.read_bytes(), blob)}
     assert len(groups["inductor"]) == 2 and len(groups["aot_autograd"]) == 1

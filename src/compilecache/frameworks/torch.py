@@ -102,7 +102,7 @@ from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counte
 log = logging.getLogger("compilecache")
 
 FRAMEWORK = "torch"
-LAYERS = ("fx", "aot", "autotune", "kernel")
+LAYERS = ("fx", "aot", "autotune", "kernel", "pch")
 # Layers whose lookups are single-flight and whose misses are explained: one compile each.
 # (Kernels are built inside an FX compile, which its lease already covers; autotune results are
 # small records, not compiles.)

@@ -69,8 +69,8 @@ def current_tag() -> str:
     return str(getattr(torch.compiler.config, "cache_key_tag", ""))
 
 
-def store_key(digest: str) -> str:
-    return f"torch/kernel/{digest}"
+def store_key(digest: str, layer: str = LAYER) -> str:
+    return f"torch/{layer}/{digest}"
 
 
 # What -march=native resolves from on this CPU (host.native_cpu), kept here per process so that a
@@ -124,10 +124,11 @@ class KernelKey:
     digest: str
     components: dict[str, str]
     readable: dict[str, str]
+    layer: str = LAYER
 
     @property
     def store_key(self) -> str:
-        return store_key(self.digest)
+        return store_key(self.digest, self.layer)
 
 
 def _hash(text: str) -> str:
@@ -179,7 +180,7 @@ def kernel_key(
         "tag": tag,
         "inputs": " ".join(os.path.basename(p) for p in inputs),
     }
-    return KernelKey(chained.hexdigest(), components, readable)
+    return KernelKey(chained.hexdigest(), components, readable, layer_of(target))
 
 
 def write_into_place(path: str, data: bytes) -> None:
@@ -309,13 +310,13 @@ class KernelCache:
         try:
             found = self.cache.load(FRAMEWORK, key.store_key)
             if found is None:
-                self.cache.stats.add(f"{FRAMEWORK}.{layer_of(target)}.misses")
+                self.cache.stats.add(f"{FRAMEWORK}.{key.layer}.misses")
                 return False
             write_into_place(target, found.payload)
         except Exception as exc:
             self.cache.warn_once("torch:kernel-get", f"kernel fetch failed, compiling: {exc}")
             return False
-        self.cache.stats.add(f"{FRAMEWORK}.{layer_of(target)}.hits")
+        self.cache.stats.add(f"{FRAMEWORK}.{key.layer}.hits")
         log.debug("compilecache: kernel %s from %s", os.path.basename(target), key.store_key)
         return True
 
@@ -330,7 +331,7 @@ class KernelCache:
                 compile_time_s=elapsed,
                 versions=torch_versions(),
                 components=key.components,
-                extra={"layer": layer_of(target), "readable": key.readable},
+                extra={"layer": key.layer, "readable": key.readable},
             )
             self.cache.save(header, payload)
         except Exception as exc:

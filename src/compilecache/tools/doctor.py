@@ -39,8 +39,9 @@ from compilecache.runtime import explain
 _TAIL_CHARS = 2000
 
 
-# Keys of torch's kernel binaries and autotune records: parts of a graph, not functions.
-_GRAPH_PARTS = ("torch/kernel/", "torch/autotune/")
+# Keys of torch's kernel binaries, precompiled headers and autotune records: parts of a graph,
+# not functions.
+_GRAPH_PARTS = ("torch/kernel/", "torch/pch/", "torch/autotune/")
 
 
 # -- results -----------------------------------------------------------------------------------
