@@ -32,14 +32,16 @@ lint: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
 
-# etils lets bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// through it).
+# etils lets bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// through it);
+# transformers gives bench_torch --real its models (random init, nothing downloaded).
 bench: $(STAMP)
-	$(PY) -m pip install --quiet 'etils[epath]'
+	$(PY) -m pip install --quiet $(TORCH) 'etils[epath]' transformers
 	$(PY) benchmarks/bench_store.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_jax_warm.py
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_torch.py
+	$(PY) benchmarks/bench_torch.py --real
 	$(PY) benchmarks/bench_singleflight.py
 	$(PY) benchmarks/bench_fleet.py
 
