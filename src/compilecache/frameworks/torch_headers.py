@@ -58,6 +58,7 @@ from typing import Any
 import xxhash
 
 from compilecache import host
+from compilecache.frameworks.torch_kernels import file_digest as kernel_file_digest
 from compilecache.frameworks.torch_kernels import write_into_place
 from compilecache.frameworks.torch_probes import (
     ProbeCache,
@@ -97,11 +98,8 @@ class Dependency:
 
 
 def file_digest(path: str) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """xxh3-128 of the file: many headers are read on every warm start, a few MB in all."""
+    return kernel_file_digest(path, xxhash.xxh3_128)
 
 
 def parse_depfile(text: str) -> list[str]:

@@ -86,12 +86,13 @@ def cpu_identity() -> tuple[str, str]:
     return _cpu_cached
 
 
-def _file_digest(path: str) -> str:
-    h = hashlib.sha256()
+def file_digest(path: str, new: Callable[[], Any] = hashlib.sha256) -> str:
+    """A hash of the file's contents (``new()``: a hashlib- or xxhash-style hasher)."""
+    h = new()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 def normalize_command(command: str, dirs: Iterable[tuple[str, str]]) -> str:
@@ -150,7 +151,7 @@ def kernel_key(
     sources = hashlib.sha256()
     for path in inputs:
         sources.update(normalize_command(path, cache_dirs).encode())
-        sources.update(_file_digest(path).encode())
+        sources.update(file_digest(path).encode())
     native = "native" in normalized  # -march=native / -mcpu=native
     if native:
         cpu_digest, cpu_readable = cpu_identity()
