@@ -149,9 +149,11 @@ class Cache:
 
     def finish_lead(self, key: str) -> None:
         """The compile of ``key`` that :meth:`load_or_lead` handed this process is over (saved
-        or not): release its lease so that waiting processes stop waiting. Never raises."""
+        or not): release its lease so that waiting processes stop waiting. Never raises. A lease
+        whose entry was written is released on the background thread (waiters already find the
+        entry; on a local disk the release cost a cold JAX compile 0.7 ms of its 3 ms)."""
         if self._flight is not None:
-            self._flight.finish(key)
+            self._flight.finish(key, later=self.background.add)
 
     def finish_thread_leads(
         self, defer: Callable[[str], bool] | None = None, grace: float = 0.0

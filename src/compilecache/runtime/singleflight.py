@@ -39,6 +39,7 @@ exception or an unbounded wait.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -272,11 +273,19 @@ class SingleFlight:
             if lead is not None:
                 lead.written = True
 
-    def finish(self, key: str) -> None:
-        """Release the lease on ``key`` if this process holds it. Never raises."""
+    def finish(self, key: str, later: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """Release the lease on ``key`` if this process holds it. Never raises.
+
+        ``later``: where the entry was written, hand the release to it (a background queue)
+        instead of making the compile wait for it: waiters poll for the entry, not the lease,
+        and find it already; a release that never comes expires with the lease."""
         with self._lock:
             lead = self._leads.pop(key, None)
-        if lead is not None:
+        if lead is None:
+            return
+        if later is not None and lead.written:
+            later(functools.partial(self._end, lead))
+        else:
             self._end(lead)
 
     def finish_thread(self, defer: Callable[[str], bool] | None = None, grace: float = 0.0) -> None:
