@@ -402,3 +402,38 @@ def test_probe_cache_stores_only_successful_probes_and_never_raises() -> None:
     broken = torch_probes.ProbeCache(Cache(MemoryStore("memory://x")))
     broken.cache.store.get = None  # type: ignore[assignment,method-assign]
     assert broken.check_build(Isa(), "code", check(True)) is True  # the store fails: probe runs
+
+
+def test_compiler_checks_are_answered_once_per_process_until_cache_clear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inductor asks the compiler checks about 100 times per start: after the first answer the
+    key (a `which` and a `stat` per compiler) is not computed again, as torch's own cache does;
+    ``cache_clear()`` makes the next call ask again."""
+    cache = Cache(MemoryStore(f"memory://checks-{uuid.uuid4().hex}"))
+    probes = torch_probes.ProbeCache(cache)
+    keyed: list[tuple[str, tuple[Any, ...]]] = []
+    real_key = torch_probes.compiler_check_key
+
+    def counting(check: str, args: tuple[Any, ...]) -> Any:
+        keyed.append((check, args))
+        return real_key(check, args)
+
+    monkeypatch.setattr(torch_probes, "compiler_check_key", counting)
+
+    class Module:
+        @staticmethod
+        def get_compiler_version_info(compiler: str) -> str:
+            return f"{compiler} 12"
+
+    module = Module()
+    hooks = torch_probes.ProbeHooks(probes)
+    hooks.install_compiler(module)
+    try:
+        assert [module.get_compiler_version_info("g++") for _ in range(5)] == ["g++ 12"] * 5
+        assert keyed == [("get_compiler_version_info", ("g++",))]
+        module.get_compiler_version_info.cache_clear()  # type: ignore[attr-defined]
+        assert module.get_compiler_version_info("g++") == "g++ 12"
+        assert len(keyed) == 2
+    finally:
+        hooks.uninstall()

@@ -38,6 +38,7 @@ itself, exactly as without compilecache.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -193,6 +194,10 @@ class ProbeCache:
         self.cache = cache
         self._lock = threading.Lock()
         self._memo: dict[str, Any] = {}
+        # Compiler checks answered in this process, by their arguments: torch's own functions
+        # are functools.cache'd, and Inductor asks them about 100 times per warm start (the
+        # key, a `which` and a `stat` per compiler, cost 0.3 ms each).
+        self._checked: dict[tuple[str, tuple[Any, ...]], Any] = {}
 
     def lookup(
         self, key: ProbeKey, counter: str, decode: Callable[[Any], Any] | None = None
@@ -334,7 +339,11 @@ class ProbeCache:
     def compiler_check(
         self, check: str, original: Callable[..., Any], args: tuple[Any, ...]
     ) -> Any:
-        """``cpp_builder.<check>(*args)`` through the store."""
+        """``cpp_builder.<check>(*args)`` through the store, once per process and arguments."""
+        try:
+            return self._checked[(check, args)]
+        except (KeyError, TypeError):  # not asked yet, or arguments that do not hash
+            pass
         try:
             key = compiler_check_key(check, args)
         except Exception as exc:
@@ -343,13 +352,22 @@ class ProbeCache:
         if key is None:
             return original(*args)
         # original may raise (no compiler): as torch does, nothing stored.
-        return self.answer(
+        value = self.answer(
             key,
             "compiler_check",
             lambda: original(*args),
             encode=_text_or_flag,
             decode=_text_or_flag,
         )
+        with self._lock, contextlib.suppress(TypeError):
+            self._checked[(check, args)] = value
+        return value
+
+    def forget_checks(self, check: str) -> None:
+        """``cache_clear()`` of torch's function: ask again (and the store) next time."""
+        with self._lock:
+            for known in [k for k in self._checked if k[0] == check]:
+                del self._checked[known]
 
 
 def _success(verdict: Any) -> bool:
@@ -400,8 +418,12 @@ class ProbeHooks:
             def wrapper(*args: Any, _check: str = check, _original: Any = original) -> Any:
                 return probes.compiler_check(_check, _original, args)
 
+            def cache_clear(_check: str = check, _original: Any = original) -> None:
+                probes.forget_checks(_check)
+                getattr(_original, "cache_clear", lambda: None)()
+
             wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-            wrapper.cache_clear = getattr(original, "cache_clear", lambda: None)  # type: ignore[attr-defined]
+            wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
             self.saved.setdefault((module, check), original)
             setattr(module, check, wrapper)
 
