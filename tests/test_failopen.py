@@ -29,7 +29,7 @@ from tests.conftest import clean_env
 from tests.servers import RedisServer, free_port, namespace
 
 # The real servers this module uses (pytest fixtures from tests/servers.py).
-fresh_redis = servers.fresh_redis
+fresh_redis = servers.fresh_redis_each_version
 
 
 class Clock:

