@@ -448,9 +448,10 @@ def measure_real(model: str, root: Path, rounds: int) -> dict[str, Any]:
     }
 
 
-def render_real(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
-    parts = [
-        "# torch.compile on transformers models: cold compiles and new-machine warm starts",
+def page_head(title: str, info: dict[str, Any], command: str) -> list[str]:
+    """A results page's title, machine line (with torch's version) and command."""
+    return [
+        f"# {title}",
         "",
         common.machine_markdown(info).replace(
             "jax", "torch " + info.get("torch", "?") + ", jax", 1
@@ -458,6 +459,16 @@ def render_real(info: dict[str, Any], blocks: list[dict[str, Any]], command: str
         "",
         f"Reproduce: `{command}`",
         "",
+    ]
+
+
+def render_real(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
+    parts = [
+        *page_head(
+            "torch.compile on transformers models: cold compiles and new-machine warm starts",
+            info,
+            command,
+        ),
         "Each round runs the five variants once, in turn, each a fresh process. `wall_s`: the "
         "whole child process (time to the first step's gradients, plus the digest and exit); "
         "`first_step_s`: `torch.compile` to the end of `backward`. Medians (min-max). The "
@@ -547,14 +558,11 @@ def main_real(models: list[str], rounds: int, write: bool) -> int:
 
 def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
     parts = [
-        "# torch.compile warm start on a new machine: torch's caches vs compilecache",
-        "",
-        common.machine_markdown(info).replace(
-            "jax", "torch " + info.get("torch", "?") + ", jax", 1
+        *page_head(
+            "torch.compile warm start on a new machine: torch's caches vs compilecache",
+            info,
+            command,
         ),
-        "",
-        f"Reproduce: `{command}`",
-        "",
         "Workload: `compilecache.workloads.torch_step`, first forward+backward call of "
         "`torch.compile(model)` (Inductor, CPU), each run a fresh process with empty "
         "`TORCHINDUCTOR_CACHE_DIR` and `TMPDIR` unless noted. `first_step_s`: `torch.compile` to "
