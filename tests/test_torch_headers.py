@@ -118,3 +118,47 @@ def test_an_answered_header_is_built_when_a_kernel_needs_the_compiler(
     dep.write_text("int x;\n")
     another_flag.precompile_header(original, "x.h", "g++ -O3 -ffast-math", vec_isa="avx2")
     assert len(calls) == 4
+
+
+class _Builder:
+    """Stands in for Inductor's preprocessing CppBuilder."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def get_target_file_path(self) -> str:
+        return str(self.target)
+
+    def get_command_line(self) -> str:
+        return f"g++ -E -P -o {self.target} header.hpp"
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_preprocessing_records_what_it_read_from_its_depfile(
+    tmp_path: Path, relative: bool
+) -> None:
+    """``-MD -MF`` is added to torch's own preprocessing command; the files it names (but the
+    one-line source) become the answer's dependencies, and a relative path means no answer."""
+    dep = tmp_path / "dep.h"
+    dep.write_text("int x;\n")
+    seen: list[str] = []
+
+    def build(builder: Any) -> None:
+        command = builder.get_command_line()
+        seen.append(command)
+        depfile = command.split("-MF ", 1)[1].strip()
+        named = "dep.h" if relative else str(dep)
+        Path(depfile).write_text(f"header.i: {tmp_path}/header.hpp \\\n {named}\n")
+
+    headers = torch_headers.HeaderCache(ProbeCache(Cache(MemoryStore("memory://pre"))))
+    headers._local.capturing = True
+    builder = _Builder(tmp_path / "header.i")
+    headers.preprocess(builder, build)
+    assert seen and seen[0].startswith("g++ -E -P -o") and " -MD -MF " in seen[0]
+    assert builder.get_command_line() == f"g++ -E -P -o {tmp_path / 'header.i'} header.hpp"
+    assert not list(tmp_path.glob("*.compilecache.d"))  # the depfile is removed
+    read = getattr(headers._local, "read", None)
+    if relative:
+        assert read is None
+    else:
+        assert read is not None and [d.path for d in read[0]] == [str(dep)]

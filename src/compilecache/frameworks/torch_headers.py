@@ -250,7 +250,11 @@ class HeaderCache:
                 # contents are part of the key: the header's name).
                 paths = parse_depfile(f.read())[1:]
             os.unlink(depfile)
-            self._local.read = (dependencies([os.path.abspath(p) for p in paths]), seconds)
+            if not all(os.path.isabs(p) for p in paths):
+                # Relative to the build's own directory, not to ours: no answer (a miss).
+                log.debug("compilecache: header dependencies with relative paths: not answered")
+                return
+            self._local.read = (dependencies(paths), seconds)
         except (OSError, ValueError) as exc:
             log.debug("compilecache: header dependencies not read: %s", exc)
 
