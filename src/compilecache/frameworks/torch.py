@@ -33,13 +33,12 @@ Hooks (torch.md; each checked on the installed torch, with a warning and no chan
 Keys agree across processes and machines because every process with compilecache enabled sets
 the same values for the flags that enter them (:data:`INDUCTOR_FLAGS`, :data:`FUNCTORCH_FLAGS`):
 functorch hashes its whole config into AOTAutograd keys (so ``enable_remote_autograd_cache``
-matters) and Inductor hashes ``cpp_cache_precompile_headers``. Precompiled headers are turned off:
-the header lives in a machine-local directory (outside ``TORCHINDUCTOR_CACHE_DIR``), is rebuilt by
-the C++ compiler on every new machine even when every kernel binary is present (so a warm start
-could not avoid the compiler). Measured (benchmarks/bench_torch.py, 2 cores): keeping them makes
-every warm start on a new machine about 3x slower (+7 s), while turning them off costs the one
-cold compile nothing measurable on the MLP and +1 to +12 s wall (+10 s CPU) on the transformer
-block.
+matters) and Inductor hashes ``cpp_cache_precompile_headers``. Precompiled headers stay on
+(torch's default): turning them off, as compilecache did before, made every cold compile parse
+the headers for every kernel (a transformers GPT-2 1.2-1.35x slower); the header's preprocessing
+is answered from the store and the compiled header travels as a ``pch`` entry
+(:mod:`compilecache.frameworks.torch_headers`), so a new machine whose kernels come from the
+store runs no compiler for it either.
 
 **torch's local hits are counted** (issue 11, item 13). torch looks in its own directory first;
 a graph found there never reached compilecache, whose summary then said "0 hits, 0 misses" on a
@@ -69,7 +68,7 @@ The backend never raises into torch: an exception from a remote ``put`` fails th
 Stored payloads are torch's own bytes: for ``fx`` and ``aot`` the pickled entry (torch's JSON
 wrapper and its base64 are removed, the Cache compresses it), for ``autotune`` torch's JSON.
 Store keys: ``torch/fx/<key>``, ``torch/aot/<key>``, ``torch/autotune/<sha256>``,
-``torch/kernel/<sha256>``.
+``torch/kernel/<sha256>``, ``torch/pch/<sha256>``.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ block, ``subprocess.Popen`` patched to list every child; about 2.2 s per first s
 - ``cpp_builder.cpp_compiler_search`` (``g++ --version``), ``get_compiler_version_info``
   (``g++ -v``) and ``_is_intel_compiler`` (``g++ --version``): 2-6 ms each.
 - With Inductor's precompiled headers on (torch's default), the header source is preprocessed
-  (``g++ -E``, 0.14-0.20 s) and hashed (``openssl sha512``); compilecache turns precompiled
-  headers off (see :mod:`compilecache.frameworks.torch`), so this does not run under it.
+  (``g++ -E``, 0.14-0.20 s) and hashed (``openssl sha512``); that answer is a ``header`` probe
+  entry (:mod:`compilecache.frameworks.torch_headers`), checked against the files it read.
 
 Each answer is stored under a key made of everything it depends on, so that a different CPU,
 compiler or torch never reuses one (a changed part is a miss, explained by
