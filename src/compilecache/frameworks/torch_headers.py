@@ -58,8 +58,8 @@ from typing import Any
 import xxhash
 
 from compilecache import host
+from compilecache.frameworks.torch_kernels import command_words, write_into_place
 from compilecache.frameworks.torch_kernels import file_digest as kernel_file_digest
-from compilecache.frameworks.torch_kernels import write_into_place
 from compilecache.frameworks.torch_probes import (
     ProbeCache,
     ProbeKey,
@@ -288,10 +288,7 @@ class HeaderCache:
 
 def _included(command: str) -> list[str]:
     """The files named by ``-include`` on a compiler command line."""
-    try:
-        tokens = shlex.split(command)
-    except ValueError:
-        tokens = command.split()
+    tokens = command_words(command)
     return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "-include"]
 
 

@@ -104,12 +104,17 @@ def normalize_command(command: str, dirs: Iterable[tuple[str, str]]) -> str:
     return command
 
 
+def command_words(command: str) -> list[str]:
+    """A compiler command line split as a shell would (on whitespace if it does not parse)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
 def input_files(command: str, target: str) -> list[str]:
     """The existing files named on ``command`` (sources, objects, ``-include`` headers)."""
-    try:
-        tokens = shlex.split(command)
-    except ValueError:
-        tokens = command.split()
+    tokens = command_words(command)
     found: list[str] = []
     for token in tokens[1:]:
         if token == target or token.startswith("-"):
