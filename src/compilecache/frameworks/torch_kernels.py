@@ -33,7 +33,6 @@ fbcode remote builds are left alone.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 import os
@@ -310,11 +309,9 @@ class KernelCache:
             elapsed = self.timer.stop(token)
         if self.on_built is not None:
             self.on_built(elapsed)
-        if key is not None and key.layer == PCH_LAYER:
-            # 150 MB to read and compress (0.4 s): not on the compile's path, which goes on to
-            # compile the kernels that include it.
-            self.cache.background.add(functools.partial(self._save, key, target, elapsed))
-        elif key is not None:
+        if key is not None:
+            # Written here, not on the background thread: work still queued there at exit is
+            # dropped, which may lose explanations, never entries.
             self._save(key, target, elapsed)
 
     def _fetch(self, key: KernelKey, target: str) -> bool:

@@ -5,7 +5,9 @@ remote level that is a round trip or more. None of it changes what the framework
 the integrations hand it to :class:`Background` instead of making the compile wait: work runs
 one item at a time, in the order it was queued, on a daemon thread that ends when idle. The
 session waits for the queue (with a deadline) before it flushes the counters at exit; work still
-queued then is dropped, which loses explanations, never entries.
+queued then is dropped, which loses explanations, never entries. Besides explanations it runs the
+release of a lease whose entry is already written (a release that never runs only lets the
+lease expire); entries themselves are never written from here.
 """
 
 from __future__ import annotations
