@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # torch first and pinned: 2.13.0 is the local CPU wheel; an open range would pull CUDA builds.
 TORCH := torch==2.13.0
-EXTRAS := jax,torch,test,dev,redis,s3
+EXTRAS := jax,torch,triton,test,dev,redis,s3
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint bench clean compat compat-torch compat-jax-old compat-jax-new

@@ -18,7 +18,7 @@ def test_defaults_follow_xdg(tmp_path: Path) -> None:
     assert cfg.url == str(tmp_path / "compilecache")
     assert cfg.max_size == 10 * 1000**3
     assert cfg.min_compile_time == 0.0
-    assert cfg.frameworks == ("jax", "torch")
+    assert cfg.frameworks == ("jax", "torch", "triton")
     assert not cfg.read_only and not cfg.disabled
 
 

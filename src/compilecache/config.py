@@ -26,7 +26,7 @@ DEFAULT_WAIT_TIMEOUT = 1800.0
 # Lookups stop waiting for a remote level's answer after this many new, quick compiles in a row
 # (COMPILECACHE_COLD_STREAK; 0: always wait). See compilecache.stores.coldstreak.
 DEFAULT_COLD_STREAK = 5
-KNOWN_FRAMEWORKS = ("jax", "torch")
+KNOWN_FRAMEWORKS = ("jax", "torch", "triton")
 LOG_LEVELS = ("debug", "info", "warning")
 
 _SIZE_UNITS = {
@@ -225,7 +225,9 @@ def load(
         fw = tuple(fw_value)
     unknown = [n for n in fw if n not in KNOWN_FRAMEWORKS]
     if unknown:
-        raise ConfigError(f"COMPILECACHE_FRAMEWORKS: unknown {unknown}; choose from jax, torch")
+        raise ConfigError(
+            f"COMPILECACHE_FRAMEWORKS: unknown {unknown}; choose from {', '.join(KNOWN_FRAMEWORKS)}"
+        )
 
     level = env.get("COMPILECACHE_LOG", "warning").strip().lower() or "warning"
     if level not in LOG_LEVELS:

@@ -171,7 +171,7 @@ def installed_frameworks() -> dict[str, str]:
     """The framework distributions installed here and their versions (for bundle manifests)."""
     return {
         name: version
-        for name in ("jax", "jaxlib", "torch")
+        for name in ("jax", "jaxlib", "torch", "triton")
         if (version := installed_version(name)) is not None
     }
 
@@ -240,6 +240,8 @@ class HostCheck:
             return self._jax(header)
         if header.framework == "torch":
             return self._torch(header)
+        if header.framework == "triton":
+            return self._triton(header)
         return None
 
     def _jax(self, header: EntryHeader) -> str | None:
@@ -270,6 +272,17 @@ class HostCheck:
         if python and python.split(".")[:2] != here.split(".")[:2]:
             return f"built under Python {python}; this is Python {here}"
         return self._cpu(header)
+
+    def _triton(self, header: EntryHeader) -> str | None:
+        # A kernel's target is in Triton's key; a launcher .so is also built for this Python.
+        problem = version_problem(header, "triton", "triton")
+        if problem or header.extra.get("layer") != "file":
+            return problem
+        python = header.versions.get("python", "")
+        here = platform.python_version()
+        if python and python.split(".")[:2] != here.split(".")[:2]:
+            return f"built under Python {python}; this is Python {here}"
+        return None
 
     def _cpu(self, header: EntryHeader) -> str | None:
         cpu = header.extra.get("cpu") or self.fallback_cpu

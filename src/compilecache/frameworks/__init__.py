@@ -23,6 +23,7 @@ log = logging.getLogger("compilecache")
 INTEGRATIONS = {
     "jax": ("jax", "compilecache.frameworks.jax"),
     "torch": ("torch", "compilecache.frameworks.torch"),
+    "triton": ("triton", "compilecache.frameworks.triton"),
 }
 
 
@@ -78,6 +79,11 @@ def facts() -> dict[str, Any]:
             facts["torch"] = _torch_facts()
         except Exception as exc:
             facts["torch"] = {"error": str(exc)}
+    if "triton" in sys.modules:
+        try:
+            facts["triton"] = _triton_facts()
+        except Exception as exc:
+            facts["triton"] = {"error": str(exc)}
     return facts
 
 
@@ -93,6 +99,20 @@ def _jax_facts() -> dict[str, Any]:
         "cache_dir": str(cfg.jax_compilation_cache_dir),
         "min_compile_time_secs": float(cfg.jax_persistent_cache_min_compile_time_secs),
         "enable_xla_caches": str(getattr(cfg, "jax_persistent_cache_enable_xla_caches", "")),
+    }
+
+
+def _triton_facts() -> dict[str, Any]:
+    from compilecache.frameworks import triton as integration
+
+    triton: Any = sys.modules["triton"]
+    return {
+        "version": str(triton.__version__),
+        "hooked": integration.installed(),
+        "chained": integration.chained(),
+        "cache_dir": str(sys.modules["triton.knobs"].cache.dir)
+        if "triton.knobs" in sys.modules
+        else "",
     }
 
 

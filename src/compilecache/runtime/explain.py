@@ -300,7 +300,43 @@ TORCH = Vocabulary(
     identity=("gm",),
 )
 
-VOCABULARIES: dict[str, Vocabulary] = {"jax": JAX, "torch": TORCH}
+
+def _option_flags(what: str) -> Describe:
+    def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
+        changes = flag_changes(before, after) if before is not None and after is not None else ""
+        return f"{what} changed: {changes}" if changes else f"{what} changed"
+
+    return describe
+
+
+TRITON = Vocabulary(
+    labels={
+        "source": "the kernel's source",
+        "triton": "Triton (its version or compiler sources)",
+        "backend": "target",
+        "options": "compile options",
+        "env": "Triton's environment variables",
+    },
+    describe={
+        "source": lambda b, a, c: (
+            "the kernel's source changed (or a function it calls, a global it reads, its "
+            "signature or constants)"
+        ),
+        "triton": lambda b, a, c: (
+            f"Triton's compiler sources changed (version {a} both times)"
+            if b == a and a is not None
+            else _versions("Triton")(b, a, c)
+        ),
+        "backend": _changed("target"),
+        "options": _option_flags("compile options"),
+        "env": _changed("Triton's environment variables"),
+    },
+    prefix="triton: ",
+    order=("source", "triton", "backend", "options", "env"),
+    identity=("source",),
+)
+
+VOCABULARIES: dict[str, Vocabulary] = {"jax": JAX, "torch": TORCH, "triton": TRITON}
 _GENERIC = Vocabulary(labels={})
 
 
