@@ -88,6 +88,8 @@ from typing import Any
 
 from compilecache import _importhook
 from compilecache.entry import EntryHeader
+from compilecache.frameworks import torch_extensions
+from compilecache.frameworks.torch_extensions import ExtensionCache
 from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
@@ -101,7 +103,7 @@ from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counte
 log = logging.getLogger("compilecache")
 
 FRAMEWORK = "torch"
-LAYERS = ("fx", "aot", "autotune", "kernel", "pch")
+LAYERS = ("fx", "aot", "autotune", "kernel", "pch", "extension")
 # Layers whose lookups are single-flight and whose misses are explained: one compile each.
 # (Kernels are built inside an FX compile, which its lease already covers; autotune results are
 # small records, not compiles.)
@@ -147,6 +149,7 @@ AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 CPU_VEC_ISA = "torch._inductor.cpu_vec_isa"
 COMPILE_FX = "torch._inductor.compile_fx"
 CODEGEN_COMMON = "torch._inductor.codegen.common"
+CPP_EXTENSION = torch_extensions.MODULE
 HOOKED_MODULES = (
     INDUCTOR_CONFIG,
     FUNCTORCH_CONFIG,
@@ -157,6 +160,7 @@ HOOKED_MODULES = (
     CPU_VEC_ISA,
     COMPILE_FX,
     CODEGEN_COMMON,
+    CPP_EXTENSION,
 )
 
 
@@ -255,6 +259,7 @@ class Integration:
         self.header_hook = HeaderHook(headers)
         self.kernels.preprocess = headers.preprocess
         self.kernels.before_compile = headers.ensure_for
+        self.extensions = ExtensionCache(cache)
         self.saved_record_result: dict[Any, Any] = {}
         self.saved_flags: dict[tuple[str, str], Any] = {}
         self.saved_defaults: dict[tuple[str, str], Any] = {}
@@ -400,6 +405,10 @@ class Integration:
         # Warns by itself when this torch lacks what it needs (FX and AOT entries still work).
         self.build_hook.install()
         self.probe_hooks.install_compiler(module)
+
+    def _hook_cpp_extension(self, module: Any) -> None:
+        # load / load_inline: the extension's build directory through the store.
+        self._wrap(module, torch_extensions.FUNCTION, self.extensions.wrap)
 
     def _wrap(self, module: Any, name: str, make: Callable[[Any], Any]) -> None:
         original = getattr(module, name, None)
@@ -647,6 +656,12 @@ class Integration:
         _private(CPP_BUILDER)
         status["kernel.CppBuilder.build"] = self.build_hook.live
         status["headers._precompile_header"] = self.header_hook.live
+        run_ninja = getattr(_private(CPP_EXTENSION), torch_extensions.FUNCTION, None)
+        status["extension._run_ninja_build"] = (
+            getattr(run_ninja, "__wrapped__", None)
+            is (self.saved_functions.get((CPP_EXTENSION, torch_extensions.FUNCTION)))
+            and (CPP_EXTENSION, torch_extensions.FUNCTION) in self.saved_functions
+        )
         vec_isa = getattr(_private(CPU_VEC_ISA), "VecISA", None)
         probe_env = getattr(vec_isa, "_build_probe_env", None)
         status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")
@@ -687,6 +702,7 @@ _APPLY: dict[str, Callable[[Integration, Any], None]] = {
     CPU_VEC_ISA: Integration._hook_cpu_vec_isa,
     COMPILE_FX: Integration._hook_compile_fx,
     CODEGEN_COMMON: Integration._hook_codegen_common,
+    CPP_EXTENSION: Integration._hook_cpp_extension,
 }
 
 

@@ -52,14 +52,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-
-import xxhash
 
 from compilecache import host
 from compilecache.frameworks.torch_kernels import command_words, write_into_place
-from compilecache.frameworks.torch_kernels import file_digest as kernel_file_digest
 from compilecache.frameworks.torch_probes import (
     ProbeCache,
     ProbeKey,
@@ -68,6 +64,7 @@ from compilecache.frameworks.torch_probes import (
     torch_identity,
 )
 from compilecache.host import framework_module as _private
+from compilecache.runtime.dircache import Dependency, dependencies
 
 log = logging.getLogger("compilecache")
 
@@ -78,28 +75,6 @@ COUNTER = "header"
 # What torch names its header files: <hash>.h, flat in its header directory.
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,200}\.h$")
 _DEPFILE_SUFFIX = ".compilecache.d"
-
-
-@dataclass(frozen=True)
-class Dependency:
-    """A file the preprocessor read, as it was: its size and a hash of its contents."""
-
-    path: str
-    size: int
-    digest: str
-
-    def unchanged(self) -> bool:
-        try:
-            if os.path.getsize(self.path) != self.size:
-                return False
-            return file_digest(self.path) == self.digest
-        except OSError:
-            return False
-
-
-def file_digest(path: str) -> str:
-    """xxh3-128 of the file: many headers are read on every warm start, a few MB in all."""
-    return kernel_file_digest(path, xxhash.xxh3_128)
 
 
 def parse_depfile(text: str) -> list[str]:
@@ -113,11 +88,6 @@ def parse_depfile(text: str) -> list[str]:
             if path not in paths:
                 paths.append(path)
     return paths
-
-
-def dependencies(paths: list[str]) -> list[Dependency]:
-    """Each file's size and content hash, now (a file that cannot be read: an error)."""
-    return [Dependency(p, os.path.getsize(p), file_digest(p)) for p in paths]
 
 
 def header_key(

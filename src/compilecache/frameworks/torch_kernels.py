@@ -32,7 +32,6 @@ fbcode remote builds are left alone.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -41,7 +40,6 @@ import shlex
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +48,7 @@ from compilecache.entry import EntryHeader
 from compilecache.host import framework_module as _private
 from compilecache.host import native_cpu, torch_versions
 from compilecache.runtime.cache import Cache
+from compilecache.runtime.dircache import write_file
 
 log = logging.getLogger("compilecache")
 
@@ -190,19 +189,8 @@ def kernel_key(
 
 
 def write_into_place(path: str, data: bytes) -> None:
-    """Publish ``data`` at ``path`` atomically (unique temporary name, then rename)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Publish ``data`` at ``path`` atomically, executable (a kernel's ``.so``)."""
+    write_file(path, data, 0o755)
 
 
 class SharedTimer:

@@ -146,6 +146,14 @@ def flag_changes(before: str | None, after: str | None) -> str:
     return ", ".join(parts)
 
 
+def _option_flags(what: str) -> Describe:
+    def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
+        changes = flag_changes(before, after) if before is not None and after is not None else ""
+        return f"{what} changed: {changes}" if changes else f"{what} changed"
+
+    return describe
+
+
 def _jax_flags(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
     if before is None or after is None:
         return "XLA flags changed"
@@ -287,6 +295,11 @@ TORCH = Vocabulary(
         "cpp_runtime_thread_count": _versions("thread count"),
         "torch_version": lambda b, a, c: "torch changed (another build or version)",
         "gm": lambda b, a, c: "the graph changed (the function body or what it calls)",
+        # C++ extensions (frameworks/torch_extensions.py)
+        "flags": _option_flags("extension build flags"),
+        "sources": lambda b, a, c: f"extension sources changed ({a or '?'})",
+        "compiler": _changed("compiler"),
+        "cuda": _changed("CUDA version"),
     },
     prefixed=(
         ("inductor_config[", _config_value("inductor config")),
@@ -299,14 +312,6 @@ TORCH = Vocabulary(
     order=("gm", "torch_version", "system_info"),
     identity=("gm",),
 )
-
-
-def _option_flags(what: str) -> Describe:
-    def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
-        changes = flag_changes(before, after) if before is not None and after is not None else ""
-        return f"{what} changed: {changes}" if changes else f"{what} changed"
-
-    return describe
 
 
 TRITON = Vocabulary(
