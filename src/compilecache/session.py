@@ -128,6 +128,11 @@ class Session:
         """Finish the background bookkeeping (miss explanations), record the job's manifest,
         then finish the background writes to remote levels (their counts belong in the counters
         flushed after). Never raises."""
+        for finish in list(self.cache.finishers):
+            try:
+                finish()
+            except Exception as exc:
+                log.debug("compilecache: an integration's exit step failed: %s", exc)
         try:
             self.cache.settle()
             if self.manifest is not None and not self.config.read_only:

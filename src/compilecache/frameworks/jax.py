@@ -5,8 +5,9 @@ The hook (jax.md, "two private hooks work", option b): replace
 ``jax_compilation_cache_dir`` at a constant marker. It survives ``reset_cache()``, works whether we
 are installed before or after ``import jax`` (as long as it is before the first compile), and keeps
 the cache key independent of where the store lives: the 0.10.x pitfall that writes the cache
-directory into every key is neutralised twice, by the constant marker and by setting
-``jax_persistent_cache_enable_xla_caches`` to ``none``.
+directory into every key through XLA's cache options is neutralised twice, by the constant marker
+and by computing the key with those paths cleared, while XLA gets real directories on this host
+and its autotune results travel through the store (:mod:`compilecache.frameworks.jax_xla`).
 
 We also wrap ``compilation_cache.get_cache_key`` (looked up at call time by ``compiler.py``) to
 remember the arguments of each key, so that after a miss the key components can be hashed one by
@@ -43,6 +44,7 @@ import zstandard
 from compilecache import entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry
+from compilecache.frameworks import jax_xla
 from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
 from compilecache.runtime.cache import Cache
@@ -65,7 +67,6 @@ _CONFIG = {
     # COMPILECACHE_MIN_COMPILE_TIME is applied by the Cache with the true float compile time.
     "jax_persistent_cache_min_compile_time_secs": 0.0,
     "jax_persistent_cache_min_entry_size_bytes": 0,
-    "jax_persistent_cache_enable_xla_caches": "none",
 }
 
 
@@ -525,6 +526,9 @@ class _Installed:
     saved_config: dict[str, Any]
     original_cache_write: Any = None
     original_compile: Any = None
+    # XLA's cache directories (jax_xla.py), and JAX's get_compile_options they wrap.
+    xla: jax_xla.XlaCaches | None = None
+    original_compile_options: Any = None
     # COMPILECACHE_WRITERS: "all" processes of a multi-process job write, or only the "first".
     writers: str = "all"
 
@@ -577,6 +581,8 @@ def install(cache: Cache) -> bool:
     def get_cache_key(
         module: Any, devices: Any, compile_options: Any, backend: Any, *args: Any, **kwargs: Any
     ) -> str:
+        # XLA's cache paths (jax_xla.py) differ per host: the key is computed without them.
+        compile_options = jax_xla.key_options(compile_options)
         key: str = original_key(module, devices, compile_options, backend, *args, **kwargs)
         try:
             # JAX 0.4.30 has no IgnoreCallbacks (nor the argument): then it is never used.
@@ -606,7 +612,8 @@ def install(cache: Cache) -> bool:
     compilation_cache.reset_cache()
     _installed = _Installed(adapter, original_factory, original_key, saved, writers=_writers())
     _installed.original_cache_write = _watch_cache_writes(adapter)
-    _installed.original_compile = _release_leases_after_compiles(cache)
+    _installed.xla = _route_xla_caches(cache)
+    _installed.original_compile = _release_leases_after_compiles(cache, _installed.xla)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
 
@@ -758,7 +765,25 @@ def _write_arguments(
     return given
 
 
-def _release_leases_after_compiles(cache: Cache) -> Any:
+def _route_xla_caches(cache: Cache) -> jax_xla.XlaCaches | None:
+    """Give XLA's caches this host's directories and carry the autotune results (jax_xla.py).
+    ``None`` (XLA then gets no cache directories) when this JAX has no place to do it."""
+    try:
+        compiler = _private("jax._src.compiler")
+        original = compiler.get_compile_options
+        caches = jax_xla.XlaCaches(cache, MARKER_DIR, _writes_here)
+    except Exception as exc:
+        log.debug("compilecache: XLA's caches not routed: %s", exc)
+        return None
+    assert _installed is not None
+    _installed.original_compile_options = original
+    compiler.get_compile_options = jax_xla.wrap_get_compile_options(original, caches)
+    caches.start()
+    cache.finishers.append(caches.finish)
+    return caches
+
+
+def _release_leases_after_compiles(cache: Cache, xla: jax_xla.XlaCaches | None = None) -> Any:
     """Wrap ``compiler.compile_or_get_cached`` (looked up at call time by pxla) so that a
     single-flight lease taken by a miss is released when the compile is over, also when JAX
     never calls ``put`` (host callbacks, its own minimum compile time, not process 0) or the
@@ -777,6 +802,8 @@ def _release_leases_after_compiles(cache: Cache) -> Any:
             return original(*args, **kwargs)
         finally:
             cache.finish_thread_leads()
+            if xla is not None:
+                xla.after_compile()
 
     compiler.compile_or_get_cached = compile_or_get_cached
     return original
@@ -809,6 +836,8 @@ def uninstall() -> None:
         _private("jax._src.compiler")._cache_write = _installed.original_cache_write
     if _installed.original_compile is not None:
         _private("jax._src.compiler").compile_or_get_cached = _installed.original_compile
+    if _installed.original_compile_options is not None:
+        _private("jax._src.compiler").get_compile_options = _installed.original_compile_options
     for name, value in _installed.saved_config.items():
         try:
             jax.config.update(name, value)

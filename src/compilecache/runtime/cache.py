@@ -68,6 +68,9 @@ class Cache:
         self.events: list[dict[str, Any]] | None = None
         # Bookkeeping that need not hold up a compile (miss explanations), in order.
         self.background = Background()
+        # Run by the session before its exit writes (integrations publish what they kept
+        # locally, e.g. XLA's autotune directory); each must never raise.
+        self.finishers: list[Callable[[], None]] = []
         # Single-flight compiles (load_or_lead): only where the store can coordinate.
         self._flight: SingleFlight | None = None
         if not read_only and wait_timeout > 0 and self._supports_leases():
@@ -112,6 +115,20 @@ class Cache:
     def load(self, framework: str, key: str) -> Entry | None:
         """The verified entry stored under ``key``, or ``None`` (counted as a miss)."""
         return self._load(framework, key, count_miss=True)[0]
+
+    def peek(self, framework: str, key: str) -> Entry | None:
+        """The verified entry under ``key`` for bookkeeping (an index, a list), read without
+        counting a hit or a miss and without copying it between levels; ``None`` when there is
+        none or it is unusable. Never raises."""
+        try:
+            data = self.store.peek(key)
+            if data is None:
+                return None
+            found = entry.decode(data, secret=self.secret, expect_key=key)
+        except Exception as exc:
+            log.debug("compilecache: %s not read: %s", key, exc)
+            return None
+        return found if found.header.framework == framework else None
 
     def load_or_lead(self, framework: str, key: str, *, lead: bool = True) -> Entry | None:
         """:meth:`load`, coordinated with other processes missing the same key (single-flight).
@@ -251,14 +268,22 @@ class Cache:
         signed with another key seen there)."""
         return not self.read_only and key not in self._foreign
 
-    def save(self, header: EntryHeader, payload: bytes, *, compress: bool | None = None) -> bool:
+    def save(
+        self,
+        header: EntryHeader,
+        payload: bytes,
+        *,
+        compress: bool | None = None,
+        any_time: bool = False,
+    ) -> bool:
         """Store ``payload``; ``False`` when skipped (read-only, too fast, an entry signed with
-        another key is there) or failed (counted)."""
+        another key is there) or failed (counted). ``any_time``: not a compile of its own (a
+        file a compile left), so COMPILECACHE_MIN_COMPILE_TIME does not apply."""
         framework = header.framework
         if self.read_only:
             self.stats.add("skipped", framework=framework)
             return False
-        if header.compile_time_s < self.min_compile_time:
+        if header.compile_time_s < self.min_compile_time and not any_time:
             self.stats.add("skipped", framework=framework)
             return False
         if header.key in self._foreign:

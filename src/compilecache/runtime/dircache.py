@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import uuid
@@ -219,3 +220,140 @@ def _stale(recorded: Any) -> str:
         except (TypeError, ValueError):
             return "its dependency list (unreadable)"
     return ""
+
+
+class SyncedDirectory:
+    """A local directory whose files are also store entries, listed per job.
+
+    For a JIT cache that names each file by everything that makes it valid: XLA's per-fusion
+    autotuning results are files named by a hash of the fusion, the device description and XLA's
+    cache version, so whatever file XLA finds under a name is right for whoever asks for that
+    name. Each file is an entry ``<framework>/<layer>/<hash of its name>``; the job's index entry
+    ``<framework>/<layer>-index/<job>`` lists the names, so that a fresh host fetches the files
+    of its job before the framework asks for them (:meth:`restore`), and :meth:`publish` stores
+    what the framework added (any process may: a name always means the same contents).
+
+    Concurrent publishers of one job may each rewrite the index from what they read; a name lost
+    that way is missing from the next fresh host (its fusion is tuned again, and published
+    again), never wrong.
+    """
+
+    def __init__(
+        self, cache: Cache, *, framework: str, layer: str, directory: str, job: str = ""
+    ) -> None:
+        self.cache = cache
+        self.framework = framework
+        self.layer = layer
+        self.directory = directory
+        self.job = job  # may be set later, before the first restore or publish
+        self.versions: dict[str, str] = {}
+        self.known: set[str] = set()  # names the store holds, as far as this process knows
+        self._seen: tuple[int, int] | None = None  # the directory's (mtime, size) at last look
+
+    @property
+    def index_key(self) -> str:
+        digest = hashlib.sha256(self.job.encode()).hexdigest()[:32]
+        return f"{self.framework}/{self.layer}-index/{digest}"
+
+    def file_key(self, name: str) -> str:
+        return f"{self.framework}/{self.layer}/{hashlib.sha256(name.encode()).hexdigest()}"
+
+    def local_names(self) -> set[str]:
+        """The finished files in the directory (not temporaries or hidden files)."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return set()
+        return {
+            n
+            for n in names
+            if not n.startswith(".")
+            and ".tmp" not in n
+            and fileset.safe_name(n)
+            and os.path.isfile(os.path.join(self.directory, n))
+        }
+
+    def _index(self) -> set[str]:
+        found = self.cache.peek(self.framework, self.index_key)  # a list: no hit or miss
+        if found is None:
+            return set()
+        try:
+            names = json.loads(found.payload)
+        except ValueError:
+            return set()
+        return (
+            {n for n in names if isinstance(n, str) and fileset.safe_name(n)}
+            if isinstance(names, list)
+            else set()
+        )
+
+    def restore(self) -> int:
+        """Fetch the job's files the directory lacks; how many were written. Never raises."""
+        written = 0
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            listed = self._index()
+            self.known |= listed
+            for name in sorted(listed - self.local_names()):
+                found = self.cache.load(self.framework, self.file_key(name))
+                member = fileset.unpack(found.payload).get(name) if found is not None else None
+                if member is None:
+                    self.known.discard(name)
+                    continue
+                write_file(os.path.join(self.directory, name), member.data, member.mode)
+                written += 1
+        except Exception as exc:  # the directory's files are an optimisation: never in the way
+            self.cache.warn_once(f"{self.layer}:restore", f"{self.directory} not restored: {exc}")
+        self._seen = self._stamp()
+        return written
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.directory)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def changed(self) -> bool:
+        """Whether files may have been added since the last look (one ``stat``)."""
+        return self._stamp() != self._seen
+
+    def publish(self) -> int:
+        """Store the files the store lacks and list them in the job's index; how many were
+        stored. Never raises."""
+        if self.cache.read_only:
+            return 0
+        stored = 0
+        try:
+            self._seen = self._stamp()
+            new = sorted(self.local_names() - self.known)
+            if not new:
+                return 0
+            for name in new:
+                path = os.path.join(self.directory, name)
+                with open(path, "rb") as f:
+                    member = fileset.File(f.read(), os.stat(path).st_mode)
+                header = EntryHeader(
+                    framework=self.framework,
+                    key=self.file_key(name),
+                    name=name,
+                    versions=dict(self.versions),
+                    extra={"layer": self.layer},
+                )
+                if self.cache.save(header, fileset.pack({name: member}), any_time=True):
+                    self.known.add(name)
+                    stored += 1
+            listed = self._index()
+            if not self.known <= listed:
+                names = sorted(self.known | listed)
+                header = EntryHeader(
+                    framework=self.framework,
+                    key=self.index_key,
+                    name=f"{self.layer} index",
+                    versions=dict(self.versions),
+                    extra={"layer": f"{self.layer}-index"},
+                )
+                self.cache.save(header, json.dumps(names).encode(), any_time=True)
+        except Exception as exc:
+            self.cache.warn_once(f"{self.layer}:publish", f"{self.directory} not stored: {exc}")
+        return stored

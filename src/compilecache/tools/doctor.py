@@ -405,14 +405,6 @@ def _not_stored(runs: Sequence[RunResult], cfg: config_mod.Config) -> list[Findi
     return findings
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts: list[int] = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 def _pitfalls(
     runs: Sequence[RunResult], env: Mapping[str, str], cfg: config_mod.Config
 ) -> list[Finding]:
@@ -453,21 +445,6 @@ def _pitfalls(
                         "Remove jax.config.update('jax_compilation_cache_dir', ...) and "
                         "set_cache_dir() from the program (and JAX_COMPILATION_CACHE_DIR); use "
                         "COMPILECACHE_URL instead.",
-                        "jax",
-                    ),
-                )
-            xla_caches = str(jax.get("enable_xla_caches", "none"))
-            if _version_tuple(str(jax["version"])) < (0, 11) and xla_caches not in ("", "none"):
-                found.setdefault(
-                    "jax_dir_in_key",
-                    Finding(
-                        "pitfall",
-                        f"JAX {jax['version']}: the cache directory is part of every key",
-                        f"jax_persistent_cache_enable_xla_caches={xla_caches} writes "
-                        "'<cache dir>/...' into the compile options, so hosts or jobs with "
-                        "different cache directories never share entries (fixed in JAX 0.11).",
-                        "jax.config.update('jax_persistent_cache_enable_xla_caches', 'none') "
-                        "(compilecache sets it; the program sets it back).",
                         "jax",
                     ),
                 )
