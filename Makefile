@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 EXTRAS := jax,torch,triton,test,dev,redis,s3
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench clean compat compat-torch compat-jax-old compat-jax-new
+.PHONY: install demo test lint bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,21 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_torch.py --real
 	$(PY) benchmarks/bench_singleflight.py
 	$(PY) benchmarks/bench_fleet.py
+
+# bench-gpu: needs an NVIDIA GPU (it says so and stops without one, before installing anything).
+# Its own venv: CUDA builds of torch (with torchvision) and JAX, and Triton; several GB.
+GPU_VENV ?= .venv-gpu
+GPU_PACKAGES ?= torch torchvision triton 'jax[cuda12]'
+BENCH_GPU_ARGS ?=
+bench-gpu:
+	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { \
+		echo "make bench-gpu needs an NVIDIA GPU (nvidia-smi lists none here)."; \
+		echo "On this machine: $(PY) benchmarks/bench_gpu.py --cpu runs its CPU-side checks."; \
+		exit 2; }
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(GPU_VENV)/bin/python -m pip install --quiet $(GPU_PACKAGES) -e '.[redis]'
+	$(GPU_VENV)/bin/python benchmarks/bench_gpu.py $(BENCH_GPU_ARGS)
 
 # compat: the framework versions users run, each in its own venv (several GB: not part of
 # `make test` or CI). The newest torch on the index is a CUDA build; it runs here on the CPU.
