@@ -22,8 +22,8 @@ Workloads: torchvision's ResNet-50 (random weights, a training step) under ``max
 ``reduce-overhead``; a user Triton kernel under ``@triton.autotune(cache_results=True)``; a
 ``load_inline`` CUDA extension; a JAX transformer train step (``workloads/jax_step``). This needs
 an NVIDIA GPU; without one it says so and exits 2. ``--cpu`` runs the same machinery on two CPU
-workloads instead (a Triton kernel cross-compiled for sm_90, a C++ extension), which is what the
-test suite checks.
+workloads instead (a Triton kernel cross-compiled for sm_80, a C++ extension; ``--workloads
+extension-inline`` adds a ``load_inline`` of a torch module), which is what the test suite checks.
 
 Usage: python benchmarks/bench_gpu.py [--rounds N] [--workloads a,b] [--cpu] [--no-write]
 """
@@ -53,6 +53,8 @@ GPU_WORKLOADS = (
     "jax-transformer",
 )
 CPU_WORKLOADS = ("triton-cross", "extension-cpp")
+# CPU workloads run only when named (--workloads): a load_inline build takes 15-20 s here.
+CPU_EXTRA = ("extension-inline",)
 VARIANTS = ("cold", "own warm", "own portable", "cc cold", "cc fresh")
 COUNTS = ("triton_compiles", "autotune_benchmarks", "compiler_runs", "ninja_runs", "xla_autotuned")
 # A tool wrapper, one path for every machine (a compiler's path is part of a build's key): log
@@ -224,6 +226,20 @@ def _extension_cpp(work: str) -> float:
     return time.perf_counter() - start
 
 
+def _extension_inline() -> float:
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    start = time.perf_counter()
+    module = load_inline(
+        "bench_twice",
+        cpp_sources="torch::Tensor twice(torch::Tensor x) { return x * 2; }",
+        functions=["twice"],
+    )
+    assert float(module.twice(torch.ones(4)).sum()) == 8.0
+    return time.perf_counter() - start
+
+
 def child(args: argparse.Namespace) -> None:
     autotuned = _count_autotuning()
     workload = args.child
@@ -240,6 +256,8 @@ def child(args: argparse.Namespace) -> None:
         first = _triton_cross()
     elif workload == "extension-cpp":
         first = _extension_cpp(args.work)
+    elif workload == "extension-inline":
+        first = _extension_inline()
     else:
         raise SystemExit(f"unknown workload {workload!r}")
     print(json.dumps({"first_step_s": first, "autotune_benchmarks": autotuned()}), flush=True)
@@ -479,8 +497,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    known = CPU_WORKLOADS if args.cpu else GPU_WORKLOADS
-    workloads = [w for w in args.workloads.split(",") if w] or list(known)
+    default = CPU_WORKLOADS if args.cpu else GPU_WORKLOADS
+    known = (*CPU_WORKLOADS, *CPU_EXTRA) if args.cpu else GPU_WORKLOADS
+    workloads = [w for w in args.workloads.split(",") if w] or list(default)
     unknown = [w for w in workloads if w not in known]
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {', '.join(known)}")

@@ -207,6 +207,9 @@ def test_bundles_carry_triton_entries(tmp_path: Path) -> None:
     assert "1" in imported.stdout
     listed = run_python(["-m", "compilecache", "ls", "--url", other], env).stdout
     assert "triton" in listed and "scaled_add" in listed
+    [key] = [i.key for i in LocalStore(other).scan("triton/")]
+    shown = run_python(["-m", "compilecache", "show", key, "--url", other], env).stdout
+    assert "name: scaled_add" in shown and "scaled_add.cubin" in shown
     fresh = Machine(tmp_path, "fresh")
     assert fresh.run(other)["stats"]["triton.hits"] == 1 and fresh.assemblies() == 0
 

@@ -119,11 +119,19 @@ class Cache:
     def peek(self, framework: str, key: str) -> Entry | None:
         """The verified entry under ``key`` for bookkeeping (an index, a list), read without
         counting a hit or a miss and without copying it between levels; ``None`` when there is
-        none or it is unusable. Never raises."""
+        none or it is unusable. A store that fails is counted and warned about as for a lookup.
+        Never raises."""
         try:
             data = self.store.peek(key)
-            if data is None:
-                return None
+        except LevelSkipped:
+            return None  # the level's outage was counted when it began
+        except Exception as exc:
+            self.stats.add("errors", framework=framework)
+            self._warn_failure("read from", exc)
+            return None
+        if data is None:
+            return None
+        try:
             found = entry.decode(data, secret=self.secret, expect_key=key)
         except Exception as exc:
             log.debug("compilecache: %s not read: %s", key, exc)
