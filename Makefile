@@ -29,8 +29,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
 
+# The venv's bin first on PATH: torch's extension builds look for `ninja` there.
 test: lint
-	$(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
 
 # etils lets bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// through it);
 # transformers gives bench_torch --real its models (random init, nothing downloaded).

@@ -21,6 +21,8 @@ from compilecache.stores.local import LocalStore
 from tests.conftest import ROOT, clean_env, last_json, run_python
 
 torch = pytest.importorskip("torch")
+if shutil.which("ninja") is None or shutil.which("c++") is None:
+    pytest.skip("torch's extension builds need ninja and c++ on PATH", allow_module_level=True)
 
 PROGRAM = str(ROOT / "tests" / "extension_program.py")
 # Builds only: a compiler run that writes something (-o), any ninja run but its --version and
