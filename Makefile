@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # torch first and pinned: 2.13.0 is the local CPU wheel; an open range would pull CUDA builds.
 TORCH := torch==2.13.0
-EXTRAS := jax,torch,triton,test,dev,redis,s3
+EXTRAS := jax,torch,triton,test,dev,redis,s3,azure
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	# The pin again beside the extras: pip 26 otherwise replaces the CPU wheel with a CUDA build
 	# of a newer release while resolving the test and s3 extras together.
 	$(PY) -m pip install --quiet $(TORCH) -e '.[$(EXTRAS)]'
+	# Azurite (Azure Storage's emulator, npm) for the Azure tests; they skip, saying so, without.
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/azurite azurite@3 >/dev/null 2>&1 \
+		|| echo "make: azurite not installed (npm); the Azure tests will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,10 +36,10 @@ lint: $(STAMP)
 test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
 
-# etils lets bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// through it);
+# etils and s3fs let bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// so);
 # transformers gives bench_torch --real its models (random init, nothing downloaded).
 bench: $(STAMP)
-	$(PY) -m pip install --quiet $(TORCH) 'etils[epath]' transformers
+	$(PY) -m pip install --quiet $(TORCH) 'etils[epath]' s3fs transformers
 	$(PY) benchmarks/bench_store.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_jax_warm.py

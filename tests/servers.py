@@ -373,6 +373,101 @@ class MotoServer:
             _stop(self.proc)
 
 
+# Azurite's well-known development account (the same in every Azurite; not a secret).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def azurite_binary() -> str | None:
+    """``azurite-blob``: the one `make install` puts under the venv (npm), else one on PATH."""
+    local = _BIN.parent / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+    if local.exists():
+        return str(local)
+    return shutil.which("azurite-blob")
+
+
+class AzuriteServer:
+    """Azurite's blob service (Microsoft's Azure Storage emulator, from npm) on a loopback port."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.root = root
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}/{AZURITE_ACCOUNT}"
+
+    def start(self) -> AzuriteServer:
+        exe = azurite_binary()
+        if exe is None:
+            pytest.skip("Azurite is not installed (npm install azurite; make install does)")
+        self.proc = subprocess.Popen(
+            [exe, "--blobHost", HOST, "--blobPort", str(self.port), "--location", str(self.root)]
+            + ["--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_port(self.port, self.proc, 60.0, "azurite-blob")
+        return self
+
+    def create_container(self, name: str | None = None) -> str:
+        """A new container (obstore cannot create one): Azure's REST call, signed with the
+        account key (SharedKey)."""
+        import base64
+        import email.utils
+        import hashlib
+        import hmac
+        import http.client
+
+        container = name or f"c{uuid.uuid4().hex[:16]}"
+        date = email.utils.formatdate(usegmt=True)
+        version = "2021-08-06"
+        lines = ["PUT", *[""] * 11, f"x-ms-date:{date}\nx-ms-version:{version}"]
+        lines.append(f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{container}\nrestype:container")
+        digest = hmac.new(base64.b64decode(AZURITE_KEY), "\n".join(lines).encode(), hashlib.sha256)
+        signature = base64.b64encode(digest.digest()).decode()
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        conn.request(
+            "PUT",
+            f"/{AZURITE_ACCOUNT}/{container}?restype=container",
+            headers={
+                "x-ms-date": date,
+                "x-ms-version": version,
+                "Authorization": f"SharedKey {AZURITE_ACCOUNT}:{signature}",
+                "Content-Length": "0",
+            },
+        )
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 201, f"container not created: {response.status} {body!r}"
+        return container
+
+    def url(self, container: str, prefix: str = "cache") -> str:
+        """A store URL for ``container`` on this server, the account key included."""
+        from urllib.parse import quote
+
+        return (
+            f"az://{container}/{prefix}?account_name={AZURITE_ACCOUNT}"
+            f"&account_key={quote(AZURITE_KEY, safe='')}&endpoint_url={self.endpoint}"
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    server = AzuriteServer(tmp_path_factory.mktemp("azurite"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

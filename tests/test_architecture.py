@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "stores.writebehind",
         "stores.coldstreak",
         "stores.fleetledger",
-        "stores.s3lite",
+        "stores.obstorefs",
         "stores.resp",
     ),
     ("stores.local", "stores.sharedfs", "stores.redis", "stores.objectstore", "stores.memory"),

@@ -20,10 +20,10 @@ from compilecache.stores.base import UNWRITTEN_SUFFIX, Claim, EntryMeta, Store
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
+from compilecache.stores.obstorefs import ObstoreFS
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import open_url
 from compilecache.stores.resp import Connection, RespClient
-from compilecache.stores.s3lite import S3Lite
 from compilecache.stores.tiered import Tiered
 from tests import servers
 from tests.servers import MotoServer, RedisServer, namespace
@@ -32,6 +32,7 @@ from tests.servers import MotoServer, RedisServer, namespace
 redis_server = servers.redis_server_each_version
 redis_cluster = servers.redis_cluster
 moto_server = servers.moto_server
+azurite_server = servers.azurite_server
 # For lease_store (conftest): its Redis on both versions.
 redis62_server = servers.redis_server
 redis7_server = servers.redis7_server
@@ -215,56 +216,36 @@ def test_a_read_that_fails_claims_nothing(tmp_path: Path, redis_server: RedisSer
 # -- requests to S3 ---------------------------------------------------------------------------
 
 
-def s3_requests(store: ObjectStore) -> list[tuple[str, str, bool]]:
-    """Record every request the store's S3 client sends: (method, path, asked to continue)."""
-    sent: list[tuple[str, str, bool]] = []
-    if isinstance(store.fs, S3Lite):
-        client, send = store.fs, store.fs._send
-
-        def sending(method: str, bucket: str, key: str, *args: Any) -> Any:
-            sent.append((method, f"{bucket}/{key}", "expect" in args[-1]))
-            return send(method, bucket, key, *args)
-
-        client._send = sending  # type: ignore[method-assign,assignment]
-        return sent
-
-    def record(request: Any, **kwargs: Any) -> None:
-        path = request.url.split("?")[0].split("/", 3)[-1]
-        sent.append((request.method, path, "Expect" in request.headers))
-
-    store.fs.session.get_component("event_emitter").register("before-send.s3", record)
-    return sent
+def s3_requests(store: ObjectStore) -> list[tuple[str, str]]:
+    """Record every request the store's S3 client sends: (method, key)."""
+    assert isinstance(store.fs, ObstoreFS)
+    store.fs.requests = []
+    return store.fs.requests
 
 
-@pytest.mark.parametrize("client", ["auto", "s3fs"])
-def test_s3_reads_writes_and_claims_take_one_request_each(
-    moto_server: MotoServer, client: str
-) -> None:
-    """With either S3 client (the built-in one, or s3fs)."""
-    url = moto_server.url(moto_server.create_bucket(), "requests") + f"&client={client}"
+def test_s3_reads_writes_and_claims_take_one_request_each(moto_server: MotoServer) -> None:
+    url = moto_server.url(moto_server.create_bucket(), "requests")
     store = open_url(url)
     assert isinstance(store, ObjectStore)
-    assert isinstance(store.fs, S3Lite) == (client == "auto")
     sent = s3_requests(store)
     assert store.get("jax/absent") is None
-    assert [m for m, _, _ in sent] == ["GET"]  # no HEAD and LIST before it
+    assert [m for m, _ in sent] == ["GET"]  # no HEAD and LIST before it
     sent.clear()
     store.put("jax/new", b"x" * 1000)
-    assert sent == [("PUT", sent[0][1], False)]  # created at once, without Expect: 100-continue
+    assert [m for m, _ in sent] == ["PUT"]  # created at once
     sent.clear()
     store.put("jax/new", b"y" * 1000)  # a replacement: it reads the ETag it replaces
-    assert [m for m, _, _ in sent] == ["PUT", "HEAD", "PUT"]
+    assert [m for m, _ in sent] == ["PUT", "HEAD", "PUT"]
     assert store.get("jax/new") == b"y" * 1000
     sent.clear()
     found, claim = store.get_or_claim("jax/miss", 30)
     assert found is None and claim is not None and claim.state == "won" and claim.checked
     # The entry, the lease and the unwritten mark: three requests, sent together.
-    assert sorted(m for m, _, _ in sent) == ["GET", "GET", "PUT"]
+    assert sorted(m for m, _ in sent) == ["GET", "GET", "PUT"]
     sent.clear()
     assert claim.token
     store.release_lease("jax/miss", claim.token)  # the lease's token and ETag, then the delete
-    expected = ["GET", "DELETE"] if client == "auto" else ["HEAD", "GET", "DELETE"]
-    assert [m for m, _, _ in sent] == expected
+    assert [m for m, _ in sent] == ["GET", "DELETE"]
     sent.clear()
     found, claim = store.get_or_claim("jax/new", 30)
     assert found is not None and found[0] == b"y" * 1000

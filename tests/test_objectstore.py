@@ -3,7 +3,7 @@ memory and local filesystems."""
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,14 +17,15 @@ from fsspec.implementations.memory import MemoryFileSystem
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.objectstore import ObjectStore
+from compilecache.stores.obstorefs import ObstoreFS
 from compilecache.stores.registry import open_url
-from compilecache.stores.s3lite import S3Lite
 from tests import servers
 from tests.servers import MotoServer, run_race
 from tests.stores.conformance import StoreConformance
 
 # The real servers this module uses (pytest fixtures from tests/servers.py).
 moto_server = servers.moto_server
+azurite_server = servers.azurite_server
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +33,13 @@ def bucket(moto_server: MotoServer) -> str:
     return moto_server.create_bucket()
 
 
-@pytest.fixture(params=["auto", "s3fs"])
-def s3(
-    moto_server: MotoServer, bucket: str, request: pytest.FixtureRequest
-) -> Iterator[ObjectStore]:
-    """The S3 store with each client: the built-in one (``auto``) and s3fs."""
-    url = moto_server.url(bucket, f"p{uuid.uuid4().hex[:10]}") + f"&client={request.param}"
+@pytest.fixture
+def s3(moto_server: MotoServer, bucket: str) -> Iterator[ObjectStore]:
+    """The S3 store, through obstore."""
+    url = moto_server.url(bucket, f"p{uuid.uuid4().hex[:10]}")
     store = open_url(url)
     assert isinstance(store, ObjectStore)
-    assert isinstance(store.fs, S3Lite) == (request.param == "auto")
+    assert isinstance(store.fs, ObstoreFS)
     yield store
     store.close()
 
@@ -49,6 +48,19 @@ class TestS3Store(StoreConformance):
     @pytest.fixture
     def store(self, s3: ObjectStore) -> Store:
         return s3
+
+
+class TestAzureStore(StoreConformance):
+    """Azure Blob Storage on Azurite, through obstore."""
+
+    @pytest.fixture
+    def store(self, azurite_server: servers.AzuriteServer) -> Iterator[Store]:
+        container = azurite_server.create_container()
+        store = open_url(azurite_server.url(container, f"p{uuid.uuid4().hex[:10]}"))
+        assert isinstance(store, ObjectStore) and isinstance(store.fs, ObstoreFS)
+        assert store.conditional and store.url.startswith("az://")
+        yield store
+        store.close()
 
 
 class TestFsspecMemoryStore(StoreConformance):
@@ -73,10 +85,9 @@ def test_s3_url_and_conditional_writes_enabled(s3: ObjectStore) -> None:
     assert s3.url.startswith("s3://") and s3.conditional
     # Fail fast: one attempt per request, short timeouts, no listing cache.
     assert s3.fs.retries == 1
-    if isinstance(s3.fs, S3Lite):
-        assert s3.fs.timeout == 5.0
-    else:
-        assert s3.fs.config_kwargs["retries"] == {"max_attempts": 1}
+    retry = s3.fs.store.retry_config
+    assert retry is not None and retry["max_retries"] == 0
+    assert s3.fs.store.client_options["timeout"] == "5s"
 
 
 def test_racing_creators_do_not_clobber(s3: ObjectStore, moto_server: MotoServer) -> None:
@@ -160,10 +171,14 @@ def test_server_down_is_unavailable(moto_server: MotoServer) -> None:
         store.put("k", b"v")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None, reason="gcsfs is installed")
-def test_missing_implementation_names_the_package() -> None:
-    with pytest.raises(StoreUnavailable, match=r"gcsfs.*compilecache\[gcs\]"):
-        open_url("gs://bucket/prefix")
+@pytest.mark.parametrize(("url", "extra"), [("gs://bucket/p", "gcs"), ("az://c/p", "azure")])
+def test_missing_obstore_names_the_package(
+    monkeypatch: pytest.MonkeyPatch, url: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "obstore.store", None)
+    with pytest.raises(StoreUnavailable, match=rf"obstore.*compilecache\[{extra}\]"):
+        open_url(url)
 
 
 def test_any_fsspec_protocol_is_a_store() -> None:
@@ -219,22 +234,15 @@ def test_counters_read_ahead_make_the_exit_one_write_and_lose_nothing(
 ) -> None:
     url = moto_server.url(bucket, f"ahead{uuid.uuid4().hex[:8]}")
     first, other = open_url(url), open_url(url)
-    assert isinstance(first, ObjectStore) and isinstance(first.fs, S3Lite)
+    assert isinstance(first, ObjectStore) and isinstance(first.fs, ObstoreFS)
     first.add_stats({"hits": 1.0})
     first.prepare_stats()  # at enable: the counters object is read in the background
     deadline = time.monotonic() + 10
     while first._counters_ahead is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    sent: list[str] = []
-    send = first.fs._send
-
-    def sending(method: str, *args: Any) -> Any:
-        sent.append(method)
-        return send(method, *args)
-
-    first.fs._send = sending  # type: ignore[method-assign,assignment]
+    first.fs.requests = []
     first.add_stats({"hits": 2.0})
-    assert sent == ["PUT"]  # at exit: the write alone
+    assert [m for m, _ in first.fs.requests] == ["PUT"]  # at exit: the write alone
     # A read-ahead gone stale (another process of this host added since): its write fails
     # its condition, and the counters are read again; nothing is lost.
     first.prepare_stats()
@@ -243,3 +251,36 @@ def test_counters_read_ahead_make_the_exit_one_write_and_lose_nothing(
     other.add_stats({"hits": 10.0})
     first.add_stats({"hits": 100.0})
     assert first.read_stats()["hits"] == 113.0
+
+
+@pytest.mark.parametrize("case", ["missing bucket", "unreachable", "denied"])
+def test_store_errors_are_one_warning_in_plain_words(
+    case: str,
+    moto_server: MotoServer,
+    azurite_server: servers.AzuriteServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A missing bucket, an unreachable endpoint, refused credentials: one warning each, naming
+    the URL and what to check; the lookups are misses and the run goes on."""
+    from compilecache.entry import EntryHeader
+    from compilecache.runtime.cache import Cache
+    from compilecache.stores.registry import open_store
+
+    if case == "missing bucket":
+        url, words = moto_server.url("no-such-bucket-here", "c"), "does not exist: create it"
+    elif case == "unreachable":
+        url = f"s3://b/p?endpoint_url=http://127.0.0.1:{servers.free_port()}&key=x&secret=y"
+        words = "cannot reach the endpoint"
+    else:
+        good = azurite_server.url(azurite_server.create_container(), "c")
+        url, words = good.replace("account_key=Eby8", "account_key=AAAA"), "check the credentials"
+    cache = Cache(open_store(url, None))
+    with caplog.at_level("WARNING", logger="compilecache"):
+        for i in range(3):
+            assert cache.load("jax", f"jax/k{i}") is None
+            header = EntryHeader(framework="jax", key=f"jax/w{i}", name="f", compile_time_s=1.0)
+            assert not cache.save(header, b"x")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert words in warnings[0] and url.split("?")[0] in warnings[0]
+    assert cache.stats.snapshot()["misses"] == 3

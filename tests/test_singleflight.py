@@ -38,6 +38,7 @@ from tests.servers import RedisServer, namespace
 
 redis_server = servers.redis_server
 moto_server = servers.moto_server
+azurite_server = servers.azurite_server
 # For lease_store (conftest): its Redis on both versions.
 redis62_server = servers.redis_server
 redis7_server = servers.redis7_server

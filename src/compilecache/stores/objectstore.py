@@ -1,15 +1,11 @@
-"""``s3://``, ``gs://`` and any other fsspec protocol: a store in a bucket (or remote filesystem).
+"""``s3://``, ``gs://``, ``az://`` and any other fsspec protocol: a store in a bucket.
 
 URL: ``s3://bucket/prefix?options``. Options this store reads: ``timeout`` (connect and read
 timeout, seconds, default 5), ``retries`` (attempts per request, default 1), ``conditional=0``
-(disable conditional writes), ``client=s3fs`` (for S3: always s3fs, see below). Every other
-option is passed to the fsspec filesystem (``endpoint_url=http://127.0.0.1:9000``,
-``anon=true``, ``profile=...``); ``true``/``false`` become booleans.
-
-S3 is spoken by :mod:`~compilecache.stores.s3lite` (the standard library only: no 0.35 s import
-at start, under a millisecond of CPU a request) wherever it can serve the URL's options and read
-the credentials itself (keys in the URL, the ``AWS_*`` variables or the shared credentials
-files, or ``anon=true``); by s3fs otherwise (instance roles, SSO, assumed roles, other options).
+(disable conditional writes). S3, GCS and Azure Blob Storage (``az://container/prefix``,
+``abfs[s]://container@account.dfs.core.windows.net/prefix``) are spoken through obstore
+(:mod:`~compilecache.stores.obstorefs`, which lists each cloud's options and reads its standard
+credential chain); any other fsspec protocol gets the remaining options as its storage options.
 
 Layout: ``<prefix>/ab/<blake2b(key)>.cce``, each object a frame (the key and metadata as a small
 JSON header, with the value's size) followed by the value: one object per entry, so publication
@@ -19,7 +15,7 @@ Object stores keep no access times: ``accessed`` is the creation time and ``hits
 pruning there is by age.
 
 Racing writers. Where the protocol supports conditional writes (S3 and S3-compatible servers with
-``If-None-Match``/``If-Match``; GCS through gcsfs's exclusive create), ``put`` is a compare and
+``If-None-Match``/``If-Match``, and Azure; GCS creates only if absent), ``put`` is a compare and
 swap against what it saw when it started: it reads the object's ETag (or sees none), then writes
 with ``If-None-Match: *`` (create if absent) or ``If-Match: <etag>`` (replace what it saw). A
 writer whose condition fails lost a race to a writer that published an equivalent entry for the
@@ -65,7 +61,8 @@ from compilecache.stores.frame import (
     meta_of,
 )
 from compilecache.stores.frame import key_filename as _key_filename
-from compilecache.stores.s3lite import S3Lite, open_client
+from compilecache.stores.obstorefs import PROTOCOLS as _OBSTORE_PROTOCOLS
+from compilecache.stores.obstorefs import ObstoreFS, open_fs, split_location
 
 log = logging.getLogger("compilecache")
 
@@ -104,7 +101,8 @@ class ObjectStore(OneReadStore):
         self.url = url or f"{protocol}://{self.root}"
         self.conditional = protocol in _CONDITIONAL if conditional is None else conditional
         self.atomic_put = protocol in _OBJECT_PROTOCOLS if atomic_put is None else atomic_put
-        self._etag_write = protocol in ("s3", "s3a")
+        # Conditional replaces by ETag: S3 and Azure (GCS conditions on generations instead).
+        self._etag_write = protocol in ("s3", "s3a", "az", "abfs", "abfss")
         self._lock = threading.Lock()
         self.lost_races = 0
         self._requests: concurrent.futures.ThreadPoolExecutor | None = None
@@ -519,7 +517,7 @@ class ObjectStore(OneReadStore):
         """A small object and its ETag: one request with the built-in S3 client, two with
         fsspec (its info first: if the object changes before the body is read, a write
         conditional on that ETag fails, whatever the body said)."""
-        if isinstance(self.fs, S3Lite):
+        if isinstance(self.fs, ObstoreFS):
             return self.fs.cat_with_etag(path)
         self.fs.invalidate_cache(path)
         info = self.fs.info(path)
@@ -629,7 +627,7 @@ class ObjectStore(OneReadStore):
             pool, self._requests = self._requests, None
         if pool is not None:
             pool.shutdown(wait=False)
-        if isinstance(self.fs, S3Lite):
+        if isinstance(self.fs, ObstoreFS):
             self.fs.close()
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
@@ -637,10 +635,9 @@ class ObjectStore(OneReadStore):
 
 
 def _cat_whole(fs: Any, path: str) -> bytes:
-    """The whole object in one request. ``start=0`` matters: without a range, s3fs asks for the
-    object's size first (a HEAD, and a LIST after a 404) to split large reads, which doubles
-    the round trips of every read and every miss. Objects here are never empty (a frame, a
-    lease, counters), so the open range is always satisfiable."""
+    """The whole object in one request (``start=0``: fsspec filesystems may otherwise ask for
+    the size first). Objects here are never empty (a frame, a lease, counters), so the open
+    range is always satisfiable."""
     data: bytes = fs.cat_file(path, start=0)
     return data
 
@@ -653,40 +650,6 @@ def _counters(raw: bytes) -> dict[str, float]:
     if not isinstance(data, dict):
         return {}
     return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
-
-
-# Below this size a PUT is sent without asking the server first (see _send_small_puts_at_once).
-_ASK_BEFORE_PUT = 8 * 1024 * 1024
-
-
-def _s3_session() -> Any:
-    """An aiobotocore session for s3fs whose small PUTs go out in one round trip."""
-    try:
-        from aiobotocore.session import AioSession
-    except ImportError:
-        return None
-
-    session = AioSession()
-    # On the event botocore adds the header at, and last, so that it runs after that handler.
-    events = session.get_component("event_emitter")
-    events.register_last("before-call.s3", _send_small_puts_at_once)
-    return session
-
-
-def _send_small_puts_at_once(params: dict[str, Any], **kwargs: Any) -> None:
-    """Drop ``Expect: 100-continue`` from a small PUT. botocore asks for it on every PUT whose
-    body is a stream, and waiting for the server's ``100 Continue`` is a round trip of its own:
-    it doubled the cost of every lease and every small entry written. For a small body, sending
-    it at once costs less than asking first. Never raises (a handler error fails the request)."""
-    try:
-        from botocore.utils import determine_content_length
-
-        headers = params.get("headers") or {}
-        size = determine_content_length(params.get("body"))
-        if "Expect" in headers and size is not None and size < _ASK_BEFORE_PUT:
-            del headers["Expect"]
-    except Exception as exc:
-        log.debug("compilecache: could not drop Expect from a PUT: %s", exc)
 
 
 def _lease_body(token: str, ttl_s: float) -> bytes:
@@ -741,54 +704,53 @@ def _option(value: str) -> Any:
 
 
 def from_url(url: StoreURL) -> ObjectStore:
-    """Open ``PROTOCOL://bucket/prefix`` through fsspec."""
+    """Open ``PROTOCOL://bucket/prefix``: S3, GCS and Azure through obstore, any other fsspec
+    protocol through fsspec."""
     protocol = url.scheme
     root = (url.netloc + url.path).rstrip("/")
     if not root:
         raise ConfigError(f"no bucket or path in store URL {url.raw!r}")
     params = url.params
     options: dict[str, Any] = {k: _option(v) for k, v in params.items() if k not in _OWN_PARAMS}
-    options.setdefault("skip_instance_cache", True)
-    options.setdefault("use_listings_cache", False)
     timeout = float(params.get("timeout", DEFAULT_TIMEOUT))
     retries = int(params.get("retries", DEFAULT_RETRIES))
-    client = params.get("client", "auto").strip().lower()
-    if client not in ("auto", "s3fs"):
-        raise ConfigError(f"client: expected auto or s3fs, got {client!r} in {url.raw!r}")
-    fs: Any = None
-    if protocol in ("s3", "s3a") and client == "auto":
-        fs = open_client(options, timeout=timeout, max_connections=MAX_CONNECTIONS)
-    if fs is None:
-        fs = _fsspec_filesystem(url, options, timeout)
+    conditional = params.get("conditional")
+    conditional_flag = None if conditional is None else flag(params, "conditional")
+    if protocol in _OBSTORE_PROTOCOLS:
+        bucket, prefix, account = split_location(protocol, url.netloc, url.path)
+        if not bucket:
+            raise ConfigError(f"no bucket or container in store URL {url.raw!r}")
+        describe = f"{protocol}://{url.netloc}{url.path}".rstrip("/")
+        fs: Any = open_fs(
+            protocol,
+            bucket,
+            options,
+            timeout=timeout,
+            retries=retries,
+            describe=describe,
+            account=account,
+        )
+        root = f"{bucket}/{prefix}".rstrip("/")
+        return ObjectStore(
+            fs,
+            root,
+            url=describe,
+            conditional=True if conditional_flag is None else conditional_flag,
+            atomic_put=True,
+        )
+    options.setdefault("skip_instance_cache", True)
+    options.setdefault("use_listings_cache", False)
+    fs = _fsspec_filesystem(url, options, timeout)
     if hasattr(fs, "retries"):
         fs.retries = max(1, retries)
-    conditional = params.get("conditional")
-    return ObjectStore(
-        fs,
-        root,
-        url=f"{protocol}://{root}",
-        conditional=None if conditional is None else flag(params, "conditional"),
-    )
+    return ObjectStore(fs, root, url=f"{protocol}://{root}", conditional=conditional_flag)
 
 
 def _fsspec_filesystem(url: StoreURL, options: dict[str, Any], timeout: float) -> Any:
-    """The fsspec filesystem of ``url`` (s3fs, gcsfs, ...) with this store's timeouts."""
-    import fsspec  # only here: the built-in S3 client needs none of it
+    """The fsspec filesystem of ``url`` (a protocol obstore does not speak: sftp, hdfs, ...)."""
+    import fsspec  # only here: S3, GCS and Azure need none of it
 
     protocol = url.scheme
-    if protocol in ("s3", "s3a"):
-        config = dict(options.pop("config_kwargs", None) or {})
-        config.setdefault("connect_timeout", timeout)
-        config.setdefault("read_timeout", timeout)
-        config.setdefault("retries", {"max_attempts": 1})
-        # A prefetch sends a few hundred reads at once: botocore's 10 connections would queue
-        # them ten at a time, a round trip per ten.
-        config.setdefault("max_pool_connections", MAX_CONNECTIONS)
-        options["config_kwargs"] = config
-        if "session" not in options:
-            options["session"] = _s3_session()  # None without s3fs: fsspec says what to install
-    elif protocol in ("gs", "gcs"):
-        options.setdefault("timeout", timeout)
     try:
         return fsspec.filesystem(protocol, **options)
     except ImportError:

@@ -65,19 +65,19 @@ class Backend:
 
 _S3 = Backend(
     "compilecache.stores.objectstore:from_url",
-    "fsspec and s3fs (pip install 'compilecache[s3]')",
+    "obstore (pip install 'compilecache[s3]')",
     OBJECT_PARAMS,
     passthrough=True,
 )
 _GCS = Backend(
     "compilecache.stores.objectstore:from_url",
-    "fsspec and gcsfs (pip install 'compilecache[gcs]')",
+    "obstore (pip install 'compilecache[gcs]')",
     OBJECT_PARAMS,
     passthrough=True,
 )
 _AZURE = Backend(
     "compilecache.stores.objectstore:from_url",
-    "fsspec and adlfs (pip install adlfs)",
+    "obstore (pip install 'compilecache[azure]')",
     OBJECT_PARAMS,
     passthrough=True,
 )

@@ -1,0 +1,502 @@
+"""S3, GCS and Azure Blob Storage through ``obstore`` (the Rust ``object_store`` crate that Arrow,
+DataFusion, Polars and delta-rs use), as the small fsspec-like surface :class:`ObjectStore`
+speaks: ranged and whole reads (with the ETag), writes that are plain, create-only or
+conditional on an ETag, listings, deletes.
+
+``obstore`` imports in about 12 ms and brings each cloud's standard credential chain: for S3 the
+``AWS_*`` variables, web identity (EKS), the ECS task role and the instance metadata service;
+for Azure account keys, SAS tokens, managed identity and the CLI; for GCS application default
+credentials and service-account files. A named AWS profile (``profile=``), which
+``object_store`` does not read, is resolved through boto3 where it is installed.
+
+Large objects: a write over :data:`MULTIPART_BYTES` is a multipart upload of
+:data:`PART_BYTES` parts (``mode="create"`` then checks that the object is absent first: a
+multipart upload cannot be conditional everywhere); a read of an object over that size is
+:data:`PART_BYTES` ranged GETs in parallel into one buffer. Neither holds more than about two
+copies of the object in memory.
+
+Errors keep the meaning ObjectStore relies on: a missing object is ``FileNotFoundError``, a
+failed condition :class:`PreconditionFailed` (a ``FileExistsError``), everything else an
+``OSError`` whose message says what to check (the bucket, the credentials, the endpoint).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from compilecache.errors import ConfigError
+
+MULTIPART_BYTES = 64 << 20
+PART_BYTES = 16 << 20
+PARALLEL_PARTS = 8
+
+# URL options, per cloud (besides this store's own: timeout, retries, conditional).
+S3_OPTIONS = frozenset(
+    {"endpoint_url", "region", "region_name", "key", "secret", "token", "profile", "anon"}
+)
+GCS_OPTIONS = frozenset({"token", "anon", "endpoint_url", "project"})
+AZURE_OPTIONS = frozenset(
+    {"account_name", "account_key", "sas_token", "anon", "endpoint_url", "use_emulator"}
+)
+# fsspec's cache switches, which older URLs carry: nothing is cached here, so they mean nothing.
+IGNORED = frozenset({"skip_instance_cache", "use_listings_cache"})
+PROTOCOLS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+}
+
+
+# What a missing bucket or container says (S3, GCS, Azure), against a missing object.
+_NO_BUCKET = ("NoSuchBucket", "ContainerNotFound", "The specified bucket does not exist")
+# What a request that never reached a server says.
+_UNREACHABLE = ("error sending request", "Connection refused", "dns error", "timed out")
+
+
+class PreconditionFailed(FileExistsError):
+    """A create-only write found the object, or an ETag-conditional one found another ETag."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"PreconditionFailed: {path}: {why}")
+
+
+class NotImplementedByServer(OSError):
+    """The server refused a conditional write as not implemented."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"NotImplemented: {path}: {why}")
+
+
+def _exceptions() -> Any:
+    import obstore.exceptions
+
+    return obstore.exceptions
+
+
+def _flag(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+class ObstoreFS:
+    """One bucket (or container) of an object store, addressed as ``bucket/key`` paths."""
+
+    def __init__(self, store: Any, protocol: str, bucket: str, *, describe: str) -> None:
+        self.store = store
+        self.protocol = protocol
+        self.bucket = bucket
+        self.describe = describe  # the URL, for error messages
+        self.retries = 1
+        # Tests and benchmarks count requests: (method, key) per request when set.
+        self.requests: list[tuple[str, str]] | None = None
+        self._lock = threading.Lock()
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # -- paths and errors ----------------------------------------------------------------------
+
+    def _key(self, path: str) -> str:
+        path = path.lstrip("/")
+        if "://" in path:
+            path = path.split("://", 1)[1]
+        bucket, _, key = path.partition("/")
+        if bucket != self.bucket:
+            raise ValueError(f"{path!r} is not in bucket {self.bucket!r}")
+        return key
+
+    def _sent(self, method: str, key: str) -> None:
+        if self.requests is not None:
+            with self._lock:
+                self.requests.append((method, key))
+
+    def _call(self, method: str, key: str, do: Callable[[], Any]) -> Any:
+        """Run one request; obstore's errors as the exceptions ObjectStore understands."""
+        self._sent(method, key)
+        errors = _exceptions()
+        try:
+            return do()
+        except FileNotFoundError as exc:
+            text = str(exc)
+            if any(code in text for code in _NO_BUCKET):  # not a missing object: no bucket
+                raise OSError(
+                    f"{self.describe}: the bucket {self.bucket!r} does not exist: create it, "
+                    "or check the bucket's name and the endpoint"
+                ) from None
+            raise FileNotFoundError(f"{self.describe}: {key} not found") from None
+        except (errors.AlreadyExistsError, errors.PreconditionError) as exc:
+            raise PreconditionFailed(key, str(exc).splitlines()[0]) from None
+        except errors.NotSupportedError as exc:
+            raise NotImplementedByServer(key, str(exc).splitlines()[0]) from None
+        except (errors.PermissionDeniedError, errors.UnauthenticatedError) as exc:
+            raise PermissionError(
+                f"{self.describe}: {method} {key} was refused ({_first_line(exc)}): check the "
+                "credentials and that they may read and write this bucket"
+            ) from None
+        except errors.BaseError as exc:
+            if any(sign in str(exc) for sign in _UNREACHABLE):
+                raise OSError(
+                    f"{self.describe}: cannot reach the endpoint ({_first_line(exc)}): check "
+                    "endpoint_url, the network and any proxy"
+                ) from None
+            raise OSError(
+                f"{self.describe}: {method} {key} failed ({_first_line(exc)}): check that the "
+                "bucket exists and the endpoint is reachable"
+            ) from None
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._threads is None:
+                self._threads = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=32, thread_name_prefix="compilecache-obstore"
+                )
+            return self._threads
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The object's bytes ``[start, end)`` (fsspec's convention); all of it without ``end``."""
+        if end is None and not start:
+            return self.cat_with_etag(path)[0]
+        import obstore
+
+        key = self._key(path)
+        first = start or 0
+        if end is None:
+            result = self._call("GET", key, lambda: obstore.get(self.store, key))
+            return bytes(result.bytes())[first:]
+        if end <= first:
+            return b""
+        try:
+            return bytes(
+                self._call(
+                    "GET",
+                    key,
+                    lambda: obstore.get_range(self.store, key, start=first, end=end),
+                )
+            )
+        except OSError as exc:
+            if "range" in str(exc).lower() and "not satisfiable" in str(exc).lower():
+                return b""  # a range past the end (an empty object): nothing there
+            if "InvalidRange" in str(exc) or "416" in str(exc):
+                return b""
+            raise
+
+    def cat_with_etag(self, path: str) -> tuple[bytes, str]:
+        """The whole object and its ETag from one GET; a large one in parallel ranges."""
+        import obstore
+
+        key = self._key(path)
+        result = self._call("GET", key, lambda: obstore.get(self.store, key))
+        meta = result.meta
+        size = int(meta["size"])
+        etag = str(meta.get("e_tag") or "")
+        if size <= MULTIPART_BYTES:
+            return bytes(result.bytes()), etag
+        del result  # the body is read in parts instead; the response is dropped unread
+        return self._read_parts(key, size, etag), etag
+
+    def _read_parts(self, key: str, size: int, etag: str) -> bytes:
+        import obstore
+
+        buffer = bytearray(size)
+        ranges = [(s, min(s + PART_BYTES, size)) for s in range(0, size, PART_BYTES)]
+
+        def read(bounds: tuple[int, int]) -> None:
+            start, end = bounds
+            part = self._call(
+                "GET",
+                key,
+                lambda: obstore.get_range(self.store, key, start=start, end=end),
+            )
+            view = memoryview(part)
+            if len(view) != end - start:
+                raise OSError(f"{self.describe}: {key} changed while it was read")
+            buffer[start:end] = view
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=PARALLEL_PARTS) as pool:
+            list(pool.map(read, ranges))
+        # The object may have been replaced between the parts: the ETag says.
+        if etag and str(self.info(f"{self.bucket}/{key}").get("ETag") or "") != etag:
+            raise OSError(f"{self.describe}: {key} changed while it was read")
+        return bytes(buffer)  # the buffer is dropped on return: two copies at the peak
+
+    def cat(
+        self, paths: Sequence[str], on_error: str = "raise", start: int | None = None
+    ) -> dict[str, bytes | BaseException]:
+        datas = self._each(paths, lambda p: self.cat_file(p, start=start), on_error)
+        return dict(zip(paths, datas, strict=True))
+
+    def cat_ranges(
+        self,
+        paths: Sequence[str],
+        starts: int | Sequence[int] | None,
+        ends: int | Sequence[int | None] | None,
+        on_error: str = "raise",
+    ) -> list[bytes | BaseException]:
+        count = len(paths)
+        start_list = list(starts) if isinstance(starts, Sequence) else [starts] * count
+        end_list = list(ends) if isinstance(ends, Sequence) else [ends] * count
+        jobs = list(zip(paths, start_list, end_list, strict=True))
+        return self._each(jobs, lambda job: self.cat_file(*job), on_error)
+
+    def _each(self, items: Sequence[Any], read: Callable[[Any], Any], on_error: str) -> list[Any]:
+        if not items:
+            return []
+
+        def one(item: Any) -> Any:
+            try:
+                return read(item)
+            except Exception as exc:
+                if on_error != "return":
+                    raise
+                return exc
+
+        if len(items) == 1:
+            return [one(items[0])]
+        return list(self._pool().map(one, items))
+
+    def info(self, path: str) -> dict[str, Any]:
+        import obstore
+
+        key = self._key(path)
+        meta = self._call("HEAD", key, lambda: obstore.head(self.store, key))
+        return {
+            "name": f"{self.bucket}/{key}",
+            "size": int(meta["size"]),
+            "ETag": str(meta.get("e_tag") or ""),
+            "type": "file",
+        }
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.info(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def find(self, path: str) -> list[str]:
+        """Every object under ``path`` (``bucket/prefix``), as ``bucket/key``."""
+        import obstore
+
+        prefix = self._key(path).rstrip("/")
+        found: list[str] = []
+
+        def listing() -> None:
+            for batch in obstore.list(self.store, prefix=prefix or None):
+                found.extend(f"{self.bucket}/{item['path']}" for item in batch)
+
+        self._call("LIST", prefix, listing)
+        return found
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def pipe_file(
+        self, path: str, value: bytes, mode: str = "overwrite", IfMatch: str | None = None
+    ) -> None:
+        """Write the object; ``mode="create"``: only if absent; ``IfMatch``: only if its ETag
+        is that (a failed condition raises :class:`PreconditionFailed`)."""
+        import obstore
+
+        key = self._key(path)
+        if len(value) > MULTIPART_BYTES:
+            self._put_large(key, value, create=mode == "create", etag=IfMatch)
+            return
+        put_mode: Any = "overwrite"
+        if mode == "create":
+            put_mode = "create"
+        elif IfMatch:
+            put_mode = {"e_tag": IfMatch}
+        self._call(
+            "PUT",
+            key,
+            lambda: obstore.put(self.store, key, value, mode=put_mode, use_multipart=False),
+        )
+
+    def _put_large(self, key: str, value: bytes, *, create: bool, etag: str | None) -> None:
+        """A multipart upload (parts are views of ``value``: no copy). Its condition is checked
+        just before: a writer racing in between writes an equivalent entry, never a wrong one."""
+        import obstore
+
+        if create or etag:
+            try:
+                seen = str(self.info(f"{self.bucket}/{key}").get("ETag") or "")
+            except FileNotFoundError:
+                seen = ""
+            if (create and seen) or (etag and seen != etag):
+                raise PreconditionFailed(key, "the object changed before a large write")
+        view = memoryview(value)
+        parts = (view[i : i + PART_BYTES] for i in range(0, len(view), PART_BYTES))
+        self._call(
+            "PUT",
+            key,
+            lambda: obstore.put(
+                self.store,
+                key,
+                parts,
+                use_multipart=True,
+                chunk_size=PART_BYTES,
+                max_concurrency=PARALLEL_PARTS,
+            ),
+        )
+
+    def rm_file(self, path: str) -> None:
+        import obstore
+
+        key = self._key(path)
+        self._call("DELETE", key, lambda: obstore.delete(self.store, key))
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """Nothing is cached here."""
+
+    def close(self) -> None:
+        with self._lock:
+            threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+# -- opening a URL ---------------------------------------------------------------------------------
+
+
+def split_location(protocol: str, netloc: str, path: str) -> tuple[str, str, str]:
+    """(bucket or container, prefix, Azure account from the URL or "") of a store URL.
+
+    Azure's forms: ``az://container/prefix`` (the account from ``account_name=``) and
+    ``abfs[s]://container@account.dfs.core.windows.net/prefix``."""
+    account = ""
+    bucket = netloc
+    if PROTOCOLS.get(protocol) == "azure" and "@" in netloc:
+        bucket, _, host = netloc.partition("@")
+        account = host.split(".", 1)[0]
+    return bucket, path.strip("/"), account
+
+
+def open_fs(
+    protocol: str,
+    bucket: str,
+    options: Mapping[str, Any],
+    *,
+    timeout: float,
+    retries: int,
+    describe: str,
+    account: str = "",
+) -> ObstoreFS:
+    """The obstore client of one bucket, for the URL's options (unknown ones: an error naming
+    the known ones)."""
+    cloud = PROTOCOLS[protocol]
+    known = {"s3": S3_OPTIONS, "gcs": GCS_OPTIONS, "azure": AZURE_OPTIONS}[cloud]
+    unknown = sorted(set(options) - known - IGNORED)
+    if unknown:
+        raise ConfigError(
+            f"{describe}: unknown option(s) {', '.join(unknown)}; {protocol}:// knows "
+            f"{', '.join(sorted(known))} (and timeout, retries, conditional)"
+        )
+    client_options: dict[str, Any] = {
+        "timeout": datetime.timedelta(seconds=timeout),
+        "connect_timeout": datetime.timedelta(seconds=timeout),
+    }
+    endpoint = str(options.get("endpoint_url") or "")
+    if endpoint.startswith("http://"):
+        client_options["allow_http"] = True
+    retry = {
+        "max_retries": max(0, retries - 1),
+        "retry_timeout": datetime.timedelta(seconds=timeout * max(1, retries)),
+    }
+    common: dict[str, Any] = {"client_options": client_options, "retry_config": retry}
+    if cloud == "s3":
+        store = _s3(bucket, options, endpoint, common)
+    elif cloud == "gcs":
+        store = _gcs(bucket, options, endpoint, common)
+    else:
+        store = _azure(bucket, options, endpoint, common, account)
+    fs = ObstoreFS(store, protocol, bucket, describe=describe)
+    fs.retries = max(1, retries)
+    return fs
+
+
+def _s3(bucket: str, options: Mapping[str, Any], endpoint: str, common: dict[str, Any]) -> Any:
+    from obstore.store import S3Store
+
+    config: dict[str, Any] = {}
+    if endpoint:
+        config["endpoint"] = endpoint
+    region = options.get("region") or options.get("region_name")
+    if region:
+        config["region"] = str(region)
+    if options.get("key"):
+        config["access_key_id"] = str(options["key"])
+        config["secret_access_key"] = str(options.get("secret") or "")
+        if options.get("token"):
+            config["session_token"] = str(options["token"])
+    if _flag(options.get("anon")):
+        config["skip_signature"] = True
+    if options.get("profile"):
+        common["credential_provider"] = _profile_credentials(str(options["profile"]))
+    # The constructor reads the AWS_* variables and uses the chains object_store knows (web
+    # identity, ECS task role, instance metadata); explicit options win over them.
+    settings: Any = config or None  # obstore's TypedDicts, built from the URL's options
+    return S3Store(bucket, config=settings, **common)
+
+
+def _profile_credentials(profile: str) -> Any:
+    try:
+        import boto3
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError as exc:
+        raise ConfigError(
+            f"profile={profile}: reading an AWS profile needs boto3 (pip install boto3), or set "
+            "the AWS_* variables instead"
+        ) from exc
+    return Boto3CredentialProvider(boto3.Session(profile_name=profile))
+
+
+def _gcs(bucket: str, options: Mapping[str, Any], endpoint: str, common: dict[str, Any]) -> Any:
+    from obstore.store import GCSStore
+
+    config: dict[str, Any] = {}
+    if options.get("token"):
+        config["service_account"] = str(options["token"])
+    if _flag(options.get("anon")):
+        config["skip_signature"] = True
+    if endpoint:
+        config["base_url"] = endpoint
+    settings: Any = config or None
+    return GCSStore(bucket, config=settings, **common)
+
+
+def _azure(
+    container: str,
+    options: Mapping[str, Any],
+    endpoint: str,
+    common: dict[str, Any],
+    account: str,
+) -> Any:
+    from obstore.store import AzureStore
+
+    config: dict[str, Any] = {}
+    name = options.get("account_name") or account
+    if name:
+        config["account_name"] = str(name)
+    if options.get("account_key"):
+        config["account_key"] = str(options["account_key"])
+    if options.get("sas_token"):
+        config["sas_key"] = str(options["sas_token"])
+    if _flag(options.get("anon")):
+        config["skip_signature"] = True
+    if _flag(options.get("use_emulator")):
+        config["use_emulator"] = True
+    if endpoint:
+        config["endpoint"] = endpoint
+    settings: Any = config or None
+    return AzureStore(container, config=settings, **common)
