@@ -405,8 +405,11 @@ class AzuriteServer:
         if exe is None:
             pytest.skip("Azurite is not installed (npm install azurite; make install does)")
         self.proc = subprocess.Popen(
-            [exe, "--blobHost", HOST, "--blobPort", str(self.port), "--location", str(self.root)]
-            + ["--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"],
+            [
+                exe,
+                *("--blobHost", HOST, "--blobPort", str(self.port), "--location", str(self.root)),
+                *("--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -284,3 +284,23 @@ def test_store_errors_are_one_warning_in_plain_words(
     assert len(warnings) == 1, warnings
     assert words in warnings[0] and url.split("?")[0] in warnings[0]
     assert cache.stats.snapshot()["misses"] == 3
+
+
+def test_object_store_urls_check_their_options_and_forms() -> None:
+    """Unknown options name the known ones; Azure's abfs form names its container and account."""
+    from compilecache.errors import ConfigError
+    from compilecache.stores.obstorefs import split_location
+
+    with pytest.raises(ConfigError, match=r"client.*knows.*endpoint_url"):
+        open_url("s3://bucket/prefix?client=s3fs")
+    with pytest.raises(ConfigError, match=r"max_sise"):
+        open_url("az://container/prefix?account_name=a&max_sise=1")
+    assert split_location("abfss", "cache@acct.dfs.core.windows.net", "/jobs/a") == (
+        "cache",
+        "jobs/a",
+        "acct",
+    )
+    store = open_url("abfs://cache@acct.dfs.core.windows.net/jobs?account_key=a2V5")
+    assert isinstance(store, ObjectStore) and store.root == "cache/jobs"
+    assert store.fs.store.config["account_name"] == "acct"
+    store.close()

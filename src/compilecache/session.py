@@ -295,8 +295,8 @@ EXIT_DRAIN_S = 10.0
 def _flush_while_threads_run() -> None:
     """Flush the counters at interpreter exit *before* thread pools shut down.
 
-    Remote levels may need a thread pool to talk (s3fs and gcsfs resolve names in the event
-    loop's executor), and ``concurrent.futures`` refuses new work once its own exit hook ran,
+    Remote levels may need a thread pool to talk (the object stores' concurrent reads and
+    writes, fsspec filesystems' name resolution), and ``concurrent.futures`` refuses new work once its own exit hook ran,
     which is before ``atexit`` callbacks. Threading's exit hooks run in reverse order of
     registration, so this one is registered after importing ``concurrent.futures.thread``
     (which registers that module's hook): it then runs first. The ``atexit`` hook below still

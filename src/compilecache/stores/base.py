@@ -482,7 +482,7 @@ REDIS_PARAMS = frozenset(
         "client",
     }
 )
-OBJECT_PARAMS = frozenset({"timeout", "retries", "conditional", "client"})
+OBJECT_PARAMS = frozenset({"timeout", "retries", "conditional"})
 
 
 @dataclass(frozen=True)

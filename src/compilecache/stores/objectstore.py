@@ -143,7 +143,7 @@ class ObjectStore(OneReadStore):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
         """Several entries read concurrently (one ``cat`` of many paths: an async filesystem
-        such as s3fs or gcsfs sends the requests together)."""
+        filesystem sends the requests together; obstore's go out from a pool of threads)."""
         paths = {self.path_of(key): key for key in keys}
         found: dict[str, tuple[bytes, EntryMeta | None]] = {}
         try:
@@ -207,7 +207,7 @@ class ObjectStore(OneReadStore):
     def _put_conditional(self, path: str, body: bytes) -> None:
         try:
             # A new key first (the common case): one request. An existing one is then replaced
-            # only as it is now (its ETag); a missing object's info costs s3fs two requests.
+            # only as it is now (its ETag).
             try:
                 self.fs.pipe_file(path, body, mode="create")
                 return
@@ -682,7 +682,7 @@ def _error_text(exc: BaseException) -> str:
 def _precondition_failed(exc: BaseException) -> bool:
     if isinstance(exc, FileExistsError):
         return True
-    if getattr(exc, "code", None) == 412:  # gcsfs's HttpError
+    if getattr(exc, "code", None) == 412:  # an fsspec filesystem's HTTP error
         return True
     text = _error_text(exc)
     return "PreconditionFailed" in text or "Precondition Failed" in text

@@ -219,7 +219,7 @@ def open_backend(url: StoreURL) -> Store:
     factory = resolve_factory(SHARED_DIRECTORY if shared else url.scheme)
     try:
         store: Any = factory(url)
-    except ImportError as exc:  # the scheme's client package (s3fs, gcsfs...) is missing
+    except ImportError as exc:  # the scheme's client package (obstore, an fsspec one) is missing
         raise _missing_package(url.scheme, exc) from exc
     return store if isinstance(store, Store) else Adapted(store)
 
