@@ -86,7 +86,9 @@ def test_s3_url_and_conditional_writes_enabled(s3: ObjectStore) -> None:
     # Fail fast: one attempt per request, short timeouts, no listing cache.
     assert s3.fs.retries == 1
     retry = s3.fs.store.retry_config
-    assert retry is not None and retry["max_retries"] == 0
+    # One attempt, and one more at once after a 5xx or a reset connection, within the timeout.
+    assert retry is not None and retry["max_retries"] == 1
+    assert retry["retry_timeout"].total_seconds() == 5.0
     assert s3.fs.store.client_options["timeout"] == "5s"
 
 
@@ -303,4 +305,29 @@ def test_object_store_urls_check_their_options_and_forms() -> None:
     store = open_url("abfs://cache@acct.dfs.core.windows.net/jobs?account_key=a2V5")
     assert isinstance(store, ObjectStore) and store.root == "cache/jobs"
     assert store.fs.store.config["account_name"] == "acct"
+    store.close()
+
+
+@pytest.mark.parametrize("source", ["environment", "profile"])
+def test_s3_credentials_from_the_environment_or_a_profile(
+    source: str, moto_server: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No keys in the URL: obstore's chain reads the AWS_* variables; ``profile=`` reads the
+    shared credentials file (through boto3)."""
+    bucket = moto_server.create_bucket()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"s3://{bucket}/creds?endpoint_url={moto_server.endpoint}&region=us-east-1"
+    if source == "environment":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    else:
+        credentials = tmp_path / "credentials"
+        credentials.write_text("[ci]\naws_access_key_id = testing\naws_secret_access_key = x\n")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        url += "&profile=ci"
+    store = open_url(url)
+    store.put("jax/k", b"value")
+    assert store.get("jax/k") == b"value"
     store.close()

@@ -118,36 +118,43 @@ class ObstoreFS:
     def _call(self, method: str, key: str, do: Callable[[], Any]) -> Any:
         """Run one request; obstore's errors as the exceptions ObjectStore understands."""
         self._sent(method, key)
-        errors = _exceptions()
         try:
             return do()
-        except FileNotFoundError as exc:
-            text = str(exc)
+        except (FileNotFoundError, _exceptions().BaseError) as exc:
+            raise self._translate(method, key, exc) from None
+
+    def _translate(self, method: str, key: str, exc: BaseException) -> BaseException:
+        """The exception ObjectStore understands for one of obstore's, in plain words."""
+        errors = _exceptions()
+        text = str(exc)
+        if isinstance(exc, FileNotFoundError):
             if any(code in text for code in _NO_BUCKET):  # not a missing object: no bucket
-                raise OSError(
+                return OSError(
                     f"{self.describe}: the bucket {self.bucket!r} does not exist: create it, "
                     "or check the bucket's name and the endpoint"
-                ) from None
-            raise FileNotFoundError(f"{self.describe}: {key} not found") from None
-        except (errors.AlreadyExistsError, errors.PreconditionError) as exc:
-            raise PreconditionFailed(key, str(exc).splitlines()[0]) from None
-        except errors.NotSupportedError as exc:
-            raise NotImplementedByServer(key, str(exc).splitlines()[0]) from None
-        except (errors.PermissionDeniedError, errors.UnauthenticatedError) as exc:
-            raise PermissionError(
+                )
+            return FileNotFoundError(f"{self.describe}: {key} not found")
+        if isinstance(exc, (errors.AlreadyExistsError, errors.PreconditionError)):
+            return PreconditionFailed(key, _first_line(exc))
+        if "ConditionalRequestConflict" in text:
+            # Another conditional write of the same key is under way: it wins, like a 412.
+            return PreconditionFailed(key, "a conditional write of it is under way")
+        if isinstance(exc, errors.NotSupportedError):
+            return NotImplementedByServer(key, _first_line(exc))
+        if isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
+            return PermissionError(
                 f"{self.describe}: {method} {key} was refused ({_first_line(exc)}): check the "
                 "credentials and that they may read and write this bucket"
-            ) from None
-        except errors.BaseError as exc:
-            if any(sign in str(exc) for sign in _UNREACHABLE):
-                raise OSError(
-                    f"{self.describe}: cannot reach the endpoint ({_first_line(exc)}): check "
-                    "endpoint_url, the network and any proxy"
-                ) from None
-            raise OSError(
-                f"{self.describe}: {method} {key} failed ({_first_line(exc)}): check that the "
-                "bucket exists and the endpoint is reachable"
-            ) from None
+            )
+        if any(sign in text for sign in _UNREACHABLE):
+            return OSError(
+                f"{self.describe}: cannot reach the endpoint ({_first_line(exc)}): check "
+                "endpoint_url, the network and any proxy"
+            )
+        return OSError(
+            f"{self.describe}: {method} {key} failed ({_first_line(exc)}): check that the "
+            "bucket exists and the endpoint is reachable"
+        )
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -409,9 +416,16 @@ def open_fs(
     endpoint = str(options.get("endpoint_url") or "")
     if endpoint.startswith("http://"):
         client_options["allow_http"] = True
+    # ``retries`` attempts, and one more at once after a 5xx answer or a reset connection (as
+    # the built-in client did): within ``timeout`` per attempt, never more in all.
     retry = {
-        "max_retries": max(0, retries - 1),
+        "max_retries": max(1, retries),
         "retry_timeout": datetime.timedelta(seconds=timeout * max(1, retries)),
+        "backoff": {
+            "init_backoff": datetime.timedelta(milliseconds=10),
+            "max_backoff": datetime.timedelta(milliseconds=100),
+            "base": 2.0,
+        },
     }
     common: dict[str, Any] = {"client_options": client_options, "retry_config": retry}
     if cloud == "s3":
