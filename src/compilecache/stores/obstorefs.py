@@ -34,14 +34,32 @@ MULTIPART_BYTES = 64 << 20
 PART_BYTES = 16 << 20
 PARALLEL_PARTS = 8
 
-# URL options, per cloud (besides this store's own: timeout, retries, conditional).
-S3_OPTIONS = frozenset(
-    {"endpoint_url", "region", "region_name", "key", "secret", "token", "profile", "anon"}
-)
-GCS_OPTIONS = frozenset({"token", "anon", "endpoint_url"})
-AZURE_OPTIONS = frozenset(
-    {"account_name", "account_key", "sas_token", "anon", "endpoint_url", "use_emulator"}
-)
+# URL option -> obstore's configuration key, per cloud; and the boolean options.
+_CONFIG_KEYS = {
+    "s3": {
+        "endpoint_url": "endpoint",
+        "region": "region",
+        "region_name": "region",
+        "key": "access_key_id",
+        "secret": "secret_access_key",
+        "token": "session_token",
+    },
+    "gcs": {"token": "service_account", "endpoint_url": "base_url"},
+    "azure": {
+        "account_name": "account_name",
+        "account_key": "account_key",
+        "sas_token": "sas_key",
+        "endpoint_url": "endpoint",
+    },
+}
+_FLAGS = {"anon": "skip_signature", "use_emulator": "use_emulator"}
+_STORE_CLASSES = {"s3": "S3Store", "gcs": "GCSStore", "azure": "AzureStore"}
+# The options each cloud's URL takes (besides this store's own: timeout, retries, conditional).
+KNOWN_OPTIONS = {
+    "s3": frozenset({*_CONFIG_KEYS["s3"], "anon", "profile"}),
+    "gcs": frozenset({*_CONFIG_KEYS["gcs"], "anon"}),
+    "azure": frozenset({*_CONFIG_KEYS["azure"], "anon", "use_emulator"}),
+}
 # fsspec's cache switches, which older URLs carry: nothing is cached here, so they mean nothing.
 IGNORED = frozenset({"skip_instance_cache", "use_listings_cache"})
 PROTOCOLS = {
@@ -79,6 +97,12 @@ def _exceptions() -> Any:
     import obstore.exceptions
 
     return obstore.exceptions
+
+
+def _store_module() -> Any:
+    import obstore.store
+
+    return obstore.store
 
 
 def _flag(value: Any) -> bool:
@@ -400,7 +424,7 @@ def open_fs(
     """The obstore client of one bucket, for the URL's options (unknown ones: an error naming
     the known ones)."""
     cloud = PROTOCOLS[protocol]
-    known = {"s3": S3_OPTIONS, "gcs": GCS_OPTIONS, "azure": AZURE_OPTIONS}[cloud]
+    known = KNOWN_OPTIONS[cloud]
     unknown = sorted(set(options) - known - IGNORED)
     if unknown:
         raise ConfigError(
@@ -425,40 +449,30 @@ def open_fs(
             "base": 2.0,
         },
     }
-    common: dict[str, Any] = {"client_options": client_options, "retry_config": retry}
-    if cloud == "s3":
-        store = _s3(bucket, options, endpoint, common)
-    elif cloud == "gcs":
-        store = _gcs(bucket, options, endpoint, common)
-    else:
-        store = _azure(bucket, options, endpoint, common, account)
+    config: dict[str, Any] = {
+        _CONFIG_KEYS[cloud][name]: str(value)
+        for name, value in options.items()
+        if name in _CONFIG_KEYS[cloud] and value not in (None, "")
+    }
+    config.update({_FLAGS[name]: True for name in _FLAGS if _flag(options.get(name))})
+    if cloud == "azure" and account and "account_name" not in config:
+        config["account_name"] = account
+    extra: dict[str, Any] = {}
+    if options.get("profile"):
+        extra["credential_provider"] = _profile_credentials(str(options["profile"]))
+    # The constructors read each cloud's environment and credential chain; the URL's options
+    # win over them.
+    store_class = getattr(_store_module(), _STORE_CLASSES[cloud])
+    store = store_class(
+        bucket,
+        config=config or None,
+        client_options=client_options,
+        retry_config=retry,
+        **extra,
+    )
     fs = ObstoreFS(store, protocol, bucket, describe=describe)
     fs.retries = max(1, retries)
     return fs
-
-
-def _s3(bucket: str, options: Mapping[str, Any], endpoint: str, common: dict[str, Any]) -> Any:
-    from obstore.store import S3Store
-
-    config: dict[str, Any] = {}
-    if endpoint:
-        config["endpoint"] = endpoint
-    region = options.get("region") or options.get("region_name")
-    if region:
-        config["region"] = str(region)
-    if options.get("key"):
-        config["access_key_id"] = str(options["key"])
-        config["secret_access_key"] = str(options.get("secret") or "")
-        if options.get("token"):
-            config["session_token"] = str(options["token"])
-    if _flag(options.get("anon")):
-        config["skip_signature"] = True
-    if options.get("profile"):
-        common["credential_provider"] = _profile_credentials(str(options["profile"]))
-    # The constructor reads the AWS_* variables and uses the chains object_store knows (web
-    # identity, ECS task role, instance metadata); explicit options win over them.
-    settings: Any = config or None  # obstore's TypedDicts, built from the URL's options
-    return S3Store(bucket, config=settings, **common)
 
 
 def _profile_credentials(profile: str) -> Any:
@@ -471,44 +485,3 @@ def _profile_credentials(profile: str) -> Any:
             "the AWS_* variables instead"
         ) from exc
     return Boto3CredentialProvider(boto3.Session(profile_name=profile))
-
-
-def _gcs(bucket: str, options: Mapping[str, Any], endpoint: str, common: dict[str, Any]) -> Any:
-    from obstore.store import GCSStore
-
-    config: dict[str, Any] = {}
-    if options.get("token"):
-        config["service_account"] = str(options["token"])
-    if _flag(options.get("anon")):
-        config["skip_signature"] = True
-    if endpoint:
-        config["base_url"] = endpoint
-    settings: Any = config or None
-    return GCSStore(bucket, config=settings, **common)
-
-
-def _azure(
-    container: str,
-    options: Mapping[str, Any],
-    endpoint: str,
-    common: dict[str, Any],
-    account: str,
-) -> Any:
-    from obstore.store import AzureStore
-
-    config: dict[str, Any] = {}
-    name = options.get("account_name") or account
-    if name:
-        config["account_name"] = str(name)
-    if options.get("account_key"):
-        config["account_key"] = str(options["account_key"])
-    if options.get("sas_token"):
-        config["sas_key"] = str(options["sas_token"])
-    if _flag(options.get("anon")):
-        config["skip_signature"] = True
-    if _flag(options.get("use_emulator")):
-        config["use_emulator"] = True
-    if endpoint:
-        config["endpoint"] = endpoint
-    settings: Any = config or None
-    return AzureStore(container, config=settings, **common)
