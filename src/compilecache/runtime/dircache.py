@@ -231,7 +231,8 @@ class SyncedDirectory:
     name. Each file is an entry ``<framework>/<layer>/<hash of its name>``; the job's index entry
     ``<framework>/<layer>-index/<job>`` lists the names, so that a fresh host fetches the files
     of its job before the framework asks for them (:meth:`restore`), and :meth:`publish` stores
-    what the framework added (any process may: a name always means the same contents).
+    what the framework added (any process may: whichever process's file is kept, it is valid
+    for every reader of that name).
 
     Concurrent publishers of one job may each rewrite the index from what they read; a name lost
     that way is missing from the next fresh host (its fusion is tuned again, and published
