@@ -189,3 +189,15 @@ def test_without_compilecache_torch_builds_as_before(tmp_path: Path) -> None:
     )
     assert "cc_plain" in run_python(["-c", code], env).stdout
     assert any(r.startswith("ninja") for r in machine.runs())
+
+
+def test_an_unreachable_store_costs_a_warning_and_the_extension_builds(tmp_path: Path) -> None:
+    """Fail-open: the store is down, torch builds the extension as it would without us."""
+    from tests.servers import free_port
+
+    work = checkout(tmp_path)
+    machine = Machine(tmp_path, "offline")
+    result = machine.run(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5", work)
+    assert result["library"].endswith("cc_plain.so")
+    assert any(r.startswith("ninja") for r in machine.runs())
+    assert result["stats"]["errors"] >= 1 and result["stats"].get("torch.extension.hits", 0) == 0

@@ -243,3 +243,14 @@ def test_not_enabled_triton_keeps_its_own_manager(tmp_path: Path) -> None:
     ).stdout
     assert "None" in out
     assert os.environ.get("TRITON_CACHE_MANAGER") is None
+
+
+def test_an_unreachable_store_costs_a_warning_and_triton_compiles(tmp_path: Path) -> None:
+    """Fail-open: the store is down, the kernel compiles as without compilecache."""
+    from tests.servers import free_port
+
+    machine = Machine(tmp_path, "offline")
+    url = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5"
+    result = machine.run(url)
+    assert len(result["ptx"]) == 64 and machine.assemblies() == 1
+    assert result["stats"]["errors"] >= 1 and result["stats"].get("triton.hits", 0) == 0
