@@ -102,7 +102,7 @@ def test_load_inline_on_a_fresh_machine_runs_no_compiler_and_no_ninja(tmp_path: 
         ("flag", "-O3"),
         ("compiler", "compiler changed"),
         ("torch", "torch changed"),
-        ("cuda", "CUDA version changed: none -> 12.8"),
+        ("cuda", f"CUDA version changed: {torch.version.cuda or 'none'} -> 99.9"),
     ],
 )
 def test_a_changed_source_flag_compiler_torch_or_cuda_misses(
@@ -119,7 +119,7 @@ def test_a_changed_source_flag_compiler_torch_or_cuda_misses(
     elif change == "torch":
         args = ["--fake-torch", torch.__version__ + ".other"]
     elif change == "cuda":
-        args = ["--fake-cuda", "12.8"]
+        args = ["--fake-cuda", "99.9"]
     other = Machine(tmp_path, "other", other_compiler=change == "compiler")
     result = other.run(store, work, *args)
     assert result["stats"]["torch.extension.misses"] == 1
