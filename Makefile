@@ -100,7 +100,8 @@ endef
 
 compat-torch:
 	$(call compat_venv,$(COMPAT_TORCH_VENV),'$(COMPAT_TORCH)' numpy)
-	$(COMPAT_TORCH_VENV)/bin/pytest $(COMPAT_PYTEST) $(COMPAT_TORCH_TESTS)
+	PATH="$(CURDIR)/$(COMPAT_TORCH_VENV)/bin:$$PATH" $(COMPAT_TORCH_VENV)/bin/pytest $(COMPAT_PYTEST) \
+	  $(COMPAT_TORCH_TESTS)
 
 # 0.4.30 builds seven key components, not eight (test_jax_versions checks which per version).
 compat-jax-old:
