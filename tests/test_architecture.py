@@ -41,9 +41,11 @@ LAYERS: list[tuple[str, ...]] = [
         "runtime.manifest",
         "runtime.transfer",
         "runtime.background",
+        "runtime.keys",
+        "runtime.fileset",
     ),
     ("runtime.cache",),
-    ("runtime.explain", "runtime"),
+    ("runtime.explain", "runtime.dircache", "runtime"),
     # framework integrations
     ("frameworks",),
     # enabling a process, running a command under it

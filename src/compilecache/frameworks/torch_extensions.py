@@ -28,7 +28,6 @@ still finds the directory consistent and decides for itself.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import platform
@@ -39,11 +38,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compilecache.frameworks.torch_kernels import command_words, cpu_identity, file_digest
+from compilecache.frameworks.torch_kernels import (
+    command_words,
+    cpu_identity,
+    file_digest,
+    normalize_command,
+)
 from compilecache.host import framework_module as _private
 from compilecache.host import torch_versions
 from compilecache.runtime.cache import Cache
-from compilecache.runtime.dircache import DirectoryCache, DirKey, chain
+from compilecache.runtime.dircache import DirectoryCache, DirKey
+from compilecache.runtime.keys import chain, inputs_digest, text_digest
 
 log = logging.getLogger("compilecache")
 
@@ -59,10 +64,6 @@ _FLAGS = re.compile(
 )
 # Not part of what the build produced: torch's lock, and compiler temporaries.
 _SKIPPED = ("lock",)
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _unescape(token: str) -> str:
@@ -114,12 +115,10 @@ def extension_key(build_directory: str, name: str) -> DirKey:
     """The key of what ninja builds in ``build_directory`` (its ``build.ninja`` written)."""
     with open(os.path.join(build_directory, "build.ninja"), encoding="utf-8") as f:
         ninja = f.read()
-    normalized = ninja.replace(build_directory.rstrip("/") + "/", _BUILD_MARK + "/")
-    sources = hashlib.sha256()
+    marks = [(build_directory, _BUILD_MARK)]
+    normalized = normalize_command(ninja, marks)
     inputs = compile_inputs(ninja, build_directory)
-    for path in inputs:
-        sources.update(path.replace(build_directory.rstrip("/") + "/", _BUILD_MARK + "/").encode())
-        sources.update(file_digest(path).encode())
+    sources = inputs_digest(inputs, lambda p: normalize_command(p, marks), file_digest)
     tools = {tool: command.strip() for tool, command in _TOOL.findall(ninja)}
     identities = " | ".join(f"{t}: {compiler_identity(c)}" for t, c in sorted(tools.items()))
     torch = _private("torch")
@@ -128,16 +127,16 @@ def extension_key(build_directory: str, name: str) -> DirKey:
     if "native" in ninja:
         cpu, cpu_words = cpu_identity()
     else:
-        cpu, cpu_words = _hash(platform.machine()), platform.machine()
+        cpu, cpu_words = text_digest(platform.machine()), platform.machine()
     libc = " ".join(platform.libc_ver())
     components = {
-        "flags": _hash(normalized),
-        "sources": sources.hexdigest(),
-        "compiler": _hash(identities),
-        "cuda": _hash(cuda),
-        "torch_version": _hash(f"{versions['torch']} {versions['git']}"),
-        "python": _hash(sys.version),
-        "libc": _hash(libc),
+        "flags": text_digest(normalized),
+        "sources": sources,
+        "compiler": text_digest(identities),
+        "cuda": text_digest(cuda),
+        "torch_version": text_digest(f"{versions['torch']} {versions['git']}"),
+        "python": text_digest(sys.version),
+        "libc": text_digest(libc),
         "cpu": cpu,
     }
     flags = " ".join(f"{k}={v.strip()}" for k, v in _FLAGS.findall(normalized) if v.strip())

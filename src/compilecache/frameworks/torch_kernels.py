@@ -49,6 +49,7 @@ from compilecache.host import framework_module as _private
 from compilecache.host import native_cpu, torch_versions
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.dircache import write_file
+from compilecache.runtime.keys import chain, inputs_digest, text_digest
 
 log = logging.getLogger("compilecache")
 
@@ -136,10 +137,6 @@ class KernelKey:
         return store_key(self.digest, self.layer)
 
 
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
-
-
 def kernel_key(
     command: str,
     target: str,
@@ -152,29 +149,23 @@ def kernel_key(
     """The key of the binary that ``command`` builds into ``target``."""
     normalized = normalize_command(command, cache_dirs)
     inputs = input_files(command, target)
-    sources = hashlib.sha256()
-    for path in inputs:
-        sources.update(normalize_command(path, cache_dirs).encode())
-        sources.update(file_digest(path).encode())
+    sources = inputs_digest(inputs, lambda p: normalize_command(p, cache_dirs), file_digest)
     native = "native" in normalized  # -march=native / -mcpu=native
     if native:
         cpu_digest, cpu_readable = cpu_identity()
     else:
-        cpu_digest, cpu_readable = _hash(f"machine={platform.machine()}"), platform.machine()
+        cpu_digest, cpu_readable = text_digest(f"machine={platform.machine()}"), platform.machine()
     libc = " ".join(platform.libc_ver())
     components = {
-        "command": _hash(normalized),
-        "inputs": sources.hexdigest(),
-        "compiler": _hash(compiler_info),
+        "command": text_digest(normalized),
+        "inputs": sources,
+        "compiler": text_digest(compiler_info),
         "cpu": cpu_digest,
-        "torch": _hash(torch_version),
-        "python": _hash(sys.version),
-        "libc": _hash(libc),
-        "tag": _hash(tag),
+        "torch": text_digest(torch_version),
+        "python": text_digest(sys.version),
+        "libc": text_digest(libc),
+        "tag": text_digest(tag),
     }
-    chained = hashlib.sha256(KEY_VERSION.encode())
-    for name in sorted(components):
-        chained.update(f"{name}={components[name]}\n".encode())
     readable = {
         "command": normalized[:4000],
         "compiler": compiler_info.split("_")[-1][:300] if compiler_info else "",
@@ -185,7 +176,7 @@ def kernel_key(
         "tag": tag,
         "inputs": " ".join(os.path.basename(p) for p in inputs),
     }
-    return KernelKey(chained.hexdigest(), components, readable, layer_of(target))
+    return KernelKey(chain(KEY_VERSION, components), components, readable, layer_of(target))
 
 
 def write_into_place(path: str, data: bytes) -> None:

@@ -57,6 +57,7 @@ from compilecache import entry, host
 from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
 from compilecache.runtime.cache import Cache
+from compilecache.runtime.keys import chain, text_digest
 from compilecache.stores.base import EntryMeta
 
 log = logging.getLogger("compilecache")
@@ -77,10 +78,6 @@ COMPILER_CHECKS = {
     # torch >= 2.15: the compiler-kind checks share one cached `--version` call.
     "_compiler_version_string": "--version",
 }
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def compiler_identity(compiler: str) -> str:
@@ -131,12 +128,10 @@ class ProbeKey:
 def make_key(kind: str, name: str, parts: dict[str, str]) -> ProbeKey:
     """A key over every part (each part hashed on its own, so a miss can name the one that
     changed)."""
-    components = {part: _hash(value) for part, value in parts.items()}
-    chained = hashlib.sha256(f"{KEY_VERSION}\n{kind}\n{name}\n".encode())
-    for part in sorted(components):
-        chained.update(f"{part}={components[part]}\n".encode())
+    components = {part: text_digest(value) for part, value in parts.items()}
+    digest = chain(f"{KEY_VERSION}\n{kind}\n{name}\n", components)
     readable = {part: value[:300] for part, value in parts.items()}
-    return ProbeKey(kind, name, chained.hexdigest(), components, readable)
+    return ProbeKey(kind, name, digest, components, readable)
 
 
 def isa_key(

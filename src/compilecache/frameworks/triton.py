@@ -46,6 +46,7 @@ from compilecache.host import framework_module as _private
 from compilecache.host import python_version
 from compilecache.runtime import fileset
 from compilecache.runtime.cache import Cache
+from compilecache.runtime.keys import text_digest
 
 log = logging.getLogger("compilecache")
 
@@ -107,11 +108,11 @@ def key_parts(
     option_values = getattr(options, "__dict__", {})
     flags = " ".join(f"--{k}={v}".replace(" ", "") for k, v in sorted(option_values.items()))
     components = {
-        "triton": _hash(str(runtime_cache.triton_key())),
+        "triton": text_digest(str(runtime_cache.triton_key())),
         "source": str(src.hash()),
-        "backend": _hash(backend_hash),
+        "backend": text_digest(backend_hash),
         "options": str(options.hash()),
-        "env": _hash(env),
+        "env": text_digest(env),
     }
     readable = {
         # The version Triton's key starts with (runtime.cache's own import of it).
@@ -132,15 +133,11 @@ def _target_words(backend: Any, backend_hash: str) -> str:
     return f"{words}, ptxas {release.group(1)}" if release else words
 
 
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
-
-
 def _take_parts(manager_key: str) -> tuple[dict[str, str], dict[str, str]]:
     """The key parts recorded for ``manager_key`` on this thread (empty when none match)."""
     pending = getattr(_pending, "value", None)
     _pending.value = None
-    if pending is not None and key_of_hash(_hash(pending[0])) == manager_key:
+    if pending is not None and key_of_hash(text_digest(pending[0])) == manager_key:
         return pending[1], pending[2]
     return {}, {}
 

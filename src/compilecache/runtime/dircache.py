@@ -82,14 +82,6 @@ class DirKey:
         return f"{self.framework}/{self.layer}/{self.digest}"
 
 
-def chain(version: str, components: Mapping[str, str]) -> str:
-    """One digest of named component hashes (the order of ``components`` does not matter)."""
-    h = hashlib.sha256(version.encode())
-    for name in sorted(components):
-        h.update(f"{name}={components[name]}\n".encode())
-    return h.hexdigest()
-
-
 def _inside(path: str, directory: str) -> str | None:
     """``path`` relative to ``directory`` (POSIX separators) when it lies inside it."""
     relative = os.path.relpath(os.path.abspath(path), os.path.abspath(directory))
