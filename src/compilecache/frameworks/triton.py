@@ -53,7 +53,6 @@ log = logging.getLogger("compilecache")
 FRAMEWORK = "triton"
 KERNEL, AUTOTUNE, FILE = "kernel", "autotune", "file"
 KEY_VERSION = "compilecache-triton-v1"
-GROUP_PREFIX = "__grp__"
 AUTOTUNE_SUFFIX = ".autotune.json"
 # Readable values longer than this are cut (the options of a kernel run to a few hundred chars).
 _MAX_READABLE = 2000
@@ -62,7 +61,7 @@ _cache: Cache | None = None
 _inner: Any = None  # the manager class configured before compilecache (chained to)
 _saved_override: tuple[bool, Any] = (False, None)
 _original_get_cache_key: Callable[..., str] | None = None
-_pending = threading.local()  # the parts of the key get_cache_key last computed on this thread
+_pending = threading.local()  # get_cache_key's last key and arguments on this thread
 
 
 def layer_of(filename: str) -> str:
@@ -133,23 +132,21 @@ def _target_words(backend: Any, backend_hash: str) -> str:
     return f"{words}, ptxas {release.group(1)}" if release else words
 
 
-def _take_parts(manager_key: str) -> tuple[dict[str, str], dict[str, str]]:
-    """The key parts recorded for ``manager_key`` on this thread (empty when none match)."""
+def _take_key_arguments(manager_key: str) -> tuple[Any, ...] | None:
+    """The arguments ``get_cache_key`` last made ``manager_key`` from on this thread (``None``
+    when its last key is another one)."""
     pending = getattr(_pending, "value", None)
     _pending.value = None
     if pending is not None and key_of_hash(text_digest(pending[0])) == manager_key:
-        return pending[1], pending[2]
-    return {}, {}
+        return tuple(pending[1])
+    return None
 
 
 def _tee_get_cache_key(original: Callable[..., str]) -> Callable[..., str]:
     def get_cache_key(src: Any, backend: Any, backend_options: Any, env_vars: Any) -> str:
         key = original(src, backend, backend_options, env_vars)
-        try:
-            _pending.value = (key, *key_parts(src, backend, backend_options, env_vars))
-        except Exception as exc:  # explanations only: never in the way of a compile
-            _pending.value = None
-            log.debug("compilecache: Triton key parts not recorded: %s", exc)
+        # Only remembered: the parts are hashed after a miss (key_parts), not on every compile.
+        _pending.value = (key, (src, backend, backend_options, env_vars))
         return key
 
     get_cache_key.__wrapped__ = original  # type: ignore[attr-defined]
@@ -168,7 +165,7 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
         inner_class = _inner or _private("triton.runtime.cache").FileCacheManager
         self.inner = inner_class(key, override=override, dump=dump)
         self.cache = None if (override or dump) else _cache
-        self.components, self.readable = _take_parts(key) if self.cache else ({}, {})
+        self.key_arguments = _take_key_arguments(key) if self.cache else None
         self.grouped = False  # get_group was asked: the files put next belong to a group
         self.missed: dict[str, float] = {}  # name -> when the store missed it
 
@@ -257,7 +254,14 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
         assert cache is not None
         elapsed = time.perf_counter() - self.missed.pop(filename, time.perf_counter())
         key = store_key(layer, self.key, filename)
-        components = dict(self.components) or {"triton key": self.key}
+        parts: dict[str, str] = {}
+        readable: dict[str, str] = {}
+        if self.key_arguments is not None:
+            try:
+                parts, readable = key_parts(*self.key_arguments)
+            except Exception as exc:  # explanations only: the entry is stored without them
+                log.debug("compilecache: Triton key parts not recorded: %s", exc)
+        components = parts or {"triton key": self.key}
         components.update(host_parts(layer))
         stored = False
         try:
@@ -268,7 +272,7 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
                 compile_time_s=elapsed,
                 versions=versions(),
                 components=components,
-                extra={"layer": layer, "readable": dict(self.readable), "files": sorted(files)},
+                extra={"layer": layer, "readable": readable, "files": sorted(files)},
             )
             stored = cache.save(header, fileset.pack(files))
         except Exception as exc:
@@ -281,7 +285,7 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
             name=name,
             key=key,
             components=components,
-            readable=self.readable,
+            readable=readable,
             prefix=f"{FRAMEWORK}/{layer}/",
             compile_time_s=elapsed,
             stored=stored,
