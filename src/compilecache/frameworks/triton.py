@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import platform
 import re
 import threading
@@ -41,11 +40,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compilecache.entry import EntryHeader
 from compilecache.host import framework_module as _private
 from compilecache.host import python_version
 from compilecache.runtime import fileset
 from compilecache.runtime.cache import Cache
+from compilecache.runtime.dircache import DirectoryCache, DirKey
 from compilecache.runtime.keys import text_digest
 
 log = logging.getLogger("compilecache")
@@ -81,12 +80,17 @@ def host_parts(layer: str) -> dict[str, str]:
     }
 
 
-def store_key(layer: str, manager_key: str, filename: str) -> str:
-    """The store key of ``filename`` under Triton's key ``manager_key``."""
+def store_digest(layer: str, manager_key: str, filename: str) -> str:
+    """The digest that names ``filename`` under Triton's key ``manager_key`` in the store."""
     h = hashlib.sha256(f"{KEY_VERSION}\0{layer}\0{manager_key}\0{filename}".encode())
     for name, value in sorted(host_parts(layer).items()):
         h.update(f"\0{name}={value}".encode())
-    return f"{FRAMEWORK}/{layer}/{h.hexdigest()}"
+    return h.hexdigest()
+
+
+def store_key(layer: str, manager_key: str, filename: str) -> str:
+    """The store key of ``filename`` under Triton's key ``manager_key``."""
+    return f"{FRAMEWORK}/{layer}/{store_digest(layer, manager_key, filename)}"
 
 
 def key_of_hash(hex_hash: str) -> str:
@@ -218,7 +222,7 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
         result = self.inner.put_group(filename, group)
         if self.cache is not None and filename in self.missed:
             try:
-                files = {name: _read(path) for name, path in group.items()}
+                files = {name: fileset.read_file(path) for name, path in group.items()}
             except OSError as exc:
                 self.cache.warn_once("triton:put", f"Triton kernel not stored: {exc}")
                 return result
@@ -253,7 +257,6 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
         cache = self.cache
         assert cache is not None
         elapsed = time.perf_counter() - self.missed.pop(filename, time.perf_counter())
-        key = store_key(layer, self.key, filename)
         parts: dict[str, str] = {}
         readable: dict[str, str] = {}
         if self.key_arguments is not None:
@@ -263,40 +266,9 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
                 log.debug("compilecache: Triton key parts not recorded: %s", exc)
         components = parts or {"triton key": self.key}
         components.update(host_parts(layer))
-        stored = False
-        try:
-            header = EntryHeader(
-                framework=FRAMEWORK,
-                key=key,
-                name=name,
-                compile_time_s=elapsed,
-                versions=versions(),
-                components=components,
-                extra={"layer": layer, "readable": readable, "files": sorted(files)},
-            )
-            stored = cache.save(header, fileset.pack(files))
-        except Exception as exc:
-            cache.warn_once("triton:put", f"Triton entry not stored: {exc}")
-        from compilecache.runtime import explain
-
-        explain.record_miss(
-            cache,
-            framework=FRAMEWORK,
-            name=name,
-            key=key,
-            components=components,
-            readable=readable,
-            prefix=f"{FRAMEWORK}/{layer}/",
-            compile_time_s=elapsed,
-            stored=stored,
-            reason="" if stored else cache.skip_reason(elapsed, key),
-            background=True,
-        )
-
-
-def _read(path: str) -> fileset.File:
-    with open(path, "rb") as f:
-        return fileset.File(f.read(), os.stat(path).st_mode)
+        digest = store_digest(layer, self.key, filename)
+        key = DirKey(FRAMEWORK, layer, name, digest, components, readable)
+        DirectoryCache(cache).save_files(key, files, elapsed=elapsed, versions=versions())
 
 
 def versions() -> dict[str, str]:

@@ -146,6 +146,28 @@ class DirectoryCache:
         self._count(key, "hits")
         return True
 
+    @staticmethod
+    def _header(
+        key: DirKey,
+        files: Mapping[str, fileset.File],
+        elapsed: float,
+        deps: Iterable[Dependency] | None,
+        versions: Mapping[str, str] | None,
+    ) -> EntryHeader:
+        extra: dict[str, Any] = {"layer": key.layer, "readable": dict(key.readable)}
+        if deps is not None:
+            extra["deps"] = [[d.path, d.size, d.digest] for d in deps]
+        extra["files"] = sorted(files)
+        return EntryHeader(
+            framework=key.framework,
+            key=key.store_key,
+            name=key.name,
+            compile_time_s=elapsed,
+            versions=dict(versions or {}),
+            components=key.components,
+            extra=extra,
+        )
+
     def save(
         self,
         key: DirKey,
@@ -157,31 +179,40 @@ class DirectoryCache:
         versions: Mapping[str, str] | None = None,
     ) -> bool:
         """Store the files under ``directory`` (those whose relative name ``keep`` accepts) with
-        the dependencies read by the build; explain the miss. Never raises."""
+        the dependencies read by the build outside it; explain the miss. Never raises."""
+        files: dict[str, fileset.File] | None = None
+        recorded: list[Dependency] = []
+        try:
+            files = {n: f for n, f in fileset.read_tree(directory).items() if keep(n)}
+            recorded = dependencies(p for p in deps if _inside(p, directory) is None)
+        except Exception as exc:  # unreadable: nothing is stored, the miss is still explained
+            self.cache.warn_once(f"{key.layer}:put", f"{key.name} not stored: {exc}")
+            files = None
+        return self.save_files(key, files, elapsed=elapsed, deps=recorded, versions=versions)
+
+    def save_files(
+        self,
+        key: DirKey,
+        files: Mapping[str, fileset.File] | None,
+        *,
+        elapsed: float,
+        deps: Iterable[Dependency] | None = None,
+        versions: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Store ``files`` as the entry of ``key`` (with ``deps``, the files outside them that
+        must be unchanged at restore, when given; ``None``: nothing to store); explain the miss.
+        Never raises."""
         from compilecache.runtime import explain
 
         cache = self.cache
         stored = False
-        try:
-            files = {n: f for n, f in fileset.read_tree(directory).items() if keep(n)}
-            outside = [p for p in deps if _inside(p, directory) is None]
-            header = EntryHeader(
-                framework=key.framework,
-                key=key.store_key,
-                name=key.name,
-                compile_time_s=elapsed,
-                versions=dict(versions or {}),
-                components=key.components,
-                extra={
-                    "layer": key.layer,
-                    "readable": dict(key.readable),
-                    "deps": [[d.path, d.size, d.digest] for d in dependencies(outside)],
-                    "files": sorted(files),
-                },
-            )
-            stored = cache.save(header, fileset.pack(files))
-        except Exception as exc:
-            cache.warn_once(f"{key.layer}:put", f"{key.name} not stored: {exc}")
+        if files is not None:  # None: unreadable, and already warned about
+            try:
+                stored = cache.save(
+                    self._header(key, files, elapsed, deps, versions), fileset.pack(files)
+                )
+            except Exception as exc:
+                cache.warn_once(f"{key.layer}:put", f"{key.name} not stored: {exc}")
         explain.record_miss(
             cache,
             framework=key.framework,
@@ -323,9 +354,7 @@ class SyncedDirectory:
             if not new:
                 return 0
             for name in new:
-                path = os.path.join(self.directory, name)
-                with open(path, "rb") as f:
-                    member = fileset.File(f.read(), os.stat(path).st_mode)
+                member = fileset.read_file(os.path.join(self.directory, name))
                 header = EntryHeader(
                     framework=self.framework,
                     key=self.file_key(name),

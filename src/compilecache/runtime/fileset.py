@@ -83,6 +83,12 @@ def unpack(payload: bytes) -> dict[str, File]:
     return files
 
 
+def read_file(path: str) -> File:
+    """The file at ``path``: its bytes and whether it is executable."""
+    with open(path, "rb") as f:
+        return File(f.read(), os.fstat(f.fileno()).st_mode)
+
+
 def read_tree(root: str) -> dict[str, File]:
     """Every regular file under ``root`` (symbolic links are not followed), by relative path."""
     files: dict[str, File] = {}
@@ -92,10 +98,7 @@ def read_tree(root: str) -> dict[str, File]:
             path = os.path.join(directory, name)
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
-            with open(path, "rb") as f:
-                data = f.read()
-            relative = os.path.relpath(path, root).replace(os.sep, "/")
-            files[relative] = File(data, os.stat(path).st_mode)
+            files[os.path.relpath(path, root).replace(os.sep, "/")] = read_file(path)
     return files
 
 
