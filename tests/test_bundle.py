@@ -26,6 +26,7 @@ from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.transfer import EntryFilter, Progress, parse_since
+from compilecache.signing import Signing
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
@@ -264,21 +265,23 @@ def test_unusable_entries_are_skipped_with_reasons_and_never_replace_good_ones(
 
 def test_signatures_are_checked_on_import(tmp_path: Path) -> None:
     source = LocalStore(tmp_path / "source")
-    signer = Cache(source, secret=b"key-a")
+    signer = Cache(source, signing=Signing(secret=b"key-a"))
     for i in range(3):
         signer.save(jax_header(f"jax/jit_s{i}-{i}"), bytes(100 + i), compress=False)
     path = tmp_path / "signed.ccb"
-    report = bundle.export_bundle(source, path, secret=b"key-a")
+    report = bundle.export_bundle(source, path, signing=Signing(secret=b"key-a"))
     assert len(report.transferred) == 3
     assert all(r["signed"] for r in json.loads(members(path)[0][1])["entries"])
 
-    same = bundle.import_bundle(path, LocalStore(tmp_path / "a"), secret=b"key-a")
+    same = bundle.import_bundle(path, LocalStore(tmp_path / "a"), signing=Signing(secret=b"key-a"))
     assert len(same.transferred) == 3
-    foreign = bundle.import_bundle(path, LocalStore(tmp_path / "b"), secret=b"key-b")
+    foreign = bundle.import_bundle(
+        path, LocalStore(tmp_path / "b"), signing=Signing(secret=b"key-b")
+    )
     assert not foreign.transferred
     assert all("signature" in reason for _, reason in foreign.skipped)
     # Exporting with another key leaves out what that key did not sign.
-    refused = bundle.export_bundle(source, tmp_path / "x.ccb", secret=b"key-b")
+    refused = bundle.export_bundle(source, tmp_path / "x.ccb", signing=Signing(secret=b"key-b"))
     assert not refused.transferred and len(refused.skipped) == 3
 
 

@@ -16,6 +16,7 @@ from compilecache import entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime.cache import Cache
+from compilecache.signing import Signing
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
@@ -204,18 +205,18 @@ def test_entry_of_another_framework_is_a_miss(store: Store) -> None:
 
 
 def test_signed_entries(store: Store) -> None:
-    signer = Cache(store, secret=b"team key")
+    signer = Cache(store, signing=Signing(secret=b"team key"))
     assert signer.save(_header("signed"), b"s" * 1000)
     assert Cache(store).save(_header("unsigned"), b"u" * 1000)
     raw = store.get("signed")
     assert raw is not None
     assert entry.decode(raw).signed is True
-    found = Cache(store, secret=b"team key").load("jax", "signed")
+    found = Cache(store, signing=Signing(secret=b"team key")).load("jax", "signed")
     assert found is not None and found.payload == b"s" * 1000
     # With a key, unsigned entries are refused; with another key, so are signed ones.
-    strict = Cache(store, secret=b"team key")
+    strict = Cache(store, signing=Signing(secret=b"team key"))
     assert strict.load("jax", "unsigned") is None
-    other = Cache(store, secret=b"other key")
+    other = Cache(store, signing=Signing(secret=b"other key"))
     assert other.load("jax", "signed") is None
     # Counted as foreign, not corrupt, and left in place (issue 11; they were corrupt before).
     assert strict.stats.snapshot()["foreign"] == 1
@@ -235,11 +236,11 @@ def _raw(store: Store, key: str) -> bytes | None:
 def test_a_foreign_entry_is_a_counted_miss_left_in_place_and_not_replaced(
     store: Store, warnings: Any
 ) -> None:
-    owner = Cache(store, secret=b"S1")
+    owner = Cache(store, signing=Signing(secret=b"S1"))
     for key in ("a", "b"):
         assert owner.save(_header(key), key.encode() * 1000)
     before = {key: _raw(store, key) for key in ("a", "b")}
-    stranger = Cache(store, secret=b"S2")
+    stranger = Cache(store, signing=Signing(secret=b"S2"))
     assert stranger.load("jax", "a") is None
     assert stranger.load("jax", "b") is None
     assert stranger.load("jax", "a") is None  # every lookup is counted
@@ -265,7 +266,7 @@ def test_a_foreign_entry_is_a_counted_miss_left_in_place_and_not_replaced(
 def test_an_unsigned_entry_is_foreign_to_a_client_with_a_secret(store: Store) -> None:
     assert Cache(store).save(_header("k"), b"u" * 1000)
     raw = _raw(store, "k")
-    strict = Cache(store, secret=b"key")
+    strict = Cache(store, signing=Signing(secret=b"key"))
     assert strict.load("jax", "k") is None
     assert strict.stats.snapshot()["foreign"] == 1
     assert strict.save(_header("k"), b"v" * 1000) is False
@@ -276,14 +277,16 @@ def test_an_unsigned_entry_is_foreign_to_a_client_with_a_secret(store: Store) ->
 
 def test_a_damaged_foreign_entry_is_corrupt_and_removed(store: Store, warnings: Any) -> None:
     """Damage the checksum catches is corruption, whoever signed the entry."""
-    assert Cache(store, secret=b"S1").save(_header("k"), os.urandom(3000), compress=False)
+    assert Cache(store, signing=Signing(secret=b"S1")).save(
+        _header("k"), os.urandom(3000), compress=False
+    )
     stored = store.get("k")
     assert stored is not None
     frame = (
         len(store.path_of("k").read_bytes()) - len(stored) if isinstance(store, LocalStore) else 0
     )
     _damage(store, "k", frame + len(stored) - 100)
-    stranger = Cache(store, secret=b"S2")
+    stranger = Cache(store, signing=Signing(secret=b"S2"))
     assert stranger.load("jax", "k") is None
     stats = stranger.stats.snapshot()
     assert stats["corrupt"] == 1 and stats["foreign"] == 0

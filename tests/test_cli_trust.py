@@ -23,6 +23,7 @@ from compilecache import config as config_mod
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.runtime.cache import Cache
+from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env
 
@@ -40,7 +41,7 @@ def _name(stem: str) -> str:
 
 def _fill(root: Path, stems: list[str], *, size: int = 3000, secret: bytes | None = None) -> None:
     store = LocalStore(root)
-    cache = Cache(store, secret=secret)
+    cache = Cache(store, signing=Signing(secret=secret))
     rng = random.Random(0)
     for stem in stems:
         header = EntryHeader(

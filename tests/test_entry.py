@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from compilecache import entry
 from compilecache.entry import MAGIC, Entry, EntryHeader, decode, encode, read_header
 from compilecache.errors import CorruptEntry, ForeignEntry
+from compilecache.signing import Signing
 
 _PREFIX = struct.Struct(">8sHHIQ")
 _FUZZ = settings(
@@ -71,7 +72,7 @@ def _reseal(data: bytes) -> bytes:
 def _assert_valid_or_corrupt(data: bytes, secret: bytes | None = None) -> Entry | None:
     """decode either succeeds consistently or raises CorruptEntry; nothing else is allowed."""
     try:
-        found = decode(data, secret=secret)
+        found = decode(data, signing=Signing(secret=secret))
     except CorruptEntry:
         return None
     assert isinstance(found, Entry)
@@ -130,8 +131,8 @@ def test_already_zstd_payload_is_kept_as_is() -> None:
 
 def test_roundtrip_signed() -> None:
     payload = os.urandom(2000)
-    data = encode(_header(), payload, secret=b"s3cret")
-    found = decode(data, secret=b"s3cret")
+    data = encode(_header(), payload, signing=Signing(secret=b"s3cret"))
+    found = decode(data, signing=Signing(secret=b"s3cret"))
     assert found.payload == payload
     assert found.signed is True
     # Without a secret the checksum alone still validates a signed entry.
@@ -151,7 +152,10 @@ def test_roundtrip_property(
     payload: bytes, compress: bool | None, secret: bytes | None, key: str, name: str
 ) -> None:
     header = _header(key=key, name=name)
-    found = decode(encode(header, payload, compress=compress, secret=secret), secret=secret)
+    found = decode(
+        encode(header, payload, compress=compress, signing=Signing(secret=secret)),
+        signing=Signing(secret=secret),
+    )
     assert found.payload == payload
     assert found.header.key == key
     assert found.header.name == name
@@ -167,7 +171,7 @@ def test_decode_of_random_bytes_is_corrupt(data: bytes) -> None:
     with pytest.raises(CorruptEntry):
         decode(data)
     with pytest.raises(CorruptEntry):
-        decode(data, secret=b"k")
+        decode(data, signing=Signing(secret=b"k"))
     with pytest.raises(CorruptEntry):
         read_header(data)
 
@@ -221,7 +225,7 @@ def test_decode_of_well_framed_garbage_never_raises_anything_else(
     data = _frame(header_raw, stored, flags=flags, sig=sig)
     _assert_valid_or_corrupt(data)
     with pytest.raises((CorruptEntry, ForeignEntry)):
-        decode(data, secret=b"another key")
+        decode(data, signing=Signing(secret=b"another key"))
     with pytest.raises(CorruptEntry):
         decode(data, expect_key="\x00 a key no header holds")
     with contextlib.suppress(CorruptEntry):
@@ -304,7 +308,7 @@ def _valid_entries() -> st.SearchStrategy[tuple[bytes, bytes, bytes | None]]:
     """(encoded entry, payload, secret) for a variety of payloads and options."""
     return st.builds(
         lambda payload, compress, secret: (
-            encode(_header(), payload, compress=compress, secret=secret),
+            encode(_header(), payload, compress=compress, signing=Signing(secret=secret)),
             payload,
             secret,
         ),
@@ -350,7 +354,7 @@ def _mutations(draw: st.DrawFn) -> tuple[bytes, bytes, bytes | None]:
 def test_damaged_entry_is_corrupt(case: tuple[bytes, bytes, bytes | None]) -> None:
     _original, mutated, secret = case
     with pytest.raises(CorruptEntry):
-        decode(mutated, secret=secret)
+        decode(mutated, signing=Signing(secret=secret))
     with pytest.raises(CorruptEntry):
         decode(mutated)
 
@@ -366,30 +370,30 @@ def test_damaged_then_resealed_entry_is_corrupt_or_consistent(
         return
     resealed = _reseal(mutated)
     if resealed == original:  # only the checksum itself was damaged
-        assert decode(resealed, secret=secret).payload == decode(original).payload
+        assert decode(resealed, signing=Signing(secret=secret)).payload == decode(original).payload
         return
     _assert_valid_or_corrupt(resealed)
     if secret is not None:
         # Without the key nobody can forge a valid signature, whatever else they change: damage
         # the frame shows is corrupt, an intact frame with a wrong signature is foreign.
         with pytest.raises((CorruptEntry, ForeignEntry)):
-            decode(resealed, secret=secret)
+            decode(resealed, signing=Signing(secret=secret))
 
 
 # -- signatures ------------------------------------------------------------------------------
 
 
 def test_signed_entry_rejects_another_secret() -> None:
-    data = encode(_header(), b"payload" * 100, secret=b"right")
+    data = encode(_header(), b"payload" * 100, signing=Signing(secret=b"right"))
     with pytest.raises(ForeignEntry, match="signature"):
-        decode(data, secret=b"wrong")
+        decode(data, signing=Signing(secret=b"wrong"))
 
 
 def test_unsigned_entry_is_rejected_with_a_secret() -> None:
     data = encode(_header(), b"payload" * 100)
     assert decode(data).signed is False
     with pytest.raises(ForeignEntry, match="not signed"):
-        decode(data, secret=b"key")
+        decode(data, signing=Signing(secret=b"key"))
 
 
 def _strip_signature(data: bytes) -> bytes:
@@ -401,41 +405,41 @@ def _strip_signature(data: bytes) -> bytes:
 
 
 def test_stripped_signature_is_rejected() -> None:
-    data = encode(_header(), b"payload" * 100, secret=b"key")
+    data = encode(_header(), b"payload" * 100, signing=Signing(secret=b"key"))
     stripped = _strip_signature(data)
     assert decode(stripped).signed is False  # the frame itself is intact
     with pytest.raises(ForeignEntry):
-        decode(stripped, secret=b"key")
+        decode(stripped, signing=Signing(secret=b"key"))
 
 
 def test_forged_payload_with_resealed_checksum_is_rejected() -> None:
     """Someone without the key swaps the payload and recomputes the checksum."""
     payload = b"A" * 700
-    data = encode(_header(), payload, compress=False, secret=b"key")
+    data = encode(_header(), payload, compress=False, signing=Signing(secret=b"key"))
     forged = _reseal(data.replace(payload, b"B" * 700))
     assert decode(forged).payload == b"B" * 700  # checksum alone cannot tell
     with pytest.raises(ForeignEntry, match="signature"):
-        decode(forged, secret=b"key")
+        decode(forged, signing=Signing(secret=b"key"))
 
 
 def test_signature_covers_the_header() -> None:
-    data = encode(_header(key="jax/a"), b"p" * 700, compress=False, secret=b"key")
+    data = encode(_header(key="jax/a"), b"p" * 700, compress=False, signing=Signing(secret=b"key"))
     forged = _reseal(data.replace(b'"key":"jax/a"', b'"key":"jax/b"'))
     assert decode(forged).header.key == "jax/b"
     with pytest.raises(ForeignEntry):
-        decode(forged, secret=b"key")
+        decode(forged, signing=Signing(secret=b"key"))
     # Stored under the key it now names or not, it is never served.
     with pytest.raises(CorruptEntry, match="holds key"):
-        decode(forged, secret=b"key", expect_key="jax/a")
+        decode(forged, signing=Signing(secret=b"key"), expect_key="jax/a")
 
 
 def test_a_foreign_entry_is_not_a_corrupt_one() -> None:
     """Callers remove corrupt entries and leave foreign ones alone: the two must not overlap."""
     assert not issubclass(ForeignEntry, CorruptEntry)
     assert not issubclass(CorruptEntry, ForeignEntry)
-    data = encode(_header(), b"p" * 2000, secret=b"theirs")
+    data = encode(_header(), b"p" * 2000, signing=Signing(secret=b"theirs"))
     try:
-        decode(data, secret=b"ours")
+        decode(data, signing=Signing(secret=b"ours"))
     except ForeignEntry as exc:
         assert not isinstance(exc, CorruptEntry)
     else:
@@ -444,19 +448,21 @@ def test_a_foreign_entry_is_not_a_corrupt_one() -> None:
 
 def test_damage_to_a_foreign_entry_is_corruption() -> None:
     """The checksum is checked first: a damaged entry is corrupt whoever signed it."""
-    data = bytearray(encode(_header(), b"p" * 2000, compress=False, secret=b"theirs"))
+    data = bytearray(
+        encode(_header(), b"p" * 2000, compress=False, signing=Signing(secret=b"theirs"))
+    )
     data[len(data) // 2] ^= 0x01
     with pytest.raises(CorruptEntry, match="checksum"):
-        decode(bytes(data), secret=b"ours")
+        decode(bytes(data), signing=Signing(secret=b"ours"))
 
 
 # -- the expected key ------------------------------------------------------------------------
 
 
 def test_expect_key_accepts_the_key_the_entry_holds() -> None:
-    data = encode(_header(key="jax/a"), b"p" * 700, secret=b"key")
+    data = encode(_header(key="jax/a"), b"p" * 700, signing=Signing(secret=b"key"))
     assert decode(data, expect_key="jax/a").header.key == "jax/a"
-    assert decode(data, secret=b"key", expect_key="jax/a").payload == b"p" * 700
+    assert decode(data, signing=Signing(secret=b"key"), expect_key="jax/a").payload == b"p" * 700
 
 
 def test_expect_key_rejects_another_key_as_corrupt() -> None:
@@ -467,16 +473,16 @@ def test_expect_key_rejects_another_key_as_corrupt() -> None:
 
 def test_a_misplaced_foreign_entry_is_corrupt_not_foreign() -> None:
     """An entry under a key it does not hold is wrong for every reader, whoever signed it."""
-    data = encode(_header(key="jax/a"), b"p" * 700, secret=b"theirs")
+    data = encode(_header(key="jax/a"), b"p" * 700, signing=Signing(secret=b"theirs"))
     with pytest.raises(CorruptEntry, match="holds key"):
-        decode(data, secret=b"ours", expect_key="jax/b")
+        decode(data, signing=Signing(secret=b"ours"), expect_key="jax/b")
     unsigned = encode(_header(key="jax/a"), b"p" * 700)
     with pytest.raises(CorruptEntry, match="holds key"):
-        decode(unsigned, secret=b"ours", expect_key="jax/b")
+        decode(unsigned, signing=Signing(secret=b"ours"), expect_key="jax/b")
 
 
 def test_signature_is_a_real_hmac() -> None:
-    data = encode(_header(), b"payload", compress=False, secret=b"key")
+    data = encode(_header(), b"payload", compress=False, signing=Signing(secret=b"key"))
     header_len, stored_len = _PREFIX.unpack_from(data)[3:]
     signed_end = _PREFIX.size + header_len + stored_len
     expected = hmac.new(b"key", data[:signed_end], hashlib.sha256).digest()

@@ -17,6 +17,7 @@ from compilecache import entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
 from compilecache.runtime.cache import Cache
+from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
 from tests import servers
@@ -74,9 +75,9 @@ def check_foreign_client_leaves_the_store_alone(
     if files is not None:
         assert files() == on_disk  # the same files: not even rewritten with the same bytes
     for data in before.values():
-        assert entry.decode(data, secret=S1.encode()).signed
+        assert entry.decode(data, signing=Signing(secret=S1.encode())).signed
         with pytest.raises(ForeignEntry):
-            entry.decode(data, secret=S2.encode())
+            entry.decode(data, signing=Signing(secret=S2.encode()))
 
     warm, warnings = run(url, S1)
     stats = warm["stats"]
@@ -111,7 +112,7 @@ def test_a_client_with_another_secret_leaves_redis_alone(redis_server: RedisServ
 
 def _signed_store(root: Path, secret: bytes, keys: list[str]) -> LocalStore:
     store = LocalStore(root)
-    cache = Cache(store, secret=secret)
+    cache = Cache(store, signing=Signing(secret=secret))
     for key in keys:
         header = EntryHeader(framework="jax", key=key, name=key, compile_time_s=2.0)
         assert cache.save(header, key.encode() * 200, compress=False)
@@ -138,10 +139,13 @@ def test_import_does_not_write_over_a_foreign_entry(tmp_path: Path) -> None:
 
     theirs = _signed_store(tmp_path / "theirs", S2.encode(), ["jax/a", "jax/new"])
     path = tmp_path / "b.ccb"
-    assert len(bundle.export_bundle(theirs, path, secret=S2.encode()).transferred) == 2
+    assert (
+        len(bundle.export_bundle(theirs, path, signing=Signing(secret=S2.encode())).transferred)
+        == 2
+    )
     ours = _signed_store(tmp_path / "ours", S1.encode(), ["jax/a"])
     kept = ours.peek("jax/a")
-    report = bundle.import_bundle(path, ours, secret=S2.encode(), check=False)
+    report = bundle.import_bundle(path, ours, signing=Signing(secret=S2.encode()), check=False)
     assert report.transferred == ["jax/new"]
     assert [key for key, _ in report.skipped] == ["jax/a"]
     assert ours.peek("jax/a") == kept  # S1's entry, still there

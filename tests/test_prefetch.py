@@ -18,6 +18,7 @@ from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime import manifest
+from compilecache.signing import Signing
 from compilecache.stats import level_counter
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
 from compilecache.stores.local import LocalStore
@@ -263,7 +264,9 @@ def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> No
 
 
 def _entry(key: str, name: str, payload: bytes, secret: bytes | None = None) -> bytes:
-    return entry.encode(EntryHeader("jax", key, name, compile_time_s=2.0), payload, secret=secret)
+    return entry.encode(
+        EntryHeader("jax", key, name, compile_time_s=2.0), payload, signing=Signing(secret=secret)
+    )
 
 
 def _seeded(keys: Sequence[str], secret: bytes | None = None) -> tuple[Tiered, str]:
@@ -273,7 +276,7 @@ def _seeded(keys: Sequence[str], secret: bytes | None = None) -> tuple[Tiered, s
     for key in keys:
         seed.put(key, _entry(key, f"name-{key}", key.encode() * 50, secret), EntryMeta("jax"))
     name = manifest.key_of("job")
-    assert manifest.save(seed, name, "job", list(keys), secret)
+    assert manifest.save(seed, name, "job", list(keys), Signing(secret=secret))
     return Tiered([mem(), Slow(remote, delay=0.05)]), name
 
 
@@ -301,7 +304,7 @@ def test_a_damaged_or_foreign_pack_falls_back_to_reading_each_entry() -> None:
     fresh, name = _seeded(keys, secret=b"s1")
     pack_name = name + manifest.PACK_SUFFIX
     # Another key cannot verify the pack: every entry is read from the remote instead.
-    fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, b"other")))
+    fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, Signing(secret=b"other"))))
     remote = fresh.levels[1]
     assert isinstance(remote, Slow)
     assert all(fresh.get(k) for k in keys)  # each waits for its batch

@@ -21,6 +21,7 @@ from compilecache import config, entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError, CorruptEntry, ForeignEntry
 from compilecache.runtime.cache import Cache
+from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env, last_json, run_python
 
@@ -43,13 +44,17 @@ def flip_payload_byte(data: bytes) -> bytes:
 def resign_with_another_key(data: bytes) -> bytes:
     found = entry.decode(data)
     compress = found.header.compression == "zstd"
-    return entry.encode(found.header, found.payload, compress=compress, secret=OTHER)
+    return entry.encode(
+        found.header, found.payload, compress=compress, signing=Signing(secret=OTHER)
+    )
 
 
 def strip_signature(data: bytes) -> bytes:
     found = entry.decode(data)
     compress = found.header.compression == "zstd"
-    return entry.encode(found.header, found.payload, compress=compress, secret=None)
+    return entry.encode(
+        found.header, found.payload, compress=compress, signing=Signing(secret=None)
+    )
 
 
 VARIANTS: dict[str, Callable[[bytes], bytes]] = {
@@ -66,24 +71,24 @@ def test_every_variant_still_passes_the_checksum() -> None:
         EntryHeader(framework="jax", key="jax/k"),
         b"x" * 4000,
         compress=False,
-        secret=SECRET.encode(),
+        signing=Signing(secret=SECRET.encode()),
     )
     for tamper in VARIANTS.values():
         entry.decode(tamper(data))  # no secret: checksum and frame are fine
         # Intact, so foreign rather than corrupt (it was CorruptEntry before issue 11).
         with pytest.raises(ForeignEntry):
-            entry.decode(tamper(data), secret=SECRET.encode())
+            entry.decode(tamper(data), signing=Signing(secret=SECRET.encode()))
     # Damage the checksum sees stays corruption, whoever signed the entry.
     with pytest.raises(CorruptEntry):
-        entry.decode(data[:-1] + bytes([data[-1] ^ 1]), secret=SECRET.encode())
+        entry.decode(data[:-1] + bytes([data[-1] ^ 1]), signing=Signing(secret=SECRET.encode()))
 
 
 def test_the_cache_layer_rejects_each_variant_once_warned(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = LocalStore(tmp_path)
-    writer = Cache(store, secret=SECRET.encode())
-    reader = Cache(store, secret=SECRET.encode())
+    writer = Cache(store, signing=Signing(secret=SECRET.encode()))
+    reader = Cache(store, signing=Signing(secret=SECRET.encode()))
     keys = []
     for i, (name, tamper) in enumerate(VARIANTS.items()):
         key = f"jax/jit_f{i}-{i:04d}"
@@ -139,7 +144,7 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
     written = entries(store)
     assert cold["stats"]["writes"] == len(written) >= 3
     for data in written.values():
-        assert entry.decode(data, secret=SECRET.encode()).signed
+        assert entry.decode(data, signing=Signing(secret=SECRET.encode())).signed
 
     warm, warnings = run(store, SECRET)  # signed by our key: every lookup hits
     assert warm["stats"]["hits"] == len(written) and warm["stats"]["misses"] == 0
@@ -164,7 +169,7 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
     assert entries(store) == planted
     for data in planted.values():
         with pytest.raises(ForeignEntry):
-            entry.decode(data, secret=SECRET.encode())
+            entry.decode(data, signing=Signing(secret=SECRET.encode()))
 
 
 @pytest.mark.slow
@@ -215,7 +220,9 @@ def test_tampered_torch_entries_are_rejected_and_results_stay_correct(tmp_path: 
     written = entries(store)
     layers = {key.split("/")[1] for key in written}
     assert {"fx", "aot", "kernel"} <= layers, layers
-    assert all(entry.decode(d, secret=SECRET.encode()).signed for d in written.values())
+    assert all(
+        entry.decode(d, signing=Signing(secret=SECRET.encode())).signed for d in written.values()
+    )
 
     s = LocalStore(store)
     variants = list(VARIANTS.values())

@@ -23,6 +23,7 @@ from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.singleflight import SingleFlight
+from compilecache.signing import Signing
 from compilecache.stats import Stats
 from compilecache.stores.base import NO_COORDINATION, Store
 from compilecache.stores.guarded import Guarded
@@ -298,8 +299,8 @@ def test_a_waiter_never_waits_on_nor_writes_over_an_entry_signed_with_another_ke
 ) -> None:
     """A leader with another COMPILECACHE_SECRET publishes an entry the waiter cannot verify: the
     waiter stops waiting (a foreign miss), compiles without a lease, and writes nothing over it."""
-    leader = Cache(LocalStore(tmp_path), secret=b"S1")
-    waiter = Cache(LocalStore(tmp_path), secret=b"S2")
+    leader = Cache(LocalStore(tmp_path), signing=Signing(secret=b"S1"))
+    waiter = Cache(LocalStore(tmp_path), signing=Signing(secret=b"S2"))
     assert leader.load_or_lead("jax", "jax/k") is None  # leads
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.append(waiter.load_or_lead("jax", "jax/k")))

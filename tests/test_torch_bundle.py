@@ -38,6 +38,7 @@ from compilecache.errors import BundleError
 from compilecache.frameworks import torch_artifacts
 from compilecache.frameworks.torch_artifacts import TORCH_ENV, import_blob, read_blob, write_blob
 from compilecache.runtime.cache import Cache
+from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env, last_json, run_python
 from tests.servers import free_port
@@ -397,8 +398,11 @@ def test_blob_import_writes_entries_like_the_integration_and_reports_the_rest(
 
     # With a secret, the entries are signed with it.
     signed = LocalStore(tmp_path / "signed")
-    assert len(import_blob(blob, signed, secret=b"k").transferred) == 3
-    assert all(entry.decode(signed.get(i.key) or b"", secret=b"k").signed for i in signed.scan())
+    assert len(import_blob(blob, signed, signing=Signing(secret=b"k")).transferred) == 3
+    assert all(
+        entry.decode(signed.get(i.key) or b"", signing=Signing(secret=b"k")).signed
+        for i in signed.scan()
+    )
 
 
 def test_blob_import_never_replaces_a_valid_entry_and_hashes_unsafe_keys(tmp_path: Path) -> None:

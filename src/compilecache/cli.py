@@ -18,6 +18,7 @@ from compilecache import config as config_mod
 from compilecache import entry
 from compilecache.config import Config, format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
+from compilecache.signing import Signing
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, Store
 from compilecache.tools import prune
@@ -262,7 +263,7 @@ def _resolve_key(store: Store, key: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _describe(store: Store, key: str, secret: bytes | None) -> dict[str, Any]:
+def _describe(store: Store, key: str, signing: Signing | None) -> dict[str, Any]:
     """One entry's stored metadata and header, read with ``peek``: looking changes nothing, and
     a damaged entry is reported (``error``), never removed."""
     info = store.stat(key)
@@ -272,7 +273,7 @@ def _describe(store: Store, key: str, secret: bytes | None) -> dict[str, Any]:
         if data is None:
             result["error"] = "the entry disappeared while reading it"
             return result
-        header = entry.decode(data, secret=secret, expect_key=key).header
+        header = entry.decode(data, signing=signing, expect_key=key).header
     except CorruptEntry as exc:
         result["error"] = f"corrupt: {exc}"
         return result
@@ -303,8 +304,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not keys:
         print(f"compilecache: no entry matches {args.key!r}", file=sys.stderr)
         return 1
-    secret = _config(args).secret
-    results = [_describe(store, key, secret) for key in keys]
+    signing = _config(args).signing
+    results = [_describe(store, key, signing) for key in keys]
     if args.json:
         _print_json(results[0] if len(results) == 1 else results)
     else:
@@ -386,7 +387,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     another key is intact and valid for the hosts that hold that key (removing it is how one
     misconfigured host would empty a fleet's cache), so it is reported and always kept."""
     store = _store(args, create=False)
-    secret = _config(args).secret
+    signing = _config(args).signing
     checked = 0
     damaged: list[tuple[EntryInfo, str]] = []
     foreign: list[tuple[EntryInfo, str]] = []
@@ -395,7 +396,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             data = store.peek(info.key)
             if data is None:
                 continue  # removed since the scan: nothing to check
-            entry.decode(data, secret=secret, expect_key=info.key)
+            entry.decode(data, signing=signing, expect_key=info.key)
         except CorruptEntry as exc:  # truncated, empty, bit-flipped, another key's data
             damaged.append((info, str(exc)))
         except ForeignEntry as exc:
@@ -469,13 +470,13 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from compilecache.tools import bundle
 
-    secret = _config(args).secret
+    signing = _config(args).signing
     if args.format == "torch":
         # Late on purpose: only this path imports torch (seconds).
         from compilecache.frameworks import torch_artifacts
 
         report = torch_artifacts.export_blob(
-            _store(args, create=False), args.file, select=_entry_filter(args), secret=secret
+            _store(args, create=False), args.file, select=_entry_filter(args), signing=signing
         )
         _print_transfer(report, args, f"wrote {args.file}:")
         if not args.json:
@@ -486,7 +487,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             )
         return 0
     report = bundle.export_bundle(
-        _store(args, create=False), args.file, select=_entry_filter(args), secret=secret
+        _store(args, create=False), args.file, select=_entry_filter(args), signing=signing
     )
     _print_transfer(report, args, f"wrote {args.file}:")
     return 0
@@ -496,15 +497,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     from compilecache.frameworks import torch_artifacts
     from compilecache.tools import bundle
 
-    secret = _config(args).secret
+    signing = _config(args).signing
     kind = torch_artifacts.sniff(args.file) if args.format == "auto" else args.format
     if kind == "torch":
         report = torch_artifacts.import_blob(
-            args.file, _store(args), secret=secret, check=not args.no_check
+            args.file, _store(args), signing=signing, check=not args.no_check
         )
     else:
         report = bundle.import_bundle(
-            args.file, _store(args), secret=secret, check=not args.no_check
+            args.file, _store(args), signing=signing, check=not args.no_check
         )
     _print_transfer(report, args, "imported")
     return 0
@@ -521,7 +522,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         _open(_config(args), args.source, create=False),
         target,
         select=_entry_filter(args),
-        secret=_config(args).secret,
+        signing=_config(args).signing,
         check=not args.no_check,
     )
     _print_transfer(report, args, f"copied into {target.url}:")

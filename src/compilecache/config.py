@@ -16,6 +16,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from compilecache.errors import ConfigError
+from compilecache.signing import Signing, parse_public_list, read_private
 
 DEFAULT_MAX_SIZE = 10 * 1000**3
 # Single-flight compiles: a compiling process's lease lasts this long unless renewed (it is
@@ -157,6 +158,10 @@ class Config:
     disabled: bool = False
     read_only: bool = False
     secret: bytes | None = field(default=None, repr=False)
+    # Ed25519 (COMPILECACHE_SIGNING_KEY_FILE: the raw private key this process signs with;
+    # COMPILECACHE_TRUSTED_KEYS: the raw public keys whose entries it accepts).
+    signing_key: bytes | None = field(default=None, repr=False)
+    trusted_keys: tuple[bytes, ...] = ()
     min_compile_time: float = 0.0
     frameworks: tuple[str, ...] = KNOWN_FRAMEWORKS
     log_level: str = "warning"
@@ -178,6 +183,19 @@ class Config:
     # After this many new, quick compiles in a row, lookups stop waiting for the remote levels'
     # "nothing here" (COMPILECACHE_COLD_STREAK; 0: always wait).
     cold_streak: int = DEFAULT_COLD_STREAK
+
+    @property
+    def signing(self) -> Signing | None:
+        """What this process signs with and accepts; ``None`` when nothing is configured."""
+        signing = Signing(self.secret, self.signing_key, self.trusted_keys)
+        return signing if signing.enabled else None
+
+    @property
+    def shared_writer(self) -> bool:
+        """Whether this process writes the levels other processes read: not when it trusts
+        writers' keys without holding one (:data:`READER_REASON`)."""
+        signing = self.signing
+        return signing is None or signing.shared_writer
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the non-``None`` overrides applied."""
@@ -249,6 +267,8 @@ def load(
         disabled=_flag(env, "COMPILECACHE_DISABLE"),
         read_only=read_only if read_only is not None else _flag(env, "COMPILECACHE_READ_ONLY"),
         secret=_secret(env),
+        signing_key=_signing_key(env),
+        trusted_keys=parse_public_list(env.get("COMPILECACHE_TRUSTED_KEYS", "")),
         min_compile_time=min_compile_time,
         frameworks=fw,
         log_level=level,
@@ -306,3 +326,29 @@ def _secret(env: Mapping[str, str]) -> bytes | None:
             raise ConfigError(f"COMPILECACHE_SECRET_FILE: {path} is empty; a key is needed")
         return secret
     return None
+
+
+def host_key_path(env: Mapping[str, str] | None = None) -> str:
+    """Where this host and user keep the key that signs a reader's own local entries:
+    ``$XDG_STATE_HOME/compilecache/host-key.pem``, else ``~/.local/state/compilecache/...``."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "compilecache", "host-key.pem")
+
+
+def _signing_key(env: Mapping[str, str]) -> bytes | None:
+    path = env.get("COMPILECACHE_SIGNING_KEY_FILE")
+    if path is None:
+        return None
+    if not path.strip():
+        raise ConfigError(
+            "COMPILECACHE_SIGNING_KEY_FILE is set but empty; unset it or name a key file"
+        )
+    return read_private(os.path.expanduser(path.strip()))
+
+
+# Why a process that trusts writers but is none writes nothing shared (stats, explain, doctor).
+READER_REASON = (
+    "this process trusts only signed entries (COMPILECACHE_TRUSTED_KEYS) and holds no signing "
+    "key (COMPILECACHE_SIGNING_KEY_FILE), so it writes nothing to the levels other processes read"
+)

@@ -9,12 +9,13 @@ Layout (all integers big-endian)::
     stored_len u64       length of the payload as stored
     header     JSON      framework, key, name, created, compile time, sizes, versions, components
     payload    bytes
-    sig_len    u16       0, or the length of an HMAC-SHA256 over everything above
-    sig        bytes
+    sig_len    u16       0, or the length of the signatures over the frame, header and payload
+    sig        bytes     HMAC-SHA256 (32), Ed25519 public key + signature (96), or both (128)
     checksum   16 bytes  XXH3-128 over everything above
 
 The checksum is last so that a truncated file can never pass, and it covers the signature so a
-flipped signature byte is reported as corruption rather than forgery. :func:`decode` is the one
+flipped signature byte is reported as corruption rather than forgery. What signs and what is
+accepted is :class:`compilecache.signing.Signing`. :func:`decode` is the one
 verifier (checksum, stored key, signature, payload size); whatever bytes it is given it raises
 :class:`CorruptEntry` (damaged, or not what the key names) or :class:`ForeignEntry` (intact, but
 unsigned or signed with another key: valid, perhaps, for the clients holding that key) and
@@ -23,8 +24,6 @@ nothing else.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import struct
 import time
@@ -34,7 +33,8 @@ from typing import Any
 import xxhash
 import zstandard
 
-from compilecache.errors import CorruptEntry, ForeignEntry
+from compilecache.errors import CorruptEntry
+from compilecache.signing import Signing
 
 MAGIC = b"\x89CCE\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -102,6 +102,8 @@ class Entry:
     header: EntryHeader
     payload: bytes
     signed: bool = False
+    # Who signed: "ed25519:<base64>" (the writer's public key), "hmac", or "".
+    signer: str = ""
 
 
 def encode(
@@ -109,7 +111,7 @@ def encode(
     payload: bytes,
     *,
     compress: bool | None = None,
-    secret: bytes | None = None,
+    signing: Signing | None = None,
     level: int = 3,
 ) -> bytes:
     """Serialise ``payload`` with ``header``.
@@ -140,12 +142,7 @@ def encode(
     hasher = xxhash.xxh3_128(prefix)
     hasher.update(header_raw)
     hasher.update(stored)
-    sig = b""
-    if secret is not None:
-        mac = hmac.new(secret, prefix, hashlib.sha256)
-        mac.update(header_raw)
-        mac.update(stored)
-        sig = mac.digest()
+    sig = signing.sign([prefix, header_raw, stored]) if signing is not None else b""
     trailer = _SIG_LEN.pack(len(sig)) + sig
     hasher.update(trailer)
     return b"".join((prefix, header_raw, stored, trailer, hasher.digest()))
@@ -227,14 +224,14 @@ def read_header(data: bytes | memoryview) -> EntryHeader:
 
 
 def decode(
-    data: bytes | memoryview, *, secret: bytes | None = None, expect_key: str | None = None
+    data: bytes | memoryview, *, signing: Signing | None = None, expect_key: str | None = None
 ) -> Entry:
     """Verify and decode an entry.
 
     Damage, and an entry that holds another key than ``expect_key``, raise :class:`CorruptEntry`.
-    With ``secret``, an intact entry that is unsigned or signed with another key raises
-    :class:`ForeignEntry`: it cannot be served, but it is no damage either (it may be valid for
-    the clients that hold its key), so callers leave it where it is.
+    With ``signing``, an intact entry that is unsigned or signed with a key it does not accept
+    raises :class:`~compilecache.errors.ForeignEntry`: it cannot be served, but it is no damage
+    either (it may be valid for the clients that hold its key), so callers leave it where it is.
     """
     flags, header, stored, sig, body_end = _split(data)
     view = memoryview(data)
@@ -244,14 +241,10 @@ def decode(
     # every reader, whoever signed it.
     if expect_key is not None and header.key != expect_key:
         raise CorruptEntry(f"entry holds key {header.key!r}, not {expect_key!r}")
-    if secret is not None:
-        if not sig:
-            raise ForeignEntry("entry is not signed")
-        expected = hmac.new(secret, view[: _PREFIX.size], hashlib.sha256)
-        expected.update(view[_PREFIX.size : body_end - _SIG_LEN.size - len(sig)])
-        if not hmac.compare_digest(expected.digest(), bytes(sig)):
-            raise ForeignEntry("entry signature does not match this key")
+    if signing is not None:
+        header_end = body_end - _SIG_LEN.size - len(sig) - len(stored)
+        signing.verify([view[: _PREFIX.size], view[_PREFIX.size : header_end], stored], bytes(sig))
     payload = _decompress(stored, header.payload_size) if flags & FLAG_ZSTD else bytes(stored)
     if len(payload) != header.payload_size:
         raise CorruptEntry("payload size does not match its header")
-    return Entry(header=header, payload=payload, signed=bool(sig))
+    return Entry(header=header, payload=payload, signed=bool(sig), signer=Signing.signer_of(sig))

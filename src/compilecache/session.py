@@ -20,10 +20,12 @@ from typing import NoReturn
 
 from compilecache import config as config_mod
 from compilecache import frameworks
+from compilecache import signing as signing_mod
 from compilecache.config import Config
-from compilecache.errors import StoreUnavailable
+from compilecache.errors import CompileCacheError, StoreUnavailable
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import Prefetch
+from compilecache.signing import Signing
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
@@ -52,7 +54,34 @@ def _open(cfg: Config, *, create: bool = True) -> Store:
         tier_writes=cfg.tier_writes,
         create=create,
         cold_streak=cfg.cold_streak,
+        private_writes=not cfg.shared_writer,
     )
+
+
+def _writing(cfg: Config) -> tuple[Signing | None, str]:
+    """What this session signs with, and why it writes nothing (``""``: it writes).
+
+    A process that trusts writers' keys but holds none writes only its host's own level, its
+    entries signed with a key of this host and user (trusted here, nowhere else); with no such
+    level, or no way to keep that key, it writes nothing."""
+    signing = cfg.signing
+    if cfg.read_only:
+        return signing, "the store is read-only (COMPILECACHE_READ_ONLY)"
+    if signing is None or cfg.shared_writer:
+        return signing, ""
+    if not registry.has_private_level(cfg.url):
+        return signing, config_mod.READER_REASON
+    path = config_mod.host_key_path()
+    try:
+        return signing.with_host_key(signing_mod.load_or_create_host_key(path)), ""
+    except (OSError, CompileCacheError) as exc:
+        log.warning(
+            "compilecache: cannot keep this host's key for local entries at %s (%s); this "
+            "process writes nothing",
+            path,
+            exc,
+        )
+        return signing, config_mod.READER_REASON
 
 
 class UnavailableStore(Store):
@@ -90,12 +119,15 @@ class Session:
 
     def __init__(self, cfg: Config, store: Store) -> None:
         self.config = cfg
+        signing, no_writes = _writing(cfg)
+        self.read_only = bool(no_writes)
         self.cache = Cache(
             store,
             stats=Stats(),
-            read_only=cfg.read_only,
+            read_only=self.read_only,
+            read_only_reason=no_writes,
             min_compile_time=cfg.min_compile_time,
-            secret=cfg.secret,
+            signing=signing,
             lease_ttl=cfg.lease_ttl,
             wait_timeout=cfg.wait_timeout,
         )
@@ -135,7 +167,7 @@ class Session:
                 log.debug("compilecache: an integration's exit step failed: %s", exc)
         try:
             self.cache.settle()
-            if self.manifest is not None and not self.config.read_only:
+            if self.manifest is not None and not self.read_only:
                 self.manifest.record()
             self.store.flush(EXIT_DRAIN_S)
         except Exception as exc:
@@ -250,7 +282,7 @@ def enable(
             _install(name, session)
         if session.manifest is not None:
             session.manifest.start()
-        if len(store.levels) > 1 and not cfg.read_only:
+        if len(store.levels) > 1 and not session.read_only:
             store.prepare_stats()  # the shared levels' exit counters, read ahead
         _active = session
         return session

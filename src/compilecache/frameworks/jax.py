@@ -227,7 +227,7 @@ class JaxCacheAdapter:
         if data is None:
             return None
         try:
-            stored = entry.decode(data, secret=self.cache.secret, expect_key=store_key(key))
+            stored = entry.decode(data, signing=self.cache.signing, expect_key=store_key(key))
         except CorruptEntry:
             return None  # a damaged entry is replaced by the fresh compile
         except ForeignEntry:

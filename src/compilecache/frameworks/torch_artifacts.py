@@ -55,6 +55,7 @@ from compilecache.frameworks.torch import (
 from compilecache.host import HostCheck, torch_versions
 from compilecache.host import framework_module as _torch_module
 from compilecache.runtime.transfer import EntryFilter, Progress, Report, admit, peek_entry
+from compilecache.signing import Signing
 from compilecache.stores.base import Store
 
 Format = Literal["bundle", "torch"]
@@ -279,7 +280,7 @@ def import_blob(
     path: str | os.PathLike[str],
     target: Store,
     *,
-    secret: bytes | None = None,
+    signing: Signing | None = None,
     check: bool = True,
 ) -> Report:
     """Add the FX graphs and AOTAutograd entries of a torch blob to ``target``.
@@ -331,8 +332,8 @@ def import_blob(
                 )
                 report.skipped.append((header.key, reason))
                 continue
-            encoded = entry.encode(header, p.content, secret=secret)
-            admit(target, header.key, encoded, report, secret=secret, host=host)
+            encoded = entry.encode(header, p.content, signing=signing)
+            admit(target, header.key, encoded, report, signing=signing, host=host)
     finally:
         progress.close()
     return report
@@ -346,12 +347,12 @@ def export_blob(
     path: str | os.PathLike[str],
     *,
     select: EntryFilter | None = None,
-    secret: bytes | None = None,
+    signing: Signing | None = None,
 ) -> Report:
     """Write the torch FX and AOTAutograd entries of ``store`` that ``select`` matches as a blob
     for ``torch.compiler.load_cache_artifacts()``.
 
-    Entries are verified first (checksum; signature when ``secret`` is given). Kernel and
+    Entries are verified first (checksum; signature when ``signing`` is given). Kernel and
     autotune entries, and entries not stored as torch's pickle, are left out and reported. The
     file appears complete or not at all."""
     select = select or EntryFilter()
@@ -371,7 +372,7 @@ def export_blob(
                     (info.key, _KERNEL_REASON if layer == "kernel" else f"a torch {layer} entry")
                 )
                 continue
-            found, reason = _torch_entry(store, info.key, layer, secret)
+            found, reason = _torch_entry(store, info.key, layer, signing)
             if found is None:
                 report.skipped.append((info.key, reason))
                 continue
@@ -393,14 +394,14 @@ def export_blob(
 
 
 def _torch_entry(
-    store: Store, key: str, layer: str, secret: bytes | None
+    store: Store, key: str, layer: str, signing: Signing | None
 ) -> tuple[tuple[str, bytes] | None, str]:
     """(torch's key, its pickle) of a stored FX or AOT entry, or None and why not."""
     data = peek_entry(store, key)  # never counts a hit, never removes a damaged entry
     if isinstance(data, str):
         return None, data
     try:
-        found = entry.decode(data, secret=secret, expect_key=key)
+        found = entry.decode(data, signing=signing, expect_key=key)
     except CorruptEntry as exc:
         return None, f"corrupt: {exc}"
     except ForeignEntry as exc:

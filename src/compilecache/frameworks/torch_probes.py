@@ -29,7 +29,7 @@ compiler or torch never reuses one (a changed part is a miss, explained by
 Only a successful ISA probe is stored: a failed one may come from a timeout under load, and it
 is probed again next time, as torch does. Each answer is also kept in memory for the process
 (torch caches them per process too). They are not compiles: they are read and written with the
-session's store and secret (signed, verified like every entry) but counted apart from the
+session's store and keys (signed, verified like every entry) but counted apart from the
 graphs' hits, misses and writes: ``torch.isa_probe_hits`` / ``_misses``,
 ``torch.compiler_check_hits`` / ``_misses``, ``torch.probe_writes``, ``torch.probe_errors`` and
 ``torch.probe_time_saved_s``; a store error is also one of the process's ``errors``. A store that is down or corrupt is a miss: torch does the work
@@ -207,7 +207,7 @@ class ProbeCache:
         try:
             data = cache.store.get(key.store_key)
             if data is not None:
-                found = entry.decode(data, secret=cache.secret, expect_key=key.store_key)
+                found = entry.decode(data, signing=cache.signing, expect_key=key.store_key)
                 if found.header.framework != FRAMEWORK:
                     raise ValueError(f"entry belongs to {found.header.framework!r}")
                 value = json.loads(found.payload)["answer"]
@@ -254,7 +254,7 @@ class ProbeCache:
                     extra={"layer": LAYER, "kind": key.kind, "readable": key.readable},
                 )
                 payload = json.dumps({"answer": value}).encode()
-                data = entry.encode(header, payload, compress=False, secret=cache.secret)
+                data = entry.encode(header, payload, compress=False, signing=cache.signing)
                 cache.store.put(key.store_key, data, EntryMeta(FRAMEWORK, key.name, seconds))
                 stored = True
                 cache.stats.add(f"{FRAMEWORK}.probe_writes")

@@ -5,9 +5,11 @@ where the principles are enforced for every backend alike:
 
 - a storage error is a counted miss (or a counted failed write) with one warning, never an
   exception into the framework;
-- an entry is returned only when its checksum, its signature (with a secret) and its key all
-  match; a damaged or misplaced entry is counted as corrupt, removed, and reported as a miss;
-- an intact entry signed with another key (or unsigned, with a secret) is counted as
+- an entry is returned only when its checksum, its signatures (those :class:`Signing` asks
+  for) and its key all match; a damaged or misplaced entry is counted as corrupt, removed, and
+  reported as a miss;
+- an intact entry signed with another key (or unsigned, where signatures are asked for) is
+  counted as
   ``foreign`` and reported as a miss, and it is left alone: never removed, never replaced by
   this process, because it may be valid for the clients that hold its key (one host started
   with a wrong COMPILECACHE_SECRET must not empty a fleet's cache);
@@ -28,6 +30,7 @@ from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry, LevelSkipped, StoreUnavailable
 from compilecache.runtime.background import Background
 from compilecache.runtime.singleflight import SingleFlight
+from compilecache.signing import Signing
 from compilecache.stats import Stats, function_counter
 from compilecache.stores.base import Claim, EntryMeta, Store
 
@@ -48,7 +51,8 @@ class Cache:
         stats: Stats | None = None,
         read_only: bool = False,
         min_compile_time: float = 0.0,
-        secret: bytes | None = None,
+        signing: Signing | None = None,
+        read_only_reason: str = "the store is read-only (COMPILECACHE_READ_ONLY)",
         lease_ttl: float = DEFAULT_LEASE_TTL,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
     ) -> None:
@@ -56,7 +60,8 @@ class Cache:
         self.stats = stats or Stats()
         self.read_only = read_only
         self.min_compile_time = min_compile_time
-        self.secret = secret
+        self.signing = signing
+        self.read_only_reason = read_only_reason
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
         # Keys under which this process found an entry signed with another key: it does not
@@ -132,7 +137,7 @@ class Cache:
         if data is None:
             return None
         try:
-            found = entry.decode(data, secret=self.secret, expect_key=key)
+            found = entry.decode(data, signing=self.signing, expect_key=key)
         except Exception as exc:
             log.debug("compilecache: %s not read: %s", key, exc)
             return None
@@ -215,7 +220,7 @@ class Cache:
                 self.stats.add("misses", framework=framework)
             return None, True
         try:
-            found = entry.decode(data, secret=self.secret, expect_key=key)
+            found = entry.decode(data, signing=self.signing, expect_key=key)
             if found.header.framework != framework:
                 raise CorruptEntry(f"entry belongs to {found.header.framework!r}")
         except CorruptEntry as exc:
@@ -263,12 +268,22 @@ class Cache:
             self.stats.add("misses", framework=framework)
         with self._warn_lock:
             self._foreign.add(key)
+        if self.signing is not None and self.signing.verifies_writers:
+            why = (
+                "Only entries signed by a key in COMPILECACHE_TRUSTED_KEYS (or this process's "
+                "own COMPILECACHE_SIGNING_KEY_FILE) are accepted: this one was written by "
+                "another writer, or before signing was set up."
+            )
+        else:
+            why = (
+                "COMPILECACHE_SECRET (or COMPILECACHE_SECRET_FILE) probably differs from the "
+                "key the entries in this store were signed with (or they were written without "
+                "one)."
+            )
         self.warn_once(
             "foreign",
-            f"entry {key}: {exc}. COMPILECACHE_SECRET (or COMPILECACHE_SECRET_FILE) probably "
-            "differs from the key the entries in this store were signed with (or they were "
-            "written without one). Such entries are misses, left in place and not overwritten "
-            "by this process; the 'foreign' counter says how many.",
+            f"entry {key}: {exc}. {why} Such entries are misses, left in place and not "
+            "overwritten by this process; the 'foreign' counter says how many.",
         )
 
     def writes(self, key: str) -> bool:
@@ -298,7 +313,7 @@ class Cache:
             self.stats.add("skipped", framework=framework)
             return False
         try:
-            data = entry.encode(header, payload, compress=compress, secret=self.secret)
+            data = entry.encode(header, payload, compress=compress, signing=self.signing)
             meta = EntryMeta(framework, header.name, header.compile_time_s)
             self.store.put(header.key, data, meta)
         except LevelSkipped:
@@ -323,7 +338,7 @@ class Cache:
         ``key``, when given) for miss explanations: read-only, below the minimum compile time,
         an entry signed with another key left in place, or a failed write."""
         if self.read_only:
-            return "the store is read-only (COMPILECACHE_READ_ONLY)"
+            return self.read_only_reason
         if compile_time_s < self.min_compile_time:
             return (
                 f"compiled in {compile_time_s:.2f}s, below "

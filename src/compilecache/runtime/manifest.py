@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from compilecache import entry
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
+from compilecache.signing import Signing
 from compilecache.stores.base import EntryMeta, Store
 
 log = logging.getLogger("compilecache")
@@ -69,7 +70,7 @@ def key_of(job: str) -> str:
     return PREFIX + hashlib.sha256(job.encode()).hexdigest()[:32]
 
 
-def load(store: Store, key: str, secret: bytes | None) -> list[str]:
+def load(store: Store, key: str, signing: Signing | None) -> list[str]:
     """The keys of the manifest under ``key`` (``[]`` when there is none or it is unusable)."""
     try:
         # peek: reading the manifest counts no hit and copies nothing (the remote one is the
@@ -77,7 +78,7 @@ def load(store: Store, key: str, secret: bytes | None) -> list[str]:
         data = store.peek(key)
         if data is None:
             return []
-        found = entry.decode(data, secret=secret, expect_key=key)
+        found = entry.decode(data, signing=signing, expect_key=key)
         keys = json.loads(found.payload)
     except Exception as exc:  # a manifest is an optimisation: any problem means no prefetch
         log.debug("compilecache: no usable manifest %s: %s", key, exc)
@@ -87,7 +88,7 @@ def load(store: Store, key: str, secret: bytes | None) -> list[str]:
     return [k for k in keys if isinstance(k, str) and not k.startswith(PREFIX)][:MAX_KEYS]
 
 
-def save(store: Store, key: str, job: str, keys: Sequence[str], secret: bytes | None) -> bool:
+def save(store: Store, key: str, job: str, keys: Sequence[str], signing: Signing | None) -> bool:
     """Write the manifest of this run, and its pack, into the slower levels of ``store`` (the
     ones a fresh host reads them from; the first level, this host's own disk, has no use for
     them). The pack goes first: a reader of the new manifest finds the pack that goes with it.
@@ -95,8 +96,8 @@ def save(store: Store, key: str, job: str, keys: Sequence[str], secret: bytes | 
     keys = [k for k in keys if not k.startswith(PREFIX)][:MAX_KEYS]
     if not keys:
         return False
-    data = _encode(key, job, json.dumps(keys).encode(), secret)
-    pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), secret)
+    data = _encode(key, job, json.dumps(keys).encode(), signing)
+    pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), signing)
     written = False
     for level in store.levels[1:]:
         if level.read_only:
@@ -112,10 +113,10 @@ def save(store: Store, key: str, job: str, keys: Sequence[str], secret: bytes | 
     return written
 
 
-def _encode(key: str, job: str, payload: bytes, secret: bytes | None) -> bytes | None:
+def _encode(key: str, job: str, payload: bytes, signing: Signing | None) -> bytes | None:
     header = EntryHeader(framework=FRAMEWORK, key=key, name=job[:80])
     try:
-        return entry.encode(header, payload, compress=False, secret=secret)
+        return entry.encode(header, payload, compress=False, signing=signing)
     except Exception as exc:
         log.debug("compilecache: could not encode %s: %s", key, exc)
         return None
@@ -144,14 +145,14 @@ def _pack(level: Store, keys: Sequence[str]) -> bytes:
 
 
 def unpacker(
-    key: str, secret: bytes | None
+    key: str, signing: Signing | None
 ) -> Callable[[bytes], dict[str, tuple[bytes, EntryMeta]]]:
     """What reads the pack stored under ``key``: its entries, each with the metadata its own
     header gives; an entry that names another key than the one it is listed under is left out.
     Raises on a pack that fails its checks (the caller then fetches entry by entry)."""
 
     def unpack(data: bytes) -> dict[str, tuple[bytes, EntryMeta]]:
-        payload = entry.decode(data, secret=secret, expect_key=key).payload
+        payload = entry.decode(data, signing=signing, expect_key=key).payload
         head, _, body = payload.partition(b"\n")
         found: dict[str, tuple[bytes, EntryMeta]] = {}
         offset = 0
@@ -178,7 +179,7 @@ class Prefetch:
 
     def __init__(self, store: Store, cfg: Config) -> None:
         self.store = store
-        self.secret = cfg.secret
+        self.signing = cfg.signing
         self.job = job_name(cfg)
         self.key = key_of(self.job)
         self.known: list[str] | None = None  # the manifest found at start, once read
@@ -193,10 +194,10 @@ class Prefetch:
 
     def _run(self) -> None:
         try:
-            self.known = load(self.store, self.key, self.secret)
+            self.known = load(self.store, self.key, self.signing)
         finally:
             try:  # always: an empty list releases the lookups waiting for it
-                pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.secret))
+                pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.signing))
                 self.store.prefetch(self.known or [], pack=pack)
             except Exception as exc:  # never fail a program for a prefetch
                 log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
@@ -211,4 +212,4 @@ class Prefetch:
         if self.known is not None and set(keys) <= set(self.known):
             return False  # nothing new: the manifest stands
         merged = list(dict.fromkeys([*keys, *(self.known or [])]))
-        return save(self.store, self.key, self.job, merged, self.secret)
+        return save(self.store, self.key, self.job, merged, self.signing)

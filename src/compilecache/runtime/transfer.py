@@ -21,6 +21,7 @@ from compilecache import entry
 from compilecache.config import parse_duration
 from compilecache.errors import ConfigError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck
+from compilecache.signing import Signing
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 # -- selection and reports -----------------------------------------------------------------------
@@ -122,7 +123,7 @@ class Progress:
 # -- reading an entry to move it, and admitting one ------------------------------------------
 
 
-def read_entry(store: Store, key: str, secret: bytes | None) -> tuple[bytes, entry.Entry] | str:
+def read_entry(store: Store, key: str, signing: Signing | None) -> tuple[bytes, entry.Entry] | str:
     """The bytes under ``key`` and their decoded entry, read with ``peek`` (no hit counted, no
     access time touched, nothing backfilled, nothing repaired); or why there is none. A damaged
     or foreign entry is reported and left where it is: a command that reads a store to copy it
@@ -131,7 +132,7 @@ def read_entry(store: Store, key: str, secret: bytes | None) -> tuple[bytes, ent
     if isinstance(data, str):
         return data
     try:
-        return data, entry.decode(data, secret=secret, expect_key=key)
+        return data, entry.decode(data, signing=signing, expect_key=key)
     except CorruptEntry as exc:
         return f"corrupt (left in the source): {exc}"
     except ForeignEntry as exc:
@@ -154,12 +155,12 @@ def admit(
     data: bytes,
     report: Report,
     *,
-    secret: bytes | None,
+    signing: Signing | None,
     host: HostCheck | None,
 ) -> bool:
     """Write one entry to ``target`` if it is valid, can run here and is not there already."""
     try:
-        found = entry.decode(data, secret=secret, expect_key=key)
+        found = entry.decode(data, signing=signing, expect_key=key)
     except (CorruptEntry, ForeignEntry) as exc:
         report.skipped.append((key, f"rejected: {exc}"))
         return False
@@ -170,7 +171,7 @@ def admit(
     try:
         existing = target.peek(key)  # a damaged file raises here: it is replaced below
         if existing is not None:
-            entry.decode(existing, secret=secret, expect_key=key)
+            entry.decode(existing, signing=signing, expect_key=key)
             report.present.append(key)
             return False  # a good entry is kept as it is
     except ForeignEntry as exc:  # valid for another key's holders: never overwritten

@@ -288,10 +288,13 @@ def open_store(
     tier_writes: WritePolicy = "all",
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
+    private_writes: bool = False,
 ) -> Store:
     """Open ``url``: one level, or several separated by commas (tiers, fastest first).
 
     ``read_only`` reaches every level (so that a read-only session does not backfill either).
+    ``private_writes``: write only this host's own levels (a local directory or memory in front
+    of others); one level alone, or tiers without a local level, are then read-only.
     ``create=False`` is for commands that only read: a local directory that does not exist is
     an error instead of a new, empty store. Of several levels, one that cannot be opened (a
     missing package, an unusable directory) is left out with a warning rather than failing the
@@ -301,6 +304,8 @@ def open_store(
     urls = split_levels(url)
     if not urls:
         raise ConfigError("empty store URL")
+    if private_writes and not has_private_level(url):
+        read_only = True
     if len(urls) == 1:
         return open_level(urls[0], max_size, read_only=read_only, create=create)
     store: Store = from_urls(
@@ -310,9 +315,24 @@ def open_store(
         read_only=read_only,
         create=create,
         cold_streak=cold_streak,
+        private_writes=private_writes,
     )
     # Read-only reaches every level (no backfill either) and the tiers as a whole.
     return ReadOnly(store) if read_only else store
+
+
+def shared_levels(url: str) -> list[str]:
+    """The levels of ``url`` that other hosts (or other users) can write: every level but a
+    private local directory or memory."""
+    return [text for text in split_levels(url) if not is_local(parse_url(text))]
+
+
+def has_private_level(url: str) -> bool:
+    """Whether ``url`` has tiers with a level of this host's own in front of shared ones: the
+    level a process that may not write shared levels keeps its compiles in. (One level alone
+    is the store every reader shares, whatever its kind.)"""
+    levels = split_levels(url)
+    return len(levels) > 1 and any(is_local(parse_url(text)) for text in levels)
 
 
 def from_urls(
@@ -323,8 +343,10 @@ def from_urls(
     read_only: bool = False,
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
+    private_writes: bool = False,
 ) -> Tiered:
-    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first.
+    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first (``private_writes``: the levels
+    other than local ones are read-only).
 
     Levels on another machine (not a local directory or memory) are written in the background
     (``?write_behind=0`` opts a level out), so a compile never waits for the network;
@@ -336,7 +358,8 @@ def from_urls(
     for text in urls:
         parsed = parse_url(text, max_size, create=create)
         try:
-            levels.append(open_level(parsed, read_only=read_only))
+            shared = private_writes and not is_local(parsed)
+            levels.append(open_level(parsed, read_only=read_only or shared))
         except StoreUnavailable as exc:
             log.warning("compilecache: level %s left out: %s", text, exc)
             first_error = first_error or exc

@@ -60,6 +60,7 @@ from compilecache.runtime.transfer import (
     peek_entry,
     read_entry,
 )
+from compilecache.signing import Signing
 from compilecache.stores.base import Store
 
 FORMAT = "compilecache-bundle"
@@ -118,11 +119,11 @@ def export_bundle(
     path: str | os.PathLike[str],
     *,
     select: EntryFilter | None = None,
-    secret: bytes | None = None,
+    signing: Signing | None = None,
 ) -> Report:
     """Write the entries of ``store`` that ``select`` matches to the bundle ``path``.
 
-    Entries are read with ``peek`` and verified (checksum, and the signature when ``secret`` is
+    Entries are read with ``peek`` and verified (checksum, and the signature when ``signing`` is
     given); damaged ones are left out, reported and left in ``store``. The file appears complete
     or not at all (written under a temporary name, then renamed), and an existing file is not
     replaced by a bundle that holds nothing: that raises :class:`OutputError`."""
@@ -139,7 +140,7 @@ def export_bundle(
     with tempfile.TemporaryFile(prefix="compilecache-export-") as spool:
         for info in infos:
             progress.advance()
-            read = read_entry(store, info.key, secret)
+            read = read_entry(store, info.key, signing)
             if isinstance(read, str):
                 report.skipped.append((info.key, read))
                 continue
@@ -339,7 +340,7 @@ def import_bundle(
     path: str | os.PathLike[str],
     target: Store,
     *,
-    secret: bytes | None = None,
+    signing: Signing | None = None,
     check: bool = True,
 ) -> Report:
     """Add the bundle's entries to ``target``: see the module docstring for the guarantees."""
@@ -349,7 +350,7 @@ def import_bundle(
     host = HostCheck(manifest.cpu) if check else None
     for _, record, data in _members(source, "importing"):
         if record:
-            admit(target, record["key"], data, report, secret=secret, host=host)
+            admit(target, record["key"], data, report, signing=signing, host=host)
     return report
 
 
@@ -361,7 +362,7 @@ def warm(
     target: Store,
     *,
     select: EntryFilter | None = None,
-    secret: bytes | None = None,
+    signing: Signing | None = None,
     check: bool = True,
 ) -> Report:
     """Copy the entries of ``source`` that ``select`` matches into ``target`` (verified, checked
@@ -378,7 +379,7 @@ def warm(
             if isinstance(data, str):  # damaged there: reported and left in the source
                 report.skipped.append((info.key, data))
                 continue
-            admit(target, info.key, data, report, secret=secret, host=host)
+            admit(target, info.key, data, report, signing=signing, host=host)
     finally:
         progress.close()
     return report
