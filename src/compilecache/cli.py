@@ -83,6 +83,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"corrupt entries       {report.corrupt}")
     print(f"compile time stored   {report.compile_time_s:.1f} s")
     print(f"compile time saved    {report.compile_time_saved_s:.1f} s")
+    print(f"signatures            {trust_line(_config(args))}")
     shown = {*HEADLINE, "corrupt", "compile_time_s"}
     others = [(name, v) for name, v in report.counters.items() if v and name not in shown]
     if others:  # every other counter of stats.COUNTERS that is not zero
@@ -273,14 +274,16 @@ def _describe(store: Store, key: str, signing: Signing | None) -> dict[str, Any]
         if data is None:
             result["error"] = "the entry disappeared while reading it"
             return result
-        header = entry.decode(data, signing=signing, expect_key=key).header
+        found = entry.decode(data, signing=signing, expect_key=key)
     except CorruptEntry as exc:
         result["error"] = f"corrupt: {exc}"
         return result
     except ForeignEntry as exc:
         result["error"] = f"foreign (left in place): {exc}"
         return result
+    header = found.header
     result["entry"] = {
+        "signed_by": found.signer,
         "framework": header.framework,
         "key": header.key,
         "name": header.name,
@@ -497,9 +500,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     from compilecache.frameworks import torch_artifacts
     from compilecache.tools import bundle
 
-    signing = _config(args).signing
+    cfg = _config(args)
+    signing = cfg.signing
     kind = torch_artifacts.sniff(args.file) if args.format == "auto" else args.format
     if kind == "torch":
+        if not cfg.shared_writer:
+            raise CompileCacheError(
+                f"{args.file}: torch's artifact files carry no signature, and this process "
+                "trusts only signed entries (COMPILECACHE_TRUSTED_KEYS) without a signing key "
+                "of its own: import it where COMPILECACHE_SIGNING_KEY_FILE is set (its entries "
+                "are then signed by that key)"
+            )
         report = torch_artifacts.import_blob(
             args.file, _store(args), signing=signing, check=not args.no_check
         )
@@ -527,6 +538,54 @@ def cmd_warm(args: argparse.Namespace) -> int:
     )
     _print_transfer(report, args, f"copied into {target.url}:")
     return 0
+
+
+# -- keygen ------------------------------------------------------------------------------------
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """A new Ed25519 signing key for a trusted writer; its public key for the readers."""
+    from compilecache import signing
+
+    try:
+        public = signing.write_new_key(args.out)
+    except FileExistsError:
+        print(
+            f"compilecache keygen: {args.out} exists; not overwritten (remove it first, or "
+            "choose another --out)",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        print(f"compilecache keygen: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 1
+    print(public)
+    print(
+        f"compilecache: private key written to {args.out} (mode 0600). Writers: "
+        f"COMPILECACHE_SIGNING_KEY_FILE={args.out}; readers: COMPILECACHE_TRUSTED_KEYS={public}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def trust_line(cfg: Config) -> str:
+    """What this configuration signs and accepts, in words (``stats``, ``doctor``)."""
+    signing = cfg.signing
+    if signing is None:
+        return "nothing signed or checked: any writer of the store can run code here"
+    parts = []
+    if cfg.trusted_keys or cfg.signing_key:
+        count = len(cfg.trusted_keys) + (cfg.signing_key is not None)
+        parts.append(f"only entries signed by {count} trusted key{'s' * (count != 1)}")
+    if cfg.secret:
+        parts.append("HMAC secret")
+    if cfg.signing_key:
+        parts.append("this process signs what it writes")
+    elif not cfg.shared_writer:
+        parts.append(
+            "no signing key: writes nothing to shared levels (COMPILECACHE_SIGNING_KEY_FILE)"
+        )
+    return "; ".join(parts)
 
 
 # -- run / demo --------------------------------------------------------------------------------
@@ -569,6 +628,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     # run, demo and doctor configure child processes: the parent loads no configuration.
     p.set_defaults(func=cmd_run, needs_config=False)
+
+    p = sub.add_parser(
+        "keygen",
+        help="write a new Ed25519 signing key; print its public key",
+        description="Write a new Ed25519 private key (mode 0600, never over an existing file) "
+        "for a trusted writer (COMPILECACHE_SIGNING_KEY_FILE) and print its public key as one "
+        "line, ed25519:<base64>, for the readers' COMPILECACHE_TRUSTED_KEYS.",
+    )
+    p.add_argument("--out", required=True, metavar="FILE", help="where to write the private key")
+    p.set_defaults(func=cmd_keygen, needs_config=False)
 
     p = command("demo", "compile JAX and torch.compile workloads cold, then warm, and compare")
     p.add_argument("--layers", type=int, default=8, help="transformer layers (default 8)")

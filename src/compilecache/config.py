@@ -16,7 +16,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from compilecache.errors import ConfigError
-from compilecache.signing import Signing, parse_public_list, read_private
+from compilecache.signing import Signing, parse_public_list, read_private, require_ed25519
 
 DEFAULT_MAX_SIZE = 10 * 1000**3
 # Single-flight compiles: a compiling process's lease lasts this long unless renewed (it is
@@ -268,7 +268,7 @@ def load(
         read_only=read_only if read_only is not None else _flag(env, "COMPILECACHE_READ_ONLY"),
         secret=_secret(env),
         signing_key=_signing_key(env),
-        trusted_keys=parse_public_list(env.get("COMPILECACHE_TRUSTED_KEYS", "")),
+        trusted_keys=_trusted_keys(env),
         min_compile_time=min_compile_time,
         frameworks=fw,
         log_level=level,
@@ -334,6 +334,13 @@ def host_key_path(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "compilecache", "host-key.pem")
+
+
+def _trusted_keys(env: Mapping[str, str]) -> tuple[bytes, ...]:
+    keys = parse_public_list(env.get("COMPILECACHE_TRUSTED_KEYS", ""))
+    if keys:
+        require_ed25519()  # now, at enable: not as an error on every lookup
+    return keys
 
 
 def _signing_key(env: Mapping[str, str]) -> bytes | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from compilecache.config import absolute_url
 from compilecache.stats import Summary, merge
+from compilecache.unsigned import first_run_warning
 
 # Passed on to the child: the ways a process is asked to stop (or told something) from outside.
 FORWARDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
@@ -95,6 +96,9 @@ def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> i
     try:
         with tempfile.TemporaryDirectory(prefix="compilecache-run-") as spool:
             env = child_environment(os.environ, spool, overrides)
+            warning = first_run_warning(env)
+            if warning:
+                print(f"compilecache: warning: {warning}", file=sys.stderr)
             try:
                 proc = subprocess.Popen(list(command), env=env)
             except OSError as exc:

@@ -54,6 +54,11 @@ def _ed25519() -> Any:
     return ed25519
 
 
+def require_ed25519() -> None:
+    """A :class:`ConfigError` saying what to install when Ed25519 is not available."""
+    _ed25519()
+
+
 def public_text(raw: bytes) -> str:
     """A public key as users write it: ``ed25519:<base64>``."""
     return PUBLIC_PREFIX + base64.b64encode(raw).decode()

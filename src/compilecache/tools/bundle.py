@@ -49,7 +49,7 @@ from typing import Any, BinaryIO
 import zstandard
 
 from compilecache import atomicfile, entry
-from compilecache.errors import BundleError
+from compilecache.errors import BundleError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck, cpu_target, installed_frameworks, installed_version
 from compilecache.host import entry_backend as _backend
 from compilecache.runtime.transfer import (
@@ -91,6 +91,7 @@ def _record(key: str, data: bytes, found: entry.Entry, file: str) -> dict[str, A
         "backend": backend,
         "device_kinds": sorted(kinds),
         "signed": found.signed,
+        "signed_by": found.signer,
     }
 
 
@@ -327,12 +328,29 @@ def _members(path: Path, progress_label: str) -> Iterator[tuple[Manifest, dict[s
             yield manifest, {}, b""  # an empty bundle: still hand the manifest over
 
 
-def verify_bundle(path: str | os.PathLike[str]) -> Manifest:
-    """Read the whole bundle and check it against its manifest; BundleError when damaged."""
+def verify_bundle(path: str | os.PathLike[str], signing: Signing | None = None) -> Manifest:
+    """Read the whole bundle and check it against its manifest; BundleError when damaged, or,
+    when ``signing`` trusts only some writers, when any entry is not signed by one of them."""
     manifest: Manifest | None = None
-    for item in _members(Path(path), "verifying"):
-        manifest = item[0]
+    untrusted: list[tuple[str, str]] = []
+    for read, record, data in _members(Path(path), "verifying"):
+        manifest = read
+        if record and signing is not None and signing.verifies_writers:
+            try:
+                entry.decode(data, signing=signing, expect_key=record["key"])
+            except ForeignEntry as exc:
+                untrusted.append((record["key"], str(exc)))
+            except CorruptEntry:
+                pass  # damage is the entry's own: import skips it with the reason
     assert manifest is not None
+    if untrusted:
+        key, why = untrusted[0]
+        raise BundleError(
+            f"{path}: {len(untrusted)} of {len(manifest.records)} entries are not signed by a "
+            f"trusted key (first: {key}: {why}); nothing imported. Import it where its "
+            "writer's public key is in COMPILECACHE_TRUSTED_KEYS, or have a trusted writer "
+            "export it."
+        )
     return manifest
 
 
@@ -345,7 +363,9 @@ def import_bundle(
 ) -> Report:
     """Add the bundle's entries to ``target``: see the module docstring for the guarantees."""
     source = Path(path)
-    manifest = verify_bundle(source)  # pass 1: nothing is written unless all of it reads
+    # Pass 1: nothing is written unless all of it reads (and, with trusted keys, all of it is
+    # signed by a trusted writer).
+    manifest = verify_bundle(source, signing)
     report = Report("import", str(source), target.url, total=len(manifest.records))
     host = HostCheck(manifest.cpu) if check else None
     for _, record, data in _members(source, "importing"):

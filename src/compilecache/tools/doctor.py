@@ -13,8 +13,8 @@ spool (see :meth:`compilecache.session.Session.flush_stats`). Then:
 (b) **Never stored.** Compiles that were not written, with the reason the integration saw: host
     callbacks or JAX's own minimum compile time (from ``compiler._cache_write``), the store's
     read-only mode or ``COMPILECACHE_MIN_COMPILE_TIME`` (from the cache layer), a failed write.
-(c) **Pitfalls.** Settings that defeat sharing or caching, from the processes' facts and the
-    environment: JAX's cache directory inside the key on 0.10.x, a program-set JAX minimum
+(c) **Pitfalls.** Settings that defeat sharing or caching, or trust every writer of a shared
+    store (nothing signed), from the processes' facts and the environment: JAX's cache directory inside the key on 0.10.x, a program-set JAX minimum
     compile time or cache directory, torch precompiled headers turned off, OMP thread counts left to each
     host's core count.
 
@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from compilecache import config as config_mod
+from compilecache import unsigned
 from compilecache.runtime import explain
+from compilecache.stores import registry
 
 # Output of a failed run kept for the report.
 _TAIL_CHARS = 2000
@@ -173,6 +175,9 @@ def run_twice(
     from compilecache import runner
 
     base = dict(os.environ if env is None else env)
+    # The scratch store holds only what these two runs write: they need trust nobody (a reader
+    # of a fleet's store would otherwise write nothing there, and nothing could be compared).
+    base.pop("COMPILECACHE_TRUSTED_KEYS", None)
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="compilecache-doctor-", dir=workdir) as tmp:
         store = Path(tmp) / "store"
@@ -410,6 +415,32 @@ def _pitfalls(
 ) -> list[Finding]:
     found: dict[str, Finding] = {}
     facts = [f for run in runs for f in run.facts]
+    if not cfg.shared_writer:
+        private = registry.has_private_level(cfg.url)
+        found["reader"] = Finding(
+            "pitfall",
+            "this configuration writes nothing to the shared store",
+            config_mod.READER_REASON
+            + (
+                "; its own compiles stay in its local level, signed with this host's key."
+                if private
+                else ", and with a single level nothing at all (the runs above used a scratch "
+                "store, without COMPILECACHE_TRUSTED_KEYS)."
+            ),
+            "Expected for a reader of a fleet's cache: its trusted writer fills it. To make "
+            "this process a writer, give it COMPILECACHE_SIGNING_KEY_FILE (`compilecache "
+            "keygen`)"
+            + ("." if private else "; to keep its own compiles, put a local level first."),
+        )
+    shared = unsigned.shared_unsigned(cfg)
+    if shared:
+        found["unsigned"] = Finding(
+            "pitfall",
+            "a shared store without signatures",
+            unsigned.message(shared),
+            "Set up trusted writers: COMPILECACHE_SIGNING_KEY_FILE where the cache is filled, "
+            "COMPILECACHE_TRUSTED_KEYS everywhere it is read (`compilecache keygen`).",
+        )
     if cfg.disabled:
         found["disabled"] = Finding(
             "pitfall",

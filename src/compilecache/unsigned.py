@@ -1,0 +1,74 @@
+"""The warning for a shared store that nothing signs: any of its writers can run code here.
+
+Compiled entries are executables (XLA programs, torch's pickled graphs, kernels' ``.so`` files),
+so whoever can write a shared level (Redis, an object store, a shared mount) can place code that
+every reader runs. ``doctor`` reports it every time; ``compilecache run`` says it once per store
+and host (a marker under the state directory), so that it informs without nagging.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+
+from compilecache import config as config_mod
+from compilecache.config import Config
+from compilecache.errors import CompileCacheError
+from compilecache.stores import registry
+
+
+def shared_unsigned(cfg: Config) -> list[str]:
+    """The shared levels of ``cfg``'s store when nothing is signed or checked (else none)."""
+    if cfg.disabled or cfg.signing is not None:
+        return []
+    return registry.shared_levels(cfg.url)
+
+
+def message(levels: list[str]) -> str:
+    """The warning, in plain words, with how to set up trusted writers."""
+    names = ", ".join(_redacted(level) for level in levels)
+    return (
+        f"{names} {'is' if len(levels) == 1 else 'are'} shared and entries are not signed: "
+        "any host, job or user that can write to that store can run code in this process "
+        "(cache entries are compiled programs). To trust only your writers: run "
+        "`compilecache keygen --out writer.pem` once, give the job that fills the cache "
+        "COMPILECACHE_SIGNING_KEY_FILE=writer.pem, and every other process "
+        "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (README: Security)."
+    )
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its query (which may hold credentials) and user information."""
+    base = url.split("?", 1)[0]
+    scheme, sep, rest = base.partition("://")
+    return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else base
+
+
+def marker_path(url: str, env: Mapping[str, str] | None = None) -> str:
+    """The file that records that this host was told about ``url``."""
+    digest = hashlib.sha256(url.encode()).hexdigest()[:20]
+    return os.path.join(os.path.dirname(config_mod.host_key_path(env)), f"unsigned-{digest}")
+
+
+def first_run_warning(env: Mapping[str, str]) -> str | None:
+    """The warning for ``compilecache run``, the first time this host runs on a shared store
+    that nothing signs; ``None`` otherwise (signing configured, no shared level, told before,
+    or a configuration the run's own processes will report)."""
+    try:
+        cfg = config_mod.load(env)
+        levels = shared_unsigned(cfg)
+    except (CompileCacheError, ValueError):
+        return None
+    if not levels:
+        return None
+    marker = marker_path(cfg.url, env)
+    try:
+        os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
+        with open(marker, "x"):
+            pass
+    except FileExistsError:
+        return None
+    except OSError:
+        pass  # no state directory: say it every time rather than never
+    return message(levels)
