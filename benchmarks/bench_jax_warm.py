@@ -8,7 +8,11 @@ value_and_grad + SGD step of a transformer LM) under one of these variants:
   directory, unbounded, the default mode) with ``jax_persistent_cache_min_compile_time_secs=0``
   so that it caches the same modules compilecache does (compilecache stores every compile; JAX's
   default threshold of 1 s would skip the small helper modules and make the comparison unfair);
-- ``compilecache populate`` / ``compilecache warm``: ``compilecache.enable(<fresh local dir>)``.
+- ``compilecache populate`` / ``compilecache warm``: ``compilecache.enable(<fresh local dir>)``;
+- with ``--signed`` also ``signed populate`` / ``signed warm``: the same into another directory,
+  written by a trusted writer (``COMPILECACHE_SIGNING_KEY_FILE``) and read by a process that
+  accepts only its key (``COMPILECACHE_TRUSTED_KEYS``): every entry's Ed25519 signature is
+  checked on load (issue 24).
 
 The populate runs fill each cache (cold compile + write); the warm runs are then interleaved with
 the cold ones in rotating order. Reported: ``first_step_s`` (first call until
@@ -20,6 +24,7 @@ parameter digest, and every warm run must hit the cache for every compile.
 
     python benchmarks/bench_jax_warm.py            # 4 and 12 layers, 3 cold + 15 warm runs each
     python benchmarks/bench_jax_warm.py --quick    # 4 layers, 1 cold + 3 warm runs
+    python benchmarks/bench_jax_warm.py --signed --layers 4   # signed entries alongside
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ VARIANTS = {
     "jax_warm": "JAX cache, warm",
     "compilecache_warm": "compilecache, warm",
 }
+SIGNED_VARIANTS = {
+    "signed_populate": "compilecache, trusted writer, first run (compile + sign + write)",
+    "signed_warm": "compilecache, reader verifying Ed25519 signatures, warm",
+}
+# The signing key of the ``signed`` variants (set by measure()).
+_KEYS: dict[str, str] = {}
 
 
 def run_variant(variant: str, layers: int, jax_dir: Path, cc_dir: Path) -> dict[str, Any]:
@@ -103,6 +114,12 @@ def run_variant(variant: str, layers: int, jax_dir: Path, cc_dir: Path) -> dict[
         )
     elif variant.startswith("compilecache"):
         mode, env = "compilecache", common.clean_env()
+    elif variant == "signed_populate":
+        mode, cc_dir = "compilecache", cc_dir.with_name(cc_dir.name + "-signed")
+        env = common.clean_env(COMPILECACHE_SIGNING_KEY_FILE=_KEYS["file"])
+    elif variant == "signed_warm":
+        mode, cc_dir = "compilecache", cc_dir.with_name(cc_dir.name + "-signed")
+        env = common.clean_env(COMPILECACHE_TRUSTED_KEYS=_KEYS["public"])
     else:
         mode, env = "cold", common.clean_env()
     proc = common.run_json(
@@ -123,22 +140,29 @@ def run_variant(variant: str, layers: int, jax_dir: Path, cc_dir: Path) -> dict[
     return record
 
 
-def measure(layers: int, cold_runs: int, warm_runs: int, workdir: Path) -> dict[str, Any]:
+def variants(signed: bool) -> dict[str, str]:
+    return {**VARIANTS, **(SIGNED_VARIANTS if signed else {})}
+
+
+def measure(
+    layers: int, cold_runs: int, warm_runs: int, workdir: Path, *, signed: bool = False
+) -> dict[str, Any]:
     jax_dir = workdir / f"jax-{layers}"
     cc_dir = workdir / f"compilecache-{layers}"
     runs: list[dict[str, Any]] = []
-    for variant in ("jax_populate", "compilecache_populate"):
+    populate = ["jax_populate", "compilecache_populate"] + (["signed_populate"] if signed else [])
+    for variant in populate:
         runs.append(run_variant(variant, layers, jax_dir, cc_dir))
-    names = ["cold", "jax_warm", "compilecache_warm"]
+    names = ["cold", "jax_warm", "compilecache_warm"] + (["signed_warm"] if signed else [])
     done = dict.fromkeys(names, 0)
-    wanted = {"cold": cold_runs, "jax_warm": warm_runs, "compilecache_warm": warm_runs}
+    wanted = {name: cold_runs if name == "cold" else warm_runs for name in names}
     for _, variant in common.rotations(names, max(cold_runs, warm_runs)):
         if done[variant] < wanted[variant]:
             runs.append(run_variant(variant, layers, jax_dir, cc_dir))
             done[variant] += 1
 
     summary: dict[str, dict[str, Any]] = {}
-    for variant in VARIANTS:
+    for variant in variants(signed):
         mine = [r for r in runs if r["variant"] == variant]
         summary[variant] = {
             "runs": len(mine),
@@ -167,6 +191,15 @@ def measure(layers: int, cold_runs: int, warm_runs: int, workdir: Path) -> dict[
         for m in METRICS
     }
     paired = {m: common.median(values) for m, values in per_round.items()}
+    signed_paired: dict[str, Any] = {}
+    if signed:
+        signed_warm = [r for r in runs if r["variant"] == "signed_warm"]
+        signed_paired = {
+            m: common.median(
+                [common.ratio(g[m], c[m]) for g, c in zip(signed_warm, cc_warm, strict=True)]
+            )
+            for m in METRICS
+        }
     paired_spread = {m: (min(values), max(values)) for m, values in per_round.items()}
     results = {(r["loss"], r["checksum"], r["digest"]) for r in runs}
     warm_all_hits = all(
@@ -174,12 +207,22 @@ def measure(layers: int, cold_runs: int, warm_runs: int, workdir: Path) -> dict[
         for r in runs
         if r["variant"].endswith("_warm")
     )
+    # The signed reader's hits are compilecache's own (a rejected entry would be a miss).
+    signed_all_hits = all(
+        r["compilecache"]["hits"] > 0
+        and r["compilecache"]["misses"] == 0
+        and r["compilecache"]["foreign"] == 0
+        for r in runs
+        if r["variant"] == "signed_warm"
+    )
     return {
         "layers": layers,
         "summary": summary,
         "ratios_compilecache_over_jax": ratios,
         "paired_ratios_compilecache_over_jax": paired,
         "paired_ratio_spread": paired_spread,
+        "paired_ratios_signed_over_unsigned": signed_paired,
+        "signed_warm_all_verified_hits": signed_all_hits,
         "identical_results": len(results) == 1,
         "loss": runs[0]["loss"],
         "checksum": runs[0]["checksum"],
@@ -209,7 +252,7 @@ def render(info: dict[str, Any], per_layers: list[dict[str, Any]], command: str)
     for block in per_layers:
         s = block["summary"]
         wall_rows, cpu_rows = [], []
-        for variant, label in VARIANTS.items():
+        for variant, label in variants("signed_warm" in s).items():
             v = s[variant]
             hits = ", ".join(f"{h}/{q}" for h, q in zip(v["hits"], v["requests"], strict=True))
             wall_rows.append(
@@ -276,6 +319,21 @@ def render(info: dict[str, Any], per_layers: list[dict[str, Any]], command: str)
             "the rest of the run is the same JAX work in both variants (`retrieval_s` is JAX's "
             "own timing of the cache read plus deserialising the executable).",
         ]
+        if "signed_warm" in s:
+            signed = s["signed_warm"]
+            ratios = block["paired_ratios_signed_over_unsigned"]
+            parts += [
+                "",
+                "Signed entries (Ed25519, issue 24): reader verifying every entry / unsigned "
+                "compilecache warm, median of the per-round ratios: "
+                + ", ".join(f"{m} {common.fmt(ratios[m])}" for m in (*TARGET_METRICS, "wall_s"))
+                + f". `Cache.load` (read + verify) {common.fmt(signed['compilecache_load_s'] * 1000.0)}"
+                f" ms signed vs {common.fmt(own['compilecache_load_s'] * 1000.0)} ms unsigned; "
+                f"import + `enable()` {common.fmt(signed['compilecache_setup_s'] * 1000.0)} ms vs "
+                f"{common.fmt(own['compilecache_setup_s'] * 1000.0)} ms. Every signed warm run "
+                "hit every entry, all verified: "
+                f"{'yes' if block['signed_warm_all_verified_hits'] else 'NO'}.",
+            ]
     return "\n".join(parts)
 
 
@@ -285,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", help="layer counts (default 4 12)")
     parser.add_argument("--cold-runs", type=int, help="cold runs per layer count (default 3)")
     parser.add_argument("--warm-runs", type=int, help="warm runs per variant (default 15)")
+    parser.add_argument(
+        "--signed",
+        action="store_true",
+        help="also a trusted writer and a reader verifying Ed25519 signatures (issue 24)",
+    )
     common.add_no_write(parser)
     args = parser.parse_args(argv)
     layers = args.layers or ([4] if args.quick else [4, 12])
@@ -294,15 +357,21 @@ def main(argv: list[str] | None = None) -> int:
     info = common.machine_info()
     per_layers = []
     with tempfile.TemporaryDirectory(prefix="bench-jax-warm-") as tmp:
+        if args.signed:
+            from compilecache import signing
+
+            _KEYS["file"] = str(Path(tmp) / "writer.pem")
+            _KEYS["public"] = signing.write_new_key(_KEYS["file"])
         for n in layers:
             common.progress(f"{n} layers: populate, then {cold_runs} cold / {warm_runs} warm")
-            per_layers.append(measure(n, cold_runs, warm_runs, Path(tmp)))
+            per_layers.append(measure(n, cold_runs, warm_runs, Path(tmp), signed=args.signed))
     command = common.command_line()
     markdown = render(info, per_layers, command)
     print(markdown)
     ok = all(
         b["identical_results"]
         and b["warm_runs_all_hits"]
+        and b["signed_warm_all_verified_hits"]
         and all(b["ratios_compilecache_over_jax"][m] <= TARGET_RATIO for m in TARGET_METRICS)
         for b in per_layers
     )
@@ -315,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             targets_met=ok,
             layers=per_layers,
         )
-        common.save_results(NAME, args.quick, data, markdown)
+        # A signed run is its own result: it never replaces the plain one.
+        common.save_results(NAME + ("-signed" if args.signed else ""), args.quick, data, markdown)
     return 0
 
 

@@ -9,6 +9,9 @@ For values of 10 KB, 1 MB and 50 MB (random, incompressible bytes), in one proce
 - ``Cache``: ``Cache.load`` / ``Cache.save`` over that store: the entry format with its XXH3-128
   checksum, the counters, the never-raise policy. This is the path JAX sees through compilecache
   (the JAX adapter saves with ``compress=False`` because JAX's values are already zstd frames);
+- ``Cache, signed``: the same with Ed25519 (issue 24): saved by a trusted writer
+  (``COMPILECACHE_SIGNING_KEY_FILE``: a SHA-256 of the entry, signed) and loaded by a reader that
+  accepts only its key (``COMPILECACHE_TRUSTED_KEYS``: that SHA-256 again, one verification);
 - ``JAX LRUCache``: ``jax._src.lru_cache.LRUCache`` bounded (``max_size`` set: a file lock on
   every call, an ``-atime`` file rewritten on every hit, a directory glob on every put), and, for
   reference, unbounded (JAX's default mode: no lock, no rename).
@@ -35,9 +38,19 @@ from typing import Any
 import common
 from compilecache.entry import EntryHeader
 from compilecache.runtime.cache import Cache
+from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 
 NAME = "bench_store"
+
+
+def new_private_key() -> bytes:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    raw: bytes = ed25519.Ed25519PrivateKey.generate().private_bytes_raw()
+    return raw
+
+
 TARGET_GET_OVER_RAW = 1.5  # for values of 1 MB and more
 SIZES = {"10KB": 10 * 1000, "1MB": 1000 * 1000, "50MB": 50 * 1000 * 1000}
 REPS_FULL = {"10KB": 1000, "1MB": 200, "50MB": 15}
@@ -47,6 +60,7 @@ GET_VARIANTS = {
     "raw_read": "raw read (open + read)",
     "local_get": "compilecache LocalStore.get",
     "cache_load": "compilecache Cache.load (what JAX sees)",
+    "signed_load": "compilecache Cache.load, Ed25519 signature verified",
     "jax_bounded_get": "JAX LRUCache.get, bounded",
     "jax_unbounded_get": "JAX LRUCache.get, unbounded (default)",
 }
@@ -55,6 +69,7 @@ PUT_VARIANTS = {
     "raw_atomic_write": "raw atomic write (tmp + rename)",
     "local_put": "compilecache LocalStore.put",
     "cache_save": "compilecache Cache.save (what JAX sees)",
+    "signed_save": "compilecache Cache.save, Ed25519-signed",
     "jax_bounded_put": "JAX LRUCache.put, bounded",
     "jax_unbounded_put": "JAX LRUCache.put, unbounded (default)",
 }
@@ -80,12 +95,20 @@ class Setup:
         self.raw_dir.mkdir()
         self.local = LocalStore(root / "local")
         self.cache = Cache(LocalStore(root / "cache"))
+        signing = Signing(private_key=new_private_key())
+        self.signed_writer = Cache(LocalStore(root / "signed"), signing=signing)
+        assert signing.public_key is not None
+        self.signed_reader = Cache(
+            LocalStore(root / "signed"), signing=Signing(trusted=(signing.public_key,))
+        )
         self.jax_bounded = lru(str(root / "jax-bounded"), max_size=100 * 1000**3)
         self.jax_unbounded = lru(str(root / "jax-unbounded"), max_size=-1)
 
     def close(self) -> None:
         self.local.close()
         self.cache.close()
+        self.signed_writer.close()
+        self.signed_reader.close()
 
 
 def _drop_jax_entry(directory: Path, key: str) -> None:
@@ -101,6 +124,9 @@ def get_ops(setup: Setup, value: bytes) -> dict[str, Callable[[], object]]:
     setup.local.put(local_key, value)
     cache_key = "jax/" + jax_key()
     setup.cache.save(EntryHeader("jax", cache_key, "jit_train_step"), value, compress=False)
+    signed_key = "jax/" + jax_key()
+    header = EntryHeader("jax", signed_key, "jit_train_step")
+    assert setup.signed_writer.save(header, value, compress=False)
     bounded_key, unbounded_key = jax_key(), jax_key()
     setup.jax_bounded.put(bounded_key, value)
     setup.jax_unbounded.put(unbounded_key, value)
@@ -114,10 +140,16 @@ def get_ops(setup: Setup, value: bytes) -> dict[str, Callable[[], object]]:
         assert found is not None
         return found.payload
 
+    def signed_load() -> bytes:
+        found = setup.signed_reader.load("jax", signed_key)
+        assert found is not None and found.signer
+        return found.payload
+
     ops: dict[str, Callable[[], object]] = {
         "raw_read": raw_read,
         "local_get": lambda: setup.local.get(local_key),
         "cache_load": cache_load,
+        "signed_load": signed_load,
         "jax_bounded_get": lambda: setup.jax_bounded.get(bounded_key),
         "jax_unbounded_get": lambda: setup.jax_unbounded.get(unbounded_key),
     }
@@ -157,6 +189,10 @@ def timed_put(setup: Setup, variant: str, value: bytes) -> float:
         header = EntryHeader("jax", "jax/" + key, "jit_train_step", compile_time_s=1.0)
         elapsed = common.time_once(lambda: setup.cache.save(header, value, compress=False))
         setup.cache.store.delete("jax/" + key)
+    elif variant == "signed_save":
+        header = EntryHeader("jax", "jax/" + key, "jit_train_step", compile_time_s=1.0)
+        elapsed = common.time_once(lambda: setup.signed_writer.save(header, value, compress=False))
+        setup.signed_writer.store.delete("jax/" + key)
     elif variant == "jax_bounded_put":
         elapsed = common.time_once(lambda: setup.jax_bounded.put(key, value))
         _drop_jax_entry(setup.jax_bounded.path, key)
@@ -240,6 +276,47 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
             common.markdown_table(
                 ["variant", *(f"{s} ms" for s in sizes), *(f"{s} / raw atomic" for s in sizes)],
                 put_rows,
+            ),
+            "",
+            "## Ed25519 signatures (issue 24): signed / unsigned `Cache` (a verification is "
+            "one SHA-256 of the entry and one signature check)",
+            "",
+            common.markdown_table(
+                ["", *sizes],
+                [
+                    [
+                        "load: ms added",
+                        *(
+                            _ms(b["get_median_s"]["signed_load"] - b["get_median_s"]["cache_load"])
+                            for b in blocks
+                        ),
+                    ],
+                    [
+                        "load: ratio",
+                        *(
+                            common.ratio(
+                                b["get_median_s"]["signed_load"], b["get_median_s"]["cache_load"]
+                            )
+                            for b in blocks
+                        ),
+                    ],
+                    [
+                        "save: ms added",
+                        *(
+                            _ms(b["put_median_s"]["signed_save"] - b["put_median_s"]["cache_save"])
+                            for b in blocks
+                        ),
+                    ],
+                    [
+                        "save: ratio",
+                        *(
+                            common.ratio(
+                                b["put_median_s"]["signed_save"], b["put_median_s"]["cache_save"]
+                            )
+                            for b in blocks
+                        ),
+                    ],
+                ],
             ),
             "",
             f"## Target: our get <= {TARGET_GET_OVER_RAW}x a raw read, for 1 MB and more",
