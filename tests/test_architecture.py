@@ -17,8 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "compilecache"
 
 # Bottom up. A module is in the layer of the longest prefix that names it.
 LAYERS: list[tuple[str, ...]] = [
-    # ground: exceptions, configuration, the entry format, counters, host facts, output files
-    ("errors", "config", "entry", "stats", "host", "atomicfile", "_importhook"),
+    # ground: exceptions, signatures, configuration, the entry format, counters, host facts,
+    # output files
+    ("errors", "signing", "config", "entry", "stats", "host", "atomicfile", "_importhook"),
     # storage: bytes in, bytes out (bottom to top inside the folder)
     ("stores.base",),
     (
@@ -49,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     # framework integrations
     ("frameworks",),
     # enabling a process, running a command under it
-    ("runner",),
+    ("runner", "unsigned"),
     ("session",),
     # tools that inspect and move entries, and the workloads of the demo and benchmarks
     ("tools", "workloads"),

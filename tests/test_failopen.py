@@ -293,6 +293,9 @@ def test_an_unreachable_remote_costs_one_warning_and_one_error(tmp_path: Path, t
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
     summary = lines.pop()
+    # The first run on a shared store nothing signs also warns about that (once per host and
+    # store; test_trusted_writers covers it): set it aside, it is not about the outage.
+    lines = [line for line in lines if "entries are not signed" not in line]
     assert len(lines) == 1 and "skipping it for" in lines[0], proc.stderr
     misses = int(re.search(r"(\d+) misses", summary).group(1))  # type: ignore[union-attr]
     errors = int(re.search(r"(\d+) errors", summary).group(1))  # type: ignore[union-attr]
