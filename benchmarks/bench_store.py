@@ -232,6 +232,17 @@ def _ms(seconds: float) -> float:
     return seconds * 1000.0
 
 
+def _added_rows(
+    op: str, medians: str, variant: str, base: str, blocks: list[dict[str, Any]]
+) -> list[list[Any]]:
+    """Two table rows for ``variant`` against ``base`` at every size: ms added, then the ratio."""
+    pairs = [(b[medians][variant], b[medians][base]) for b in blocks]
+    return [
+        [f"{op}: ms added", *(_ms(v - b) for v, b in pairs)],
+        [f"{op}: ratio", *(common.ratio(v, b) for v, b in pairs)],
+    ]
+
+
 def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
     sizes = [b["size"] for b in blocks]
     get_rows = [
@@ -284,38 +295,8 @@ def render(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> 
             common.markdown_table(
                 ["", *sizes],
                 [
-                    [
-                        "load: ms added",
-                        *(
-                            _ms(b["get_median_s"]["signed_load"] - b["get_median_s"]["cache_load"])
-                            for b in blocks
-                        ),
-                    ],
-                    [
-                        "load: ratio",
-                        *(
-                            common.ratio(
-                                b["get_median_s"]["signed_load"], b["get_median_s"]["cache_load"]
-                            )
-                            for b in blocks
-                        ),
-                    ],
-                    [
-                        "save: ms added",
-                        *(
-                            _ms(b["put_median_s"]["signed_save"] - b["put_median_s"]["cache_save"])
-                            for b in blocks
-                        ),
-                    ],
-                    [
-                        "save: ratio",
-                        *(
-                            common.ratio(
-                                b["put_median_s"]["signed_save"], b["put_median_s"]["cache_save"]
-                            )
-                            for b in blocks
-                        ),
-                    ],
+                    *_added_rows("load", "get_median_s", "signed_load", "cache_load", blocks),
+                    *_added_rows("save", "put_median_s", "signed_save", "cache_save", blocks),
                 ],
             ),
             "",

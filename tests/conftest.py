@@ -83,6 +83,35 @@ def last_json(text: str) -> Any:
     return json.loads(lines[-1])
 
 
+JAX_PROGRAM = str(TESTS / "jax_program.py")
+
+
+def run_jax_program(settings: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """``jax_program.py before`` in a fresh process with ``settings`` in its environment: its
+    JSON result and its ``compilecache:`` lines on stderr."""
+    proc = run_python([JAX_PROGRAM, "before"], clean_env(settings), timeout=240)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
+    result: dict[str, Any] = last_json(proc.stdout)
+    return result, ours
+
+
+def same_jax_results(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two runs of ``jax_program.py`` computed the same values."""
+    return all(a[name] == b[name] for name in ("step", "other", "grad_sum"))
+
+
+def stored_entries(url: str) -> dict[str, bytes]:
+    """Every entry's bytes in the store at ``url``, read with ``peek`` (a read that changes
+    nothing: no access time, no hit counted)."""
+    from compilecache.stores.registry import open_url
+
+    store = open_url(url)
+    try:
+        return {info.key: store.peek(info.key) or b"" for info in store.scan()}
+    finally:
+        store.close()
+
+
 def cli_json(*args: str, url: str, cwd: Path, env: Mapping[str, str] | None = None) -> Any:
     """``python -m compilecache ARGS --url URL`` in a fresh process; its JSON output."""
     proc = subprocess.run(

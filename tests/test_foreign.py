@@ -19,45 +19,26 @@ from compilecache.errors import ForeignEntry
 from compilecache.runtime.cache import Cache
 from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
-from compilecache.stores.registry import open_url
 from tests import servers
-from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.conftest import run_jax_program, same_jax_results, stored_entries
 from tests.servers import RedisServer, namespace
 
 redis_server = servers.redis_server
 
-PROGRAM = str(TESTS / "jax_program.py")
 S1 = "fleet-key-1"
 S2 = "a-mistyped-key"
 
 
 def run(url: str, secret: str) -> tuple[dict[str, Any], list[str]]:
     """The JAX program in a fresh process: its result and its compilecache warnings."""
-    env = clean_env({"COMPILECACHE_URL": url, "COMPILECACHE_SECRET": secret})
-    proc = run_python([PROGRAM, "before"], env, timeout=240)
-    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
-    result: dict[str, Any] = last_json(proc.stdout)
-    return result, ours
-
-
-def stored(url: str) -> dict[str, bytes]:
-    """Every entry's bytes, read with ``peek`` (a read that changes nothing)."""
-    store = open_url(url)
-    try:
-        return {info.key: store.peek(info.key) or b"" for info in store.scan()}
-    finally:
-        store.close()
-
-
-def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a[name] == b[name] for name in ("step", "other", "grad_sum"))
+    return run_jax_program({"COMPILECACHE_URL": url, "COMPILECACHE_SECRET": secret})
 
 
 def check_foreign_client_leaves_the_store_alone(
     url: str, files: Callable[[], dict[str, tuple[int, int]]] | None = None
 ) -> None:
     cold, _ = run(url, S1)
-    before = stored(url)
+    before = stored_entries(url)
     n = len(before)
     assert cold["stats"]["writes"] == n >= 3
     on_disk = files() if files is not None else None
@@ -69,9 +50,9 @@ def check_foreign_client_leaves_the_store_alone(
     assert stats["corrupt"] == 0 and stats["errors"] == 0, stats
     assert len(warnings) == 1, warnings
     assert "COMPILECACHE_SECRET" in warnings[0] and "left in place" in warnings[0], warnings
-    assert same_results(stranger, cold)
+    assert same_jax_results(stranger, cold)
     # Nothing deleted, nothing written over: the same entries, byte for byte, signed by S1.
-    assert stored(url) == before
+    assert stored_entries(url) == before
     if files is not None:
         assert files() == on_disk  # the same files: not even rewritten with the same bytes
     for data in before.values():
@@ -83,7 +64,7 @@ def check_foreign_client_leaves_the_store_alone(
     stats = warm["stats"]
     assert stats["hits"] == n and stats["misses"] == 0 and stats["foreign"] == 0, stats
     assert warnings == []
-    assert same_results(warm, cold)
+    assert same_jax_results(warm, cold)
 
 
 @pytest.mark.slow

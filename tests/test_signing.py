@@ -23,11 +23,17 @@ from compilecache.errors import ConfigError, CorruptEntry, ForeignEntry
 from compilecache.runtime.cache import Cache
 from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
-from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.conftest import (
+    clean_env,
+    last_json,
+    run_jax_program,
+    run_python,
+    same_jax_results,
+    stored_entries,
+)
 
 SECRET = "team-cache-key-1"
 OTHER = b"somebody-elses-key"
-PROGRAM = str(TESTS / "jax_program.py")
 
 
 def flip_payload_byte(data: bytes) -> bytes:
@@ -119,22 +125,11 @@ def run(store: Path, secret: str | None) -> tuple[dict[str, Any], list[str]]:
     extra = {"COMPILECACHE_URL": str(store)}
     if secret is not None:
         extra["COMPILECACHE_SECRET"] = secret
-    proc = run_python([PROGRAM, "before"], clean_env(extra), timeout=240)
-    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
-    result: dict[str, Any] = last_json(proc.stdout)
-    return result, ours
+    return run_jax_program(extra)
 
 
 def entries(store: Path) -> dict[str, bytes]:
-    s = LocalStore(store)
-    try:
-        return {i.key: s.get(i.key) or b"" for i in s.scan()}
-    finally:
-        s.close()
-
-
-def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a[name] == b[name] for name in ("step", "other", "grad_sum"))
+    return stored_entries(str(store))
 
 
 @pytest.mark.slow
@@ -164,7 +159,7 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
     assert stats["hits"] == 0 and stats["errors"] == 0 and stats["corrupt"] == 0
     assert stats["writes"] == 0
     assert len(warnings) == 1 and "COMPILECACHE_SECRET" in warnings[0], warnings
-    assert same_results(tampered, cold)
+    assert same_jax_results(tampered, cold)
     # Left in place, not replaced (before issue 11: replaced by entries signed with our key).
     assert entries(store) == planted
     for data in planted.values():
@@ -184,7 +179,7 @@ def test_entries_of_a_writer_without_the_secret_are_rejected(tmp_path: Path) -> 
     assert stats["foreign"] == n and stats["misses"] == n and stats["hits"] == 0
     assert stats["corrupt"] == 0 and stats["writes"] == 0
     assert len(warnings) == 1 and "not signed" in warnings[0], warnings
-    assert same_results(signed_reader, cold)
+    assert same_jax_results(signed_reader, cold)
     assert entries(store) == unsigned  # left for the clients without a secret
 
 

@@ -30,13 +30,16 @@ from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
 from compilecache.tools import bundle, doctor
 from tests import servers
-from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.conftest import (
+    clean_env,
+    run_jax_program,
+    same_jax_results,
+    stored_entries,
+)
 from tests.servers import RedisServer, namespace
 from tests.test_bundle import members
 
 redis_server = servers.redis_server
-
-PROGRAM = str(TESTS / "jax_program.py")
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -216,30 +219,14 @@ def test_a_writer_accepts_its_own_entries_and_no_unsigned_ones(
 
 def run(url: str, state: Path, **settings: str) -> tuple[dict[str, Any], list[str]]:
     """jax_program.py in a fresh process: its result and its compilecache warnings."""
-    env = clean_env({"COMPILECACHE_URL": url, "XDG_STATE_HOME": str(state), **settings})
-    proc = run_python([PROGRAM, "before"], env, timeout=240)
-    ours = [line for line in proc.stderr.splitlines() if line.startswith("compilecache:")]
-    result: dict[str, Any] = last_json(proc.stdout)
-    return result, ours
-
-
-def stored(url: str) -> dict[str, bytes]:
-    store = open_url(url)
-    try:
-        return {info.key: store.peek(info.key) or b"" for info in store.scan()}
-    finally:
-        store.close()
-
-
-def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a[name] == b[name] for name in ("step", "other", "grad_sum"))
+    return run_jax_program({"COMPILECACHE_URL": url, "XDG_STATE_HOME": str(state), **settings})
 
 
 def check_trusted_writers(url: str, tmp_path: Path, keys: dict[str, Key]) -> None:
     a, b, mallory = keys["a"], keys["b"], keys["mallory"]
     state = tmp_path / "state"
     written, _ = run(url, state, COMPILECACHE_SIGNING_KEY_FILE=str(a.path))
-    entries = stored(url)
+    entries = stored_entries(url)
     n = len(entries)
     assert written["stats"]["writes"] == n >= 3, written["stats"]
     assert all(entry.decode(d).signer == a.public for d in entries.values())
@@ -248,14 +235,14 @@ def check_trusted_writers(url: str, tmp_path: Path, keys: dict[str, Key]) -> Non
     reader, warnings = run(url, state, COMPILECACHE_TRUSTED_KEYS=a.public)
     stats = reader["stats"]
     assert stats["hits"] == n and stats["misses"] == 0 and stats["writes"] == 0, stats
-    assert warnings == [] and same_results(reader, written)
+    assert warnings == [] and same_jax_results(reader, written)
 
     # A reader trusting another key: every entry a foreign miss, all left as they were.
     stranger, warnings = run(url, state, COMPILECACHE_TRUSTED_KEYS=b.public)
     stats = stranger["stats"]
     assert stats["foreign"] == n and stats["hits"] == 0 and stats["writes"] == 0, stats
     assert len(warnings) == 1 and "COMPILECACHE_TRUSTED_KEYS" in warnings[0], warnings
-    assert stored(url) == entries and same_results(stranger, written)
+    assert stored_entries(url) == entries and same_jax_results(stranger, written)
 
     # Tampered entries: re-signed by mallory, moved to another entry's key, a flipped byte.
     store = open_url(url)
@@ -273,8 +260,8 @@ def check_trusted_writers(url: str, tmp_path: Path, keys: dict[str, Key]) -> Non
     stats = tampered["stats"]
     assert stats["foreign"] == 1 and stats["corrupt"] == 2, stats
     assert stats["hits"] == n - 3 and stats["writes"] == 0, stats
-    assert same_results(tampered, written)
-    after = stored(url)
+    assert same_jax_results(tampered, written)
+    after = stored_entries(url)
     assert entry.decode(after[first]).signer == mallory.public  # left in place, not replaced
     # A reader writes nothing to the shared store, not even a removal: the damage stays for a
     # writer to replace.
@@ -289,7 +276,7 @@ def check_trusted_writers(url: str, tmp_path: Path, keys: dict[str, Key]) -> Non
         store.close()
     rotated, _ = run(url, state, COMPILECACHE_SIGNING_KEY_FILE=str(b.path))
     assert rotated["stats"]["writes"] == 3, rotated["stats"]
-    signers = [entry.decode(d).signer for d in stored(url).values()]
+    signers = [entry.decode(d).signer for d in stored_entries(url).values()]
     assert signers.count(b.public) == 3 and signers.count(a.public) == n - 3
     both, _ = run(url, state, COMPILECACHE_TRUSTED_KEYS=f"{a.public},{b.public}")
     assert both["stats"]["hits"] == n and both["stats"]["misses"] == 0, both["stats"]
@@ -319,7 +306,7 @@ def test_a_reader_without_a_key_leaves_nothing_another_reader_accepts(
     alone, _ = run(shared, tmp_path / "host1", COMPILECACHE_TRUSTED_KEYS=a.public)
     stats = alone["stats"]
     assert stats["misses"] >= 3 and stats["writes"] == 0 and stats["errors"] == 0, stats
-    assert stored(shared) == {}
+    assert stored_entries(shared) == {}
     explained = subprocess.run(
         [sys.executable, "-m", "compilecache", "explain", "--json"],
         env=clean_env({"COMPILECACHE_URL": shared, "COMPILECACHE_TRUSTED_KEYS": a.public}),
@@ -336,7 +323,7 @@ def test_a_reader_without_a_key_leaves_nothing_another_reader_accepts(
     first, _ = run(f"{local1},{shared}", tmp_path / "host1", COMPILECACHE_TRUSTED_KEYS=a.public)
     n = int(first["stats"]["misses"])
     assert first["stats"]["writes"] == n >= 3, first["stats"]
-    assert stored(shared) == {}
+    assert stored_entries(shared) == {}
     host_key = tmp_path / "host1" / "compilecache" / "host-key.pem"
     assert stat.S_IMODE(os.stat(host_key).st_mode) == 0o600
     again, _ = run(f"{local1},{shared}", tmp_path / "host1", COMPILECACHE_TRUSTED_KEYS=a.public)
@@ -344,13 +331,13 @@ def test_a_reader_without_a_key_leaves_nothing_another_reader_accepts(
     # Those entries, put where a second reader (another host) looks, are not accepted by it.
     local2 = tmp_path / "host2-local"
     planted = LocalStore(local2)
-    for key, data in stored(str(local1)).items():
+    for key, data in stored_entries(str(local1)).items():
         if key.startswith("jax/"):
             planted.put(key, data)
     planted.close()
     other, _ = run(f"{local2},{shared}", tmp_path / "host2", COMPILECACHE_TRUSTED_KEYS=a.public)
     assert other["stats"]["hits"] == 0 and other["stats"]["foreign"] == n, other["stats"]
-    assert same_results(other, first) and stored(shared) == {}
+    assert same_jax_results(other, first) and stored_entries(shared) == {}
 
 
 # -- bundles ---------------------------------------------------------------------------------------
