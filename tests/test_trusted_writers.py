@@ -459,6 +459,17 @@ def test_stats_and_explain_say_why_a_reader_wrote_nothing(
     )
     assert not cache.save(EntryHeader("jax", "jax/x", "x", compile_time_s=3.0), b"x")
     assert "holds no signing key" in cache.skip_reason(3.0, "jax/x")
+    # A writer that also lists its own public key trusts two keys, not three.
+    from compilecache.cli import trust_line
+
+    writer = config.load(
+        {
+            "COMPILECACHE_URL": url,
+            "COMPILECACHE_SIGNING_KEY_FILE": str(keys["a"].path),
+            "COMPILECACHE_TRUSTED_KEYS": f"{keys['a'].public},{keys['b'].public}",
+        }
+    )
+    assert "2 trusted keys" in trust_line(writer) and "signs what it writes" in trust_line(writer)
 
 
 def test_keys_without_the_cryptography_package_are_an_error_at_enable(

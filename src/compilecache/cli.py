@@ -575,7 +575,8 @@ def trust_line(cfg: Config) -> str:
         return "nothing signed or checked: any writer of the store can run code here"
     parts = []
     if cfg.trusted_keys or cfg.signing_key:
-        count = len(cfg.trusted_keys) + (cfg.signing_key is not None)
+        # A writer's own key counts once, listed in COMPILECACHE_TRUSTED_KEYS or not.
+        count = len({*cfg.trusted_keys, *([signing.public_key] if signing.public_key else [])})
         parts.append(f"only entries signed by {count} trusted key{'s' * (count != 1)}")
     if cfg.secret:
         parts.append("HMAC secret")
