@@ -249,11 +249,11 @@ def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> No
     cfg = Config(url="x", job="train-llm")
     for key in ("jax/a", "jax/b", "jax/a", "jax/c"):
         store.get(key)
-    recorder = manifest.Prefetch(store, cfg)
+    recorder = manifest.Prefetch(store, cfg, None)
     recorder.known = []
     assert recorder.record()
     assert manifest.load(store, manifest.key_of("train-llm"), None) == ["jax/a", "jax/b", "jax/c"]
-    again = manifest.Prefetch(store, cfg)
+    again = manifest.Prefetch(store, cfg, None)
     again.known = manifest.load(store, again.key, None)
     assert not again.record()  # nothing new
     other = Config(url="x", job="another-job")

@@ -152,6 +152,12 @@ def test_only_entries_signed_by_a_trusted_key_are_accepted(keys: dict[str, Key])
     assert entry.decode(data, signing=trusting(keys["b"], keys["a"])).payload
     with pytest.raises(ForeignEntry, match="not trusted"):
         entry.decode(data, signing=trusting(keys["b"]))
+    # verify: the same checks without the payload (a bundle's trust pass uses it).
+    assert entry.verify(data, signing=trusting(keys["a"]), expect_key="jax/jit_f-1") == found.header
+    with pytest.raises(ForeignEntry, match="not trusted"):
+        entry.verify(data, signing=trusting(keys["b"]))
+    with pytest.raises(CorruptEntry, match="holds key"):
+        entry.verify(data, signing=trusting(keys["a"]), expect_key="jax/jit_g-1")
     # Unsigned, and HMAC-signed, entries are foreign to a reader that trusts keys.
     for other in (None, Signing(secret=b"fleet secret")):
         unsigned = entry.encode(header, b"executable" * 100, signing=other)

@@ -223,16 +223,11 @@ def read_header(data: bytes | memoryview) -> EntryHeader:
     return _split(data)[1]
 
 
-def decode(
-    data: bytes | memoryview, *, signing: Signing | None = None, expect_key: str | None = None
-) -> Entry:
-    """Verify and decode an entry.
-
-    Damage, and an entry that holds another key than ``expect_key``, raise :class:`CorruptEntry`.
-    With ``signing``, an intact entry that is unsigned or signed with a key it does not accept
-    raises :class:`~compilecache.errors.ForeignEntry`: it cannot be served, but it is no damage
-    either (it may be valid for the clients that hold its key), so callers leave it where it is.
-    """
+def _verified(
+    data: bytes | memoryview, signing: Signing | None, expect_key: str | None
+) -> tuple[int, EntryHeader, memoryview, memoryview]:
+    """The checks of :func:`decode`, short of the payload: flags, header, stored payload and
+    signature block of an entry whose checksum, key and signatures pass."""
     flags, header, stored, sig, body_end = _split(data)
     view = memoryview(data)
     if xxhash.xxh3_128_digest(view[:body_end]) != bytes(view[body_end:]):
@@ -244,6 +239,29 @@ def decode(
     if signing is not None:
         header_end = body_end - _SIG_LEN.size - len(sig) - len(stored)
         signing.verify([view[: _PREFIX.size], view[_PREFIX.size : header_end], stored], bytes(sig))
+    return flags, header, stored, sig
+
+
+def verify(
+    data: bytes | memoryview, *, signing: Signing | None = None, expect_key: str | None = None
+) -> EntryHeader:
+    """The header of an entry that passes :func:`decode`'s checks of its checksum, key and
+    signatures (the same errors), without decompressing or copying its payload: for a pass
+    that only decides whether a whole set of entries is acceptable."""
+    return _verified(data, signing, expect_key)[1]
+
+
+def decode(
+    data: bytes | memoryview, *, signing: Signing | None = None, expect_key: str | None = None
+) -> Entry:
+    """Verify and decode an entry.
+
+    Damage, and an entry that holds another key than ``expect_key``, raise :class:`CorruptEntry`.
+    With ``signing``, an intact entry that is unsigned or signed with a key it does not accept
+    raises :class:`~compilecache.errors.ForeignEntry`: it cannot be served, but it is no damage
+    either (it may be valid for the clients that hold its key), so callers leave it where it is.
+    """
+    flags, header, stored, sig = _verified(data, signing, expect_key)
     payload = _decompress(stored, header.payload_size) if flags & FLAG_ZSTD else bytes(stored)
     if len(payload) != header.payload_size:
         raise CorruptEntry("payload size does not match its header")

@@ -135,7 +135,7 @@ class Session:
         # Tiers with a remote level: prefetch the job's manifest now, record it at exit.
         self.manifest: Prefetch | None = None
         if cfg.prefetch and len(store.levels) > 1:
-            self.manifest = Prefetch(store, cfg)
+            self.manifest = Prefetch(store, cfg, signing)
         self._flushed: dict[str, float] = {}
         self._closed = False
         self._run_recorded = False

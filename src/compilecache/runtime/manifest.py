@@ -177,9 +177,9 @@ class Prefetch:
     """The manifest side of one session: prefetch at start (in the background), record at
     exit (when this run looked up other keys than the manifest held)."""
 
-    def __init__(self, store: Store, cfg: Config) -> None:
+    def __init__(self, store: Store, cfg: Config, signing: Signing | None) -> None:
         self.store = store
-        self.signing = cfg.signing
+        self.signing = signing  # the session's: what its cache signs with and accepts
         self.job = job_name(cfg)
         self.key = key_of(self.job)
         self.known: list[str] | None = None  # the manifest found at start, once read
