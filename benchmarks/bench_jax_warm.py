@@ -100,7 +100,7 @@ SIGNED_VARIANTS = {
     "signed_populate": "compilecache, trusted writer, first run (compile + sign + write)",
     "signed_warm": "compilecache, reader verifying Ed25519 signatures, warm",
 }
-# The signing key of the ``signed`` variants (set by measure()).
+# The signing key of the ``signed`` variants: its file and public key (set by main()).
 _KEYS: dict[str, str] = {}
 
 
@@ -144,6 +144,16 @@ def variants(signed: bool) -> dict[str, str]:
     return {**VARIANTS, **(SIGNED_VARIANTS if signed else {})}
 
 
+def _per_round(runs: list[dict[str, Any]], variant: str, base: str) -> dict[str, list[float]]:
+    """``variant`` / ``base`` for each metric, one ratio per rotation round (the i-th warm run
+    of each variant ran in the same round, next to each other)."""
+    mine = [r for r in runs if r["variant"] == variant]
+    theirs = [r for r in runs if r["variant"] == base]
+    return {
+        m: [common.ratio(a[m], b[m]) for a, b in zip(mine, theirs, strict=True)] for m in METRICS
+    }
+
+
 def measure(
     layers: int, cold_runs: int, warm_runs: int, workdir: Path, *, signed: bool = False
 ) -> dict[str, Any]:
@@ -183,23 +193,12 @@ def measure(
     ratios = {
         m: common.ratio(summary["compilecache_warm"][m], summary["jax_warm"][m]) for m in METRICS
     }
-    # The i-th warm run of each variant ran in the same rotation round, next to each other.
-    jax_warm = [r for r in runs if r["variant"] == "jax_warm"]
-    cc_warm = [r for r in runs if r["variant"] == "compilecache_warm"]
-    per_round = {
-        m: [common.ratio(c[m], j[m]) for c, j in zip(cc_warm, jax_warm, strict=True)]
-        for m in METRICS
-    }
+    per_round = _per_round(runs, "compilecache_warm", "jax_warm")
     paired = {m: common.median(values) for m, values in per_round.items()}
     signed_paired: dict[str, Any] = {}
     if signed:
-        signed_warm = [r for r in runs if r["variant"] == "signed_warm"]
-        signed_paired = {
-            m: common.median(
-                [common.ratio(g[m], c[m]) for g, c in zip(signed_warm, cc_warm, strict=True)]
-            )
-            for m in METRICS
-        }
+        signed_rounds = _per_round(runs, "signed_warm", "compilecache_warm")
+        signed_paired = {m: common.median(values) for m, values in signed_rounds.items()}
     paired_spread = {m: (min(values), max(values)) for m, values in per_round.items()}
     results = {(r["loss"], r["checksum"], r["digest"]) for r in runs}
     warm_all_hits = all(
