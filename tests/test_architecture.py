@@ -19,7 +19,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "compilecache"
 LAYERS: list[tuple[str, ...]] = [
     # ground: exceptions, signatures, configuration, the entry format, counters, host facts,
     # output files
-    ("errors", "signing", "config", "entry", "stats", "host", "atomicfile", "_importhook"),
+    (
+        "errors",
+        "signing",
+        "config",
+        "entry",
+        "stats",
+        "host",
+        "atomicfile",
+        "_importhook",
+        "patches",
+    ),
     # storage: bytes in, bytes out (bottom to top inside the folder)
     ("stores.base",),
     (

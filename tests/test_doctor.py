@@ -206,14 +206,17 @@ def test_read_only_and_min_time_reasons_have_fixes() -> None:
 def test_jax_pitfalls() -> None:
     facts = [
         _jax_facts(enable_xla_caches="xla_gpu_per_fusion_autotune_cache_dir"),
-        _jax_facts(cache_dir="/home/me/jax-cache"),
+        _jax_facts(min_compile_time_secs=60.0),
         _jax_facts(hooked=False),
     ]
-    report = doctor.analyze(["p"], [RunResult(0, facts=facts), RunResult(0)], {})
+    said = "the program set jax_compilation_cache_dir=/home/me/jax-cache: compilecache serves it"
+    events = [{"event": "setting", "framework": "jax", "setting": said}]
+    report = doctor.analyze(["p"], [RunResult(0, facts=facts, events=events), RunResult(0)], {})
     titles = [f.title for f in report.findings]
     # XLA's cache paths no longer reach the key under compilecache (frameworks/jax_xla.py).
     assert not any("the cache directory is part of every key" in t for t in titles)
-    assert any("jax_compilation_cache_dir=/home/me/jax-cache" in t for t in titles)
+    assert any("jax_persistent_cache_min_compile_time_secs=60" in t for t in titles)
+    assert [f.detail for f in report.findings if f.kind == "pitfall" and f.detail == said]
     assert any("ran without compilecache" in t for t in titles)
     # Fixed upstream in 0.11: no directory pitfall there.
     newer = [_jax_facts(version="0.11.0", enable_xla_caches="all")]

@@ -173,6 +173,21 @@ def adapter(tmp_path: Path) -> Any:
     store.close()
 
 
+def _watching(adapter: Any) -> Any:
+    """The write watcher installed around ``adapter`` (undo with ``.patches.undo()``)."""
+    from compilecache.patches import Patches
+    from compilecache.runtime import explain
+
+    installed = integration._Installed(
+        adapter,
+        integration.ProgramSettings(),
+        explain.SettingNotes(adapter.cache, "jax"),
+        Patches(),
+    )
+    assert integration._watch_cache_writes(installed)
+    return installed
+
+
 def _stored(adapter: Any, key: str = KEY) -> EntryHeader:
     data = adapter.cache.store.get(integration.store_key(key))
     assert data is not None, "the write was lost"
@@ -242,12 +257,12 @@ def test_cache_write_watcher_takes_numpy_times(
 
     seen: list[Any] = []
     monkeypatch.setattr(compiler, "_cache_write", lambda *a, **k: seen.append(a))
-    original = integration._watch_cache_writes(adapter)
+    installed = _watching(adapter)
     try:
         assert adapter.get(KEY) is None
         compiler._cache_write(KEY, np.float32(0.5), "jit_step", None, None, [object()])
     finally:
-        compiler._cache_write = original
+        installed.patches.undo()
     assert len(seen) == 1 and seen[0][1] == np.float32(0.5)  # JAX gets its own value back
     assert adapter.cache.settle()
     records = history.read(adapter.cache.store, history.MISS)
@@ -270,13 +285,15 @@ def test_cache_write_watcher_takes_jax_0_11s_signature(
         seen.append((cache_key, compile_time_secs, module_name, backend, executable))
 
     monkeypatch.setattr(compiler, "_cache_write", cache_write)
-    original = integration._watch_cache_writes(adapter)
+    installed = _watching(adapter)
     try:
-        compiler._cache_write(KEY, 0.5, "jit_step", None, None)  # 0.11's five arguments
-        compiler._cache_write(KEY, 0.5, "jit_step", None, executable=None)
+        # Above JAX's default minimum compile time: JAX's own function writes, unchanged.
+        compiler._cache_write(KEY, 2.5, "jit_step", None, None)  # 0.11's five arguments
+        compiler._cache_write(KEY, 2.5, "jit_step", None, executable=None)
     finally:
-        compiler._cache_write = original
-    assert seen == [(KEY, 0.5, "jit_step", None, None)] * 2  # JAX's own function, unchanged
+        installed.patches.undo()
+    assert seen == [(KEY, 2.5, "jit_step", None, None)] * 2
+    assert compiler._cache_write is cache_write  # undone
 
 
 def test_key_components_that_fail_never_lose_the_write(adapter: Any) -> None:

@@ -172,17 +172,23 @@ def store_entries(store: Path) -> dict[str, entry.EntryHeader]:
 
 
 def test_hooks_are_live_on_installed_torch() -> None:
-    """Fails loudly when a torch upgrade removes a private hook compilecache relies on."""
+    """Fails loudly when a torch upgrade removes a private hook compilecache relies on. No flag
+    of torch's is changed: torch's own questions "use the remote cache?" say yes for the store,
+    in every thread, and everything is as before after disable."""
     import compilecache
     from compilecache.frameworks import torch as integration
 
-    importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
+    autograd = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
     importlib.import_module("torch._inductor.codecache")
+    utils = importlib.import_module("torch._inductor.utils")
+    compile_fx = importlib.import_module("torch._inductor.compile_fx")
 
     config = sys.modules["torch._inductor.config"]
     functorch = sys.modules["torch._functorch.config"]
-    before = (config.fx_graph_remote_cache, functorch.enable_remote_autograd_cache)
-    pch_before = config.cpp_cache_precompile_headers
+    flags = ("fx_graph_remote_cache", "fx_graph_cache", "cpp_cache_precompile_headers")
+    before = [getattr(config, n) for n in flags], functorch.enable_remote_autograd_cache
+    decisions = (utils.should_use_remote_fx_graph_cache, autograd.should_use_remote_autograd_cache)
+    assert [d() for d in decisions] == [False, False]  # torch alone: no remote cache
     session = compilecache.enable(f"memory://torch-hooks-{uuid.uuid4().hex}")
     assert session is not None
     assert "torch" in session.installed
@@ -195,28 +201,28 @@ def test_hooks_are_live_on_installed_torch() -> None:
     vec_isa = sys.modules["torch._inductor.cpu_vec_isa"].VecISA
     # ISA probe children do not start compilecache (see Integration._hook_cpu_vec_isa).
     assert vec_isa._build_probe_env()["COMPILECACHE_DISABLE"] == "1"
-    assert config.cpp_cache_precompile_headers is True
-    assert config.fx_graph_remote_cache is True and functorch.enable_remote_autograd_cache is True
-    # torch's config values are per thread: the flags must hold in other threads too.
+    assert ([getattr(config, n) for n in flags], functorch.enable_remote_autograd_cache) == before
+    # The modules that imported the decisions by name hold the wrappers too.
+    assert compile_fx.should_use_remote_fx_graph_cache is utils.should_use_remote_fx_graph_cache
     seen: dict[str, Any] = {}
 
-    def read_flags() -> None:
-        seen["pch"] = config.cpp_cache_precompile_headers
-        seen["fx"] = config.fx_graph_remote_cache
-        seen["aot"] = functorch.enable_remote_autograd_cache
+    def read_decisions() -> None:
+        seen["fx"] = utils.should_use_remote_fx_graph_cache()
+        seen["aot"] = autograd.should_use_remote_autograd_cache()
 
-    thread = threading.Thread(target=read_flags)
+    thread = threading.Thread(target=read_decisions)
     thread.start()
     thread.join()
-    assert seen == {"pch": True, "fx": True, "aot": True}
+    assert seen == {"fx": True, "aot": True}
     compilecache.disable()
     assert integration.active() is None
     assert integration.hook_status() == {}
     assert remote.RemoteFxGraphCache.backend_override_cls is None
     assert not hasattr(builder.build, "__compilecache__")
     assert "COMPILECACHE_DISABLE" not in vec_isa._build_probe_env()
-    assert (config.fx_graph_remote_cache, functorch.enable_remote_autograd_cache) == before
-    assert config.cpp_cache_precompile_headers == pch_before
+    assert compile_fx.should_use_remote_fx_graph_cache is decisions[0]
+    assert [d() for d in decisions] == [False, False]
+    assert ([getattr(config, n) for n in flags], functorch.enable_remote_autograd_cache) == before
 
 
 @pytest.mark.slow
@@ -537,9 +543,14 @@ def test_a_missing_hook_warns_and_leaves_torch_alone(monkeypatch: pytest.MonkeyP
 
     cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
     hooks = integration.Integration(cache)
-    fake_config = types.SimpleNamespace(__name__=integration.INDUCTOR_CONFIG, fx_graph_cache=True)
+    fake_remote = types.SimpleNamespace(__name__=integration.REMOTE_CACHE)
+    fake_utils = types.ModuleType(integration.INDUCTOR_UTILS)
     fake_builder = types.SimpleNamespace(__name__=integration.CPP_BUILDER)
-    fakes = {integration.INDUCTOR_CONFIG: fake_config, integration.CPP_BUILDER: fake_builder}
+    fakes = {
+        integration.REMOTE_CACHE: fake_remote,
+        integration.INDUCTOR_UTILS: fake_utils,
+        integration.CPP_BUILDER: fake_builder,
+    }
 
     def fake_import(name: str) -> Any:
         if name not in fakes:
@@ -548,13 +559,17 @@ def test_a_missing_hook_warns_and_leaves_torch_alone(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(integration, "_private", fake_import)
     monkeypatch.setattr(torch_kernels, "_private", fake_import)
-    hooks.apply(integration.INDUCTOR_CONFIG)
-    hooks.apply(integration.CPP_BUILDER)
-    assert hooks.applied == {integration.CPP_BUILDER}  # nothing to do there: no kernel hook
+    for name, fake in fakes.items():
+        monkeypatch.setitem(sys.modules, name, fake)
+    for name in fakes:
+        hooks.apply(name)
+    assert hooks.applied == set()  # each one warned instead
     assert not hooks.build_hook.live
-    assert vars(fake_config) == {"__name__": integration.INDUCTOR_CONFIG, "fx_graph_cache": True}
+    assert vars(fake_remote) == {"__name__": integration.REMOTE_CACHE}
     assert not hasattr(fake_builder, "CppBuilder")
-    assert cache._warned == {f"torch:hook:{integration.INDUCTOR_CONFIG}", "torch:kernel-hook"}
+    assert len(hooks.patches) == 0
+    assert {f"torch:hook:{name}" for name in fakes} <= cache._warned
+    assert "torch:kernel-hook" in cache._warned
 
 
 def test_debug_lines_become_components() -> None:

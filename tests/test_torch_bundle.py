@@ -13,8 +13,8 @@ compiler logs every call and, when told to, fails it):
 - a torch blob exported from store A is loaded by a process without compilecache, whose own FX
   graph and AOTAutograd caches then hit.
 
-A plain torch process computes compilecache's keys only with compilecache's key-relevant flags:
-those processes run with ``TORCH_ENV``.
+compilecache sets none of torch's flags, so a plain torch process computes compilecache's keys
+as it is: those processes run with torch's defaults, as the compilecache ones.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError
 from compilecache.frameworks import torch_artifacts
-from compilecache.frameworks.torch_artifacts import TORCH_ENV, import_blob, read_blob, write_blob
+from compilecache.frameworks.torch_artifacts import import_blob, read_blob, write_blob
 from compilecache.runtime.cache import Cache
 from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env, last_json, run_python
-from tests.servers import free_port
 from tests.test_torch import (
     MODEL,
     Machine,
@@ -86,8 +85,8 @@ def headers(store: Path) -> dict[str, EntryHeader]:
 
 
 def plain_torch(machine: Machine, *args: str, inductor: Path | None = None) -> dict[str, Any]:
-    """The workload in a process without compilecache, with compilecache's key-relevant torch
-    flags (``TORCH_ENV``), on ``machine`` (its compiler allowed, and logged)."""
+    """The workload in a process without compilecache, with torch's defaults, on ``machine``
+    (its compiler allowed, and logged)."""
     env = clean_env(
         {
             "TORCHINDUCTOR_CACHE_DIR": str(inductor or machine.inductor),
@@ -95,17 +94,11 @@ def plain_torch(machine: Machine, *args: str, inductor: Path | None = None) -> d
             "PATH": f"{machine.fake_bin}{os.pathsep}{os.environ.get('PATH', '')}",
             "FAKE_CXX_LOG": str(machine.log),
             "FAKE_CXX_ALLOW": "1",
-            # TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1 makes torch try a Redis: one that is not there.
-            "TORCHINDUCTOR_REDIS_PORT": str(free_port()),
         }
     )
     for name in list(env):
-        if name.startswith("TORCHINDUCTOR_") and name not in (
-            "TORCHINDUCTOR_CACHE_DIR",
-            "TORCHINDUCTOR_REDIS_PORT",
-        ):
+        if name.startswith("TORCHINDUCTOR_") and name != "TORCHINDUCTOR_CACHE_DIR":
             del env[name]
-    env.update(TORCH_ENV)
     program = ["-m", "compilecache.workloads.torch_step", "--model", MODEL, *args]
     proc = run_python(program, env, timeout=420)
     result: dict[str, Any] = last_json(proc.stdout)
@@ -228,31 +221,6 @@ def test_store_exported_as_torch_blob_hits_torchs_own_caches(
     assert counters["fxgraph_cache_hit"] == 2 and counters["fxgraph_cache_miss"] == 0
     assert counters["autograd_cache_hit"] == 1 and counters["autograd_cache_miss"] == 0
     assert compiler_calls(machine.log)  # no kernels in torch's format
-
-
-def test_torch_env_gives_a_plain_torch_process_compilecaches_key_flags() -> None:
-    """Every flag compilecache sets that enters torch's keys has its value in ``TORCH_ENV``."""
-    from compilecache.frameworks.torch import FUNCTORCH_FLAGS, INDUCTOR_FLAGS
-
-    program = (
-        "import json, sys, torch._inductor.config as i, torch._functorch.config as f\n"
-        "names = json.loads(sys.argv[1])\n"
-        "print(json.dumps({'ignored': i._cache_config_ignore_prefix,"
-        " 'inductor': {n: getattr(i, n) for n in names['inductor']},"
-        " 'functorch': {n: getattr(f, n) for n in names['functorch']}}))"
-    )
-    names = json.dumps({"inductor": sorted(INDUCTOR_FLAGS), "functorch": sorted(FUNCTORCH_FLAGS)})
-    env = clean_env()
-    for name in list(env):
-        if name.startswith("TORCHINDUCTOR_"):
-            del env[name]
-    env.update(TORCH_ENV)
-    seen = last_json(run_python(["-c", program, names], env).stdout)
-    for name, value in INDUCTOR_FLAGS.items():
-        if not any(name.startswith(prefix) for prefix in seen["ignored"]):
-            assert seen["inductor"][name] == value, name
-    # functorch hashes its whole config into AOTAutograd keys.
-    assert seen["functorch"] == FUNCTORCH_FLAGS
 
 
 # -- damaged blobs -------------------------------------------------------------------------------
@@ -429,27 +397,6 @@ def test_blob_import_never_replaces_a_valid_entry_and_hashes_unsafe_keys(tmp_pat
     torch_artifacts.export_blob(target, out, select=None)
     keys = {a.key for _, arts in read_blob(out.read_bytes(), out) for a in arts}
     assert keys == {FX1, unsafe}
-
-
-def test_graphs_compiled_with_other_flags_are_skipped_unless_no_check(tmp_path: Path) -> None:
-    """Graphs compiled with an Inductor flag compilecache sets otherwise (here precompiled
-    headers turned off) and the AOTAutograd entries built on them would never be looked up."""
-    other = LINE + "inductor_config[cpp_cache_precompile_headers]: False"
-    blob = tmp_path / "torch.bin"
-    blob.write_bytes(
-        write_blob(
-            [
-                ("inductor", [(FX1, fx_pickle("0_forward", 1.0, other))]),
-                ("aot_autograd", [(AOT, aot_pickle([FX1], 1.0, 0.0))]),
-            ]
-        )
-    )
-    report = import_blob(blob, LocalStore(tmp_path / "checked"))
-    assert report.transferred == [] and len(report.skipped) == 2
-    assert all("cpp_cache_precompile_headers=False" in r for _, r in report.skipped)
-    assert all("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=1" in r for _, r in report.skipped)
-    forced = import_blob(blob, LocalStore(tmp_path / "forced"), check=False)
-    assert len(forced.transferred) == 2
 
 
 def test_export_to_torch_format_is_what_torch_loads(

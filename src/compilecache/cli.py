@@ -485,8 +485,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if not args.json:
             print(
                 "compilecache: load it with torch.compiler.load_cache_artifacts() in a process "
-                f"with compilecache's torch flags ({torch_artifacts.ENV_HINT}, or compilecache "
-                "enabled); it holds no C++ kernels, which compile again there"
+                "that configures torch as the ones that compiled it; it holds no C++ kernels, "
+                "which compile again there"
             )
         return 0
     report = bundle.export_bundle(

@@ -81,6 +81,27 @@ def read_spool(spool: Path) -> dict[str, float]:
     return merge(*totals)
 
 
+def read_settings(spool: Path) -> list[str]:
+    """What the program's framework settings changed in the processes under ``run`` (each
+    ``framework: reason`` once), from the events they left in the spool directory."""
+    seen: dict[str, None] = {}
+    for path in sorted(spool.glob("*.events.jsonl")):
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if '"setting"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "setting":
+                seen[str(event.get("summary", ""))] = None
+    return [summary for summary in seen if summary]
+
+
 def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> int:
     """Run ``command`` under compilecache; print the summary line; return its exit status."""
     if not command:
@@ -107,8 +128,11 @@ def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> i
             forwarder.started(proc.pid)
             status = wait(proc, forwarder)
             counters = read_spool(Path(spool))
+            settings = read_settings(Path(spool))
         if env.get("COMPILECACHE_DISABLE", "").strip() not in ("1", "true", "yes", "on"):
             print(Summary.of(counters).line(), file=sys.stderr)
+            for summary in settings:  # what the program's own settings changed (and why)
+                print(f"compilecache: {summary}", file=sys.stderr)
     finally:
         forwarder.restore()
     return status if status >= 0 else 128 - status

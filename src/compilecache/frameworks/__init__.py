@@ -97,7 +97,9 @@ def _jax_facts() -> dict[str, Any]:
         "hooked": integration.active_adapter() is not None,
         "marker": integration.MARKER_DIR,
         "cache_dir": str(cfg.jax_compilation_cache_dir),
-        "min_compile_time_secs": float(cfg.jax_persistent_cache_min_compile_time_secs),
+        # The program's own minimum (0.0: it left JAX's default, and compilecache's applies).
+        "min_compile_time_secs": float(integration.program_min_compile_time() or 0.0),
+        "settings": {k: str(v) for k, v in integration.settings_in_effect().items()},
         "enable_xla_caches": str(getattr(cfg, "jax_persistent_cache_enable_xla_caches", "")),
     }
 

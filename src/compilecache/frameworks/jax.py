@@ -16,6 +16,16 @@ one and stored with the entry for miss explanations. That costs one extra key co
 (0.4.30 has seven, 0.10 eight): they are chosen from the helpers' signatures and checked against
 the real key (:func:`key_components`).
 
+JAX's own settings keep their meaning (the program's, set in its environment or in code, before
+or after ``enable()``): compilecache sets only the cache directory, and only where the program
+set none. ``jax_enable_compilation_cache=False`` turns JAX's cache off, and compilecache's with
+it; ``jax_persistent_cache_min_compile_time_secs`` and ``..._min_entry_size_bytes`` are applied by
+JAX's own write path (where the program left the minimum compile time at JAX's default,
+compilecache writes faster compiles too: ``COMPILECACHE_MIN_COMPILE_TIME`` is its threshold, 0 by
+default); a directory the program names (``jax_compilation_cache_dir``, ``set_cache_dir()``,
+``JAX_COMPILATION_CACHE_DIR``) is served from compilecache's store and left alone, and each of
+these is said once (the summary line, ``explain``, ``doctor``).
+
 ``jax_compilation_cache_check_contents`` is honoured as JAX's own ``VerificationCache`` does it:
 the first lookup of each key in a process compiles afresh, and the result is compared with the
 stored executable. A mismatch raises JAX's ``CacheVerificationError`` from the write, the one
@@ -47,6 +57,8 @@ from compilecache.errors import CorruptEntry, ForeignEntry
 from compilecache.frameworks import jax_xla
 from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
+from compilecache.patches import Patches
+from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
@@ -61,13 +73,68 @@ FRAMEWORK = "jax"
 # Keys computed but not yet looked up or written; bounded so a long run cannot leak modules.
 _MAX_PENDING = 256
 _REQUIRED = ("get_file_cache", "get_cache_key", "reset_cache", "_get_cache")
-_CONFIG = {
-    "jax_enable_compilation_cache": True,
-    "jax_compilation_cache_dir": MARKER_DIR,
-    # COMPILECACHE_MIN_COMPILE_TIME is applied by the Cache with the true float compile time.
-    "jax_persistent_cache_min_compile_time_secs": 0.0,
-    "jax_persistent_cache_min_entry_size_bytes": 0,
+DIR_OPTION = "jax_compilation_cache_dir"
+MIN_TIME_OPTION = "jax_persistent_cache_min_compile_time_secs"
+MIN_SIZE_OPTION = "jax_persistent_cache_min_entry_size_bytes"
+ENABLE_OPTION = "jax_enable_compilation_cache"
+CHECK_OPTION = "jax_compilation_cache_check_contents"
+# JAX's own default minimum compile time: a program that leaves it there gets compilecache's
+# (COMPILECACHE_MIN_COMPILE_TIME, applied by the Cache with the true float compile time).
+JAX_DEFAULT_MIN_TIME = 1.0
+# JAX's defaults of the options whose value says that the program set them.
+_JAX_DEFAULTS: dict[str, Any] = {
+    MIN_TIME_OPTION: JAX_DEFAULT_MIN_TIME,
+    MIN_SIZE_OPTION: 0,
+    ENABLE_OPTION: True,
+    CHECK_OPTION: False,
 }
+
+
+class ProgramSettings:
+    """What the program set of JAX's cache options: in its environment (JAX reads ``JAX_*``
+    variables as its defaults) or in code (``jax.config.update``, watched from install on; a
+    value other than JAX's default, whenever it was set). Read at each compile."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.updated: set[str] = set()
+
+    def watch(self, original: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+        """A ``jax.config.update`` that remembers which options the program set."""
+        updated = self.updated
+
+        def update(name: str, val: Any) -> Any:
+            updated.add(name)
+            return original(name, val)
+
+        return update
+
+    def set_by_program(self, name: str) -> bool:
+        """Whether the program set option ``name``: in code since install, in the environment,
+        or (whenever) to a value other than JAX's default."""
+        if name in self.updated or name.upper() in self.env:
+            return True
+        default = _JAX_DEFAULTS.get(name, _UNKNOWN)
+        return default is not _UNKNOWN and _jax_value(name) != default
+
+    def min_compile_time(self) -> float | None:
+        """The program's ``jax_persistent_cache_min_compile_time_secs``; ``None`` when it left
+        JAX's default (then compilecache's own minimum applies)."""
+        value = _jax_value(MIN_TIME_OPTION)
+        if value is None or not self.set_by_program(MIN_TIME_OPTION):
+            return None
+        return float(value)
+
+
+_UNKNOWN = object()
+
+
+def _jax_value(name: str) -> Any:
+    """The current value of JAX's option ``name`` (``None`` when it cannot be read)."""
+    try:
+        return getattr(_private("jax").config, name)
+    except Exception:
+        return None
 
 
 def store_key(jax_key: str) -> str:
@@ -276,6 +343,12 @@ class JaxCacheAdapter:
             reason=reason,
             background=True,
         )
+
+    def awaiting_write(self, key: str) -> bool:
+        """Whether a lookup of ``key`` missed here and its compile was not handed to ``put``."""
+        with self._lock:
+            slot = self._pending.get(key)
+            return slot is not None and slot.looked_up
 
     def not_written(self, key: str, reason: str, compile_time: float) -> None:
         """JAX compiled ``key`` after our miss but will not hand it to ``put`` (host callbacks,
@@ -521,16 +594,17 @@ def _xla_flags(ck: Any) -> list[str]:
 @dataclass
 class _Installed:
     adapter: JaxCacheAdapter
-    original_get_file_cache: Any
-    original_get_cache_key: Any
-    saved_config: dict[str, Any]
-    original_cache_write: Any = None
-    original_compile: Any = None
-    # XLA's cache directories (jax_xla.py), and JAX's get_compile_options they wrap.
+    settings: ProgramSettings
+    notes: explain.SettingNotes
+    patches: Patches
+    # The directory option as it was (None: compilecache set it to MARKER_DIR, and unsets it).
+    saved_dir: Any = None
+    set_dir: bool = False
+    # XLA's cache directories (jax_xla.py).
     xla: jax_xla.XlaCaches | None = None
-    original_compile_options: Any = None
     # COMPILECACHE_WRITERS: "all" processes of a multi-process job write, or only the "first".
     writers: str = "all"
+    watches_writes: bool = False
 
 
 _installed: _Installed | None = None
@@ -554,6 +628,13 @@ def hook_available() -> tuple[bool, str]:
     return True, ""
 
 
+def directory_note(path: str, url: str) -> str:
+    return (
+        f"the program set {DIR_OPTION}={path}: compilecache serves JAX's cache from its store "
+        f"({url}) and leaves that directory alone"
+    )
+
+
 def install(cache: Cache) -> bool:
     """Route JAX's persistent cache through ``cache``; ``False`` (with one warning) if impossible."""
     global _installed
@@ -568,52 +649,66 @@ def install(cache: Cache) -> bool:
     if _installed is not None:
         uninstall()
     adapter = JaxCacheAdapter(cache)
-    original_factory = compilation_cache.get_file_cache
-    original_key = compilation_cache.get_cache_key
+    installed = _Installed(
+        adapter, ProgramSettings(), explain.SettingNotes(cache, FRAMEWORK), Patches()
+    )
+    notes = installed.notes
 
-    def get_file_cache(path: str) -> tuple[JaxCacheAdapter, str] | None:
-        if path == MARKER_DIR:
+    def get_file_cache(_jax_factory: Callable[[str], Any]) -> Callable[[str], Any]:
+        def get_file_cache(path: str) -> tuple[JaxCacheAdapter, str] | None:
+            # Any directory JAX builds its cache for is served from the store: the marker, or
+            # the one the program named (left alone, and said once).
+            if path != MARKER_DIR:
+                notes.note(directory_note(path, cache.store.url))
             adapter.configure(_check_contents(cache))
-            return adapter, MARKER_DIR
-        result: tuple[JaxCacheAdapter, str] | None = original_factory(path)
-        return result
+            return adapter, path
 
-    def get_cache_key(
-        module: Any, devices: Any, compile_options: Any, backend: Any, *args: Any, **kwargs: Any
-    ) -> str:
-        # XLA's cache paths (jax_xla.py) differ per host: the key is computed without them.
-        compile_options = jax_xla.key_options(compile_options)
-        key: str = original_key(module, devices, compile_options, backend, *args, **kwargs)
-        try:
-            # JAX 0.4.30 has no IgnoreCallbacks (nor the argument): then it is never used.
-            ignore_type = getattr(_private("jax._src.cache_key"), "IgnoreCallbacks", None)
-            no_ignore = getattr(ignore_type, "NO", None)
-            ignore = args[0] if args else kwargs.get("ignore_callbacks", no_ignore)
-            compression = "zstandard" if compilation_cache.zstandard is not None else "zlib"
-            if getattr(compilation_cache, "zstd", None) is not None:
-                compression = "zstandard"
-            adapter.remember_key_args(
-                key, (module, devices, compile_options, backend, ignore, compression)
-            )
-        except Exception as exc:
-            log.debug("compilecache: could not record key components: %s", exc)
-        return key
+        return get_file_cache
 
-    saved: dict[str, Any] = {}
-    for name, value in _CONFIG.items():
+    def get_cache_key(original_key: Callable[..., str]) -> Callable[..., str]:
+        def get_cache_key(
+            module: Any, devices: Any, compile_options: Any, backend: Any, *args: Any, **kwargs: Any
+        ) -> str:
+            # XLA's cache paths (jax_xla.py) differ per host: the key is computed without them.
+            compile_options = jax_xla.key_options(compile_options)
+            key: str = original_key(module, devices, compile_options, backend, *args, **kwargs)
+            try:
+                # JAX 0.4.30 has no IgnoreCallbacks (nor the argument): then it is never used.
+                ignore_type = getattr(_private("jax._src.cache_key"), "IgnoreCallbacks", None)
+                no_ignore = getattr(ignore_type, "NO", None)
+                ignore = args[0] if args else kwargs.get("ignore_callbacks", no_ignore)
+                compression = "zstandard" if compilation_cache.zstandard is not None else "zlib"
+                if getattr(compilation_cache, "zstd", None) is not None:
+                    compression = "zstandard"
+                adapter.remember_key_args(
+                    key, (module, devices, compile_options, backend, ignore, compression)
+                )
+            except Exception as exc:
+                log.debug("compilecache: could not record key components: %s", exc)
+            return key
+
+        return get_cache_key
+
+    # The directory only where the program set none: JAX then builds its cache for the marker.
+    installed.saved_dir = _jax_value(DIR_OPTION)
+    if not installed.saved_dir:
         try:
-            saved[name] = getattr(jax.config, name)
-            jax.config.update(name, value)
+            jax.config.update(DIR_OPTION, MARKER_DIR)
+            installed.set_dir = True
         except (AttributeError, ValueError) as exc:
-            log.debug("compilecache: jax config %s not set: %s", name, exc)
-    compilation_cache.get_file_cache = get_file_cache
-    compilation_cache.get_cache_key = get_cache_key
+            log.debug("compilecache: %s not set: %s", DIR_OPTION, exc)
+    patches = installed.patches
+    # From here on, what the program sets in code is known to be its own.
+    patches.wrap(jax.config, "update", installed.settings.watch, label="jax.config.update")
+    patches.wrap(compilation_cache, "get_file_cache", get_file_cache)
+    patches.wrap(compilation_cache, "get_cache_key", get_cache_key)
     # Drop any cache JAX initialised earlier so that the next compile builds ours.
     compilation_cache.reset_cache()
-    _installed = _Installed(adapter, original_factory, original_key, saved, writers=_writers())
-    _installed.original_cache_write = _watch_cache_writes(adapter)
-    _installed.xla = _route_xla_caches(cache)
-    _installed.original_compile = _release_leases_after_compiles(cache, _installed.xla)
+    installed.writers = _writers()
+    _installed = installed
+    installed.watches_writes = _watch_cache_writes(installed)
+    installed.xla = _route_xla_caches(cache, installed)
+    _release_leases_after_compiles(cache, installed)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
 
@@ -655,29 +750,28 @@ def _writers() -> str:
 
 def _all_write() -> bool:
     """Whether every process of a multi-process job writes (needs the write watcher)."""
-    return (
-        _installed is not None
-        and _installed.writers == "all"
-        and _installed.original_cache_write is not None
-    )
+    return _installed is not None and _installed.writers == "all" and _installed.watches_writes
 
 
-def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
+def _watch_cache_writes(installed: _Installed) -> bool:
     """Wrap ``compiler._cache_write`` (looked up at call time) to learn why JAX does not hand a
-    compile to ``put``: host callbacks, its own minimum compile time, or not being process 0;
-    and to let every process of a multi-process job write (COMPILECACHE_WRITERS=all).
-    Returns the original, or ``None`` when this JAX lacks these functions (explanations of
-    never-stored compiles are then missing, and only process 0 writes; nothing else changes)."""
+    compile to ``put`` (host callbacks, the program's minimum compile time or entry size, not
+    being process 0), to apply compilecache's minimum compile time where the program left JAX's
+    at its default, and to let every process of a multi-process job write
+    (COMPILECACHE_WRITERS=all). ``False`` when this JAX lacks these functions (explanations of
+    never-stored compiles are then missing, JAX's own gates apply, and only process 0 writes)."""
+    adapter, settings = installed.adapter, installed.settings
     try:
         compiler = _private("jax._src.compiler")
         original = compiler._cache_write
         jax_config = _private("jax._src.config")
         distributed = _private("jax._src.distributed")
-        # What _cache_write calls past its gates: processes other than 0 call it themselves.
+        # What _cache_write calls past its gates, when compilecache's gates differ from JAX's.
         put = _private("jax._src.compilation_cache").put_executable_and_time
     except (ImportError, AttributeError) as exc:
         log.debug("compilecache: JAX cache writes not watched: %s", exc)
-        return None
+        return False
+    should_raise = getattr(compiler, "_should_raise_persistent_cache_error", None)
 
     def skip_reason(compile_time: float, host_callbacks: Any) -> str:
         process = getattr(distributed.global_state, "process_id", 0)
@@ -691,12 +785,9 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
                 "it uses host callbacks (jax.debug.print, jax.pure_callback, io_callback): "
                 "JAX never stores those"
             )
-        minimum = float(jax_config.persistent_cache_min_compile_time_secs.value)
-        if compile_time < minimum:
-            return (
-                f"compiled in {compile_time:.2f}s, below "
-                f"jax_persistent_cache_min_compile_time_secs={minimum:g} (set by the program)"
-            )
+        minimum = settings.min_compile_time()
+        if minimum is not None and compile_time < minimum:
+            return f"compiled in {compile_time:.2f}s, below {MIN_TIME_OPTION}={minimum:g} (set by the program)"
         return ""
 
     try:
@@ -704,42 +795,63 @@ def _watch_cache_writes(adapter: JaxCacheAdapter) -> Any:
     except (TypeError, ValueError):
         signature = None
 
+    def write(given: dict[str, Any], seconds: float) -> None:
+        """JAX's write past its gates (compilecache's gates, already applied, differ)."""
+        try:
+            put(
+                given["cache_key"],
+                given["module_name"],
+                given["executable"],
+                given["backend"],
+                int(seconds),
+            )
+        except Exception as exc:
+            if should_raise is not None and should_raise(exc):
+                raise  # what JAX raises from its own write (a check_contents mismatch)
+            adapter.cache.warn_once("jax:put", f"write failed: {exc}")
+
     def cache_write(*args: Any, **kwargs: Any) -> Any:
         # Read the arguments by name: the signature changes between releases (JAX 0.11 dropped
         # ``host_callbacks``); anything unexpected goes to JAX's own function unexamined.
         try:
             given = _write_arguments(signature, args, kwargs)
             cache_key = given["cache_key"]
-            compile_time_secs = given["compile_time_secs"]
-            module_name, backend = given["module_name"], given["backend"]
-            executable = given["executable"]
+            seconds = _seconds(given["compile_time_secs"])  # may be a numpy scalar
             host_callbacks = given.get("host_callbacks", ())
         except Exception as exc:
             log.debug("compilecache: JAX cache write not examined: %s", exc)
             return original(*args, **kwargs)
-        reason = "?"
         try:
-            seconds = _seconds(compile_time_secs)  # JAX's value may be a numpy scalar
             reason = skip_reason(seconds, host_callbacks)
-            if reason:
-                adapter.not_written(cache_key, reason, seconds)
         except Exception as exc:
             log.debug("compilecache: could not check a JAX cache write: %s", exc)
+            return original(*args, **kwargs)
+        if reason:
+            adapter.not_written(cache_key, reason, seconds)
+            return original(*args, **kwargs)  # JAX skips it too, logging as it does
         process = getattr(distributed.global_state, "process_id", 0)
-        if process and not reason:
-            # JAX's gate (process_id != 0: return) exists because its file cache was unsafe
-            # under concurrent writers; our stores publish atomically and leases keep one
-            # compile per key, so this process's entry (its keys differ from process 0's: the
-            # topology fingerprint follows the process) is written as process 0's would be.
-            try:
-                put(cache_key, module_name, executable, backend, int(_seconds(compile_time_secs)))
-            except Exception as exc:  # never raise into JAX
-                adapter.cache.warn_once("jax:put", f"write failed: {exc}")
-            return None
-        return original(*args, **kwargs)
+        jax_minimum = float(jax_config.persistent_cache_min_compile_time_secs.value)
+        # JAX's gate (process_id != 0: return) exists because its file cache was unsafe under
+        # concurrent writers; our stores publish atomically and leases keep one compile per
+        # key, so another process's entry (its keys differ from process 0's: the topology
+        # fingerprint follows the process) is written as process 0's would be. And a program
+        # that left JAX's minimum compile time at its default gets compilecache's.
+        if process or seconds < jax_minimum:
+            write(given, seconds)
+            result = None
+        else:
+            result = original(*args, **kwargs)
+        minimum_size = int(jax_config.persistent_cache_min_entry_size_bytes.value)
+        if minimum_size > 0 and adapter.awaiting_write(cache_key):
+            adapter.not_written(
+                cache_key,
+                f"its entry is smaller than {MIN_SIZE_OPTION}={minimum_size} (set by the program)",
+                seconds,
+            )
+        return result
 
-    compiler._cache_write = cache_write
-    return original
+    installed.patches.replace(compiler, "_cache_write", cache_write, label="jax._cache_write")
+    return True
 
 
 _WRITE_ARGUMENTS = (
@@ -765,48 +877,90 @@ def _write_arguments(
     return given
 
 
-def _route_xla_caches(cache: Cache) -> jax_xla.XlaCaches | None:
+def _route_xla_caches(cache: Cache, installed: _Installed) -> jax_xla.XlaCaches | None:
     """Give XLA's caches this host's directories and carry the autotune results (jax_xla.py).
     ``None`` (XLA then gets no cache directories) when this JAX has no place to do it."""
     try:
         compiler = _private("jax._src.compiler")
-        original = compiler.get_compile_options
-        caches = jax_xla.XlaCaches(cache, MARKER_DIR, _writes_here)
+        caches = jax_xla.XlaCaches(
+            cache, MARKER_DIR, _writes_here, roots=lambda: str(_jax_value(DIR_OPTION) or "")
+        )
+        installed.patches.wrap(
+            compiler,
+            "get_compile_options",
+            lambda original: jax_xla.wrap_get_compile_options(original, caches),
+        )
     except Exception as exc:
         log.debug("compilecache: XLA's caches not routed: %s", exc)
         return None
-    assert _installed is not None
-    _installed.original_compile_options = original
-    compiler.get_compile_options = jax_xla.wrap_get_compile_options(original, caches)
     caches.start()
     cache.finishers.append(caches.finish)
     return caches
 
 
-def _release_leases_after_compiles(cache: Cache, xla: jax_xla.XlaCaches | None = None) -> Any:
+def settings_notes(settings: ProgramSettings) -> list[str]:
+    """What the program set of JAX's cache options that changes what compilecache does, in
+    words (each said once per process: the summary line, ``explain``, ``doctor``)."""
+    notes: list[str] = []
+    if _jax_value(ENABLE_OPTION) is False:
+        notes.append(
+            f"the program set {ENABLE_OPTION}=False (or JAX_ENABLE_COMPILATION_CACHE=false): "
+            "JAX's persistent cache is off, and compilecache's JAX layer with it"
+        )
+    elif not _jax_value(DIR_OPTION):
+        notes.append(
+            f"the program set {DIR_OPTION} to nothing: JAX keeps no persistent cache, and "
+            "compilecache's JAX layer serves nothing"
+        )
+    minimum = settings.min_compile_time()
+    if minimum is not None:
+        notes.append(
+            f"the program set {MIN_TIME_OPTION}={minimum:g}: compiles faster than that are not "
+            "stored (JAX's rule, kept; COMPILECACHE_MIN_COMPILE_TIME applies on top)"
+        )
+    size = _jax_value(MIN_SIZE_OPTION)
+    if settings.set_by_program(MIN_SIZE_OPTION) and isinstance(size, int) and size > 0:
+        notes.append(
+            f"the program set {MIN_SIZE_OPTION}={size}: entries smaller than that are not "
+            "stored (JAX's rule, kept)"
+        )
+    if _jax_value(CHECK_OPTION) is True:
+        notes.append(
+            f"the program set {CHECK_OPTION}=True: the first lookup of "
+            "each key in a process compiles again and is compared with the stored entry"
+        )
+    return notes
+
+
+def _release_leases_after_compiles(cache: Cache, installed: _Installed) -> None:
     """Wrap ``compiler.compile_or_get_cached`` (looked up at call time by pxla) so that a
     single-flight lease taken by a miss is released when the compile is over, also when JAX
     never calls ``put`` (host callbacks, its own minimum compile time, not process 0) or the
-    compile raises: waiting processes then stop waiting at once. Returns the original, or
-    ``None`` when this JAX has no such function (leases then expire after their TTL)."""
+    compile raises: waiting processes then stop waiting at once; and to say once when the
+    program's own settings turned JAX's cache off. Without this function (another JAX) leases
+    expire after their TTL."""
+    xla = installed.xla
+    notes = installed.notes
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+            try:
+                for note in settings_notes(installed.settings):
+                    notes.note(note)
+                return original(*args, **kwargs)
+            finally:
+                cache.finish_thread_leads()
+                if xla is not None:
+                    xla.after_compile()
+
+        return compile_or_get_cached
+
     try:
         compiler = _private("jax._src.compiler")
-        original = compiler.compile_or_get_cached
+        installed.patches.wrap(compiler, "compile_or_get_cached", wrap)
     except (ImportError, AttributeError) as exc:
         log.debug("compilecache: JAX compiles not watched: %s", exc)
-        return None
-
-    @functools.wraps(original)
-    def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(*args, **kwargs)
-        finally:
-            cache.finish_thread_leads()
-            if xla is not None:
-                xla.after_compile()
-
-    compiler.compile_or_get_cached = compile_or_get_cached
-    return original
 
 
 def _writes_here() -> bool:
@@ -823,29 +977,40 @@ def _writes_here() -> bool:
 
 
 def uninstall() -> None:
-    """Restore JAX's functions and configuration."""
+    """Restore JAX's functions and its cache directory option."""
     global _installed
     if _installed is None:
         return
-    jax = _private("jax")
-    compilation_cache = _private("jax._src.compilation_cache")
-
-    compilation_cache.get_file_cache = _installed.original_get_file_cache
-    compilation_cache.get_cache_key = _installed.original_get_cache_key
-    if _installed.original_cache_write is not None:
-        _private("jax._src.compiler")._cache_write = _installed.original_cache_write
-    if _installed.original_compile is not None:
-        _private("jax._src.compiler").compile_or_get_cached = _installed.original_compile
-    if _installed.original_compile_options is not None:
-        _private("jax._src.compiler").get_compile_options = _installed.original_compile_options
-    for name, value in _installed.saved_config.items():
+    installed, _installed = _installed, None
+    installed.patches.undo()
+    if installed.set_dir and _jax_value(DIR_OPTION) == MARKER_DIR:
         try:
-            jax.config.update(name, value)
+            _private("jax").config.update(DIR_OPTION, installed.saved_dir)
         except (AttributeError, ValueError) as exc:
-            log.debug("compilecache: jax config %s not restored: %s", name, exc)
-    compilation_cache.reset_cache()
-    _installed = None
+            log.debug("compilecache: %s not restored: %s", DIR_OPTION, exc)
+    _private("jax._src.compilation_cache").reset_cache()
 
 
 def active_adapter() -> JaxCacheAdapter | None:
     return _installed.adapter if _installed is not None else None
+
+
+def program_min_compile_time() -> float | None:
+    """The program's own ``jax_persistent_cache_min_compile_time_secs`` (``None``: JAX's default
+    left, or JAX not hooked)."""
+    installed = _installed
+    return installed.settings.min_compile_time() if installed is not None else None
+
+
+def settings_in_effect() -> dict[str, Any]:
+    """What the program set of JAX's cache options, for doctor and ``check`` (empty when JAX is
+    not hooked)."""
+    installed = _installed
+    if installed is None:
+        return {}
+    return {
+        name: _jax_value(name)
+        for name in (ENABLE_OPTION, DIR_OPTION, MIN_TIME_OPTION, MIN_SIZE_OPTION)
+        if installed.settings.set_by_program(name)
+        or (name == DIR_OPTION and _jax_value(name) != MARKER_DIR)
+    }

@@ -91,10 +91,18 @@ class XlaCaches:
     """XLA's cache directories for one installed JAX integration."""
 
     def __init__(
-        self, cache: Cache, marker: str, writes_here: Callable[[], bool], job: str | None = None
+        self,
+        cache: Cache,
+        marker: str,
+        writes_here: Callable[[], bool],
+        job: str | None = None,
+        roots: Callable[[], str] | None = None,
     ) -> None:
         self.cache = cache
         self.marker = marker.rstrip("/")
+        # JAX's cache directory now: a program that names its own gets it served from the store
+        # (frameworks.jax), and XLA's caches go to this host's directories all the same.
+        self.roots = roots or (lambda: "")
         self.writes_here = writes_here
         self.directory = xla_directory()
         self.autotune = SyncedDirectory(
@@ -125,11 +133,18 @@ class XlaCaches:
         self._thread = threading.Thread(target=restore, name="compilecache-xla", daemon=True)
         self._thread.start()
 
+    def _derived(self, path: str) -> bool:
+        """Whether JAX derived ``path`` from its cache directory (the marker, or the program's)."""
+        if not path:
+            return False
+        roots = [self.marker, self.roots().rstrip("/")]
+        return any(root and path.startswith(root) for root in roots)
+
     def options(self, compile_options: Any) -> None:
-        """Point the paths JAX derived from the marker at this host's directories."""
+        """Point the paths JAX derived from its cache directory at this host's directories."""
         debug = _debug_options(compile_options)
         autotune = str(getattr(debug, AUTOTUNE_FIELD, "") or "")
-        if autotune.startswith(self.marker):
+        if self._derived(autotune):
             if not self._restored.wait(RESTORE_WAIT_S):
                 log.info("compilecache: XLA autotune results still arriving; compiling on")
             setattr(debug, AUTOTUNE_FIELD, self.autotune.directory)
@@ -138,7 +153,7 @@ class XlaCaches:
                 setattr(debug, MODE_FIELD, mode)
             self.used = True
         kernels = str(getattr(debug, KERNEL_FIELD, "") or "")
-        if kernels.startswith(self.marker):
+        if self._derived(kernels):
             os.makedirs(self.directory, exist_ok=True)
             setattr(debug, KERNEL_FIELD, os.path.join(self.directory, "kernel_cache_file"))
 
@@ -147,7 +162,7 @@ class XlaCaches:
         try:
             debug = _debug_options(compile_options)
             for field in PATH_FIELDS:
-                if str(getattr(debug, field, "") or "").startswith(self.marker):
+                if self._derived(str(getattr(debug, field, "") or "")):
                     setattr(debug, field, "")
         except Exception as exc:
             log.debug("compilecache: XLA cache paths not cleared: %s", exc)

@@ -5,11 +5,14 @@ Hooks (torch.md; each checked on the installed torch, with a warning and no chan
 
 - **Remote caches.** Inductor's ``RemoteCache`` subclasses (``torch._inductor.remote_cache``)
   build their backend from the class attribute ``backend_override_cls`` when it is set (torch's
-  own tests patch it). We set it on ``RemoteFxGraphCache`` (layer ``fx``),
-  ``RemoteAOTAutogradCache`` (``aot``), ``RemoteAutotuneCache`` and
-  ``RemoteBundledAutotuneCache`` (``autotune``) to :class:`StoreBackend`, and turn the remote
-  caches on with ``fx_graph_remote_cache``, ``autotune_remote_cache`` and functorch's
-  ``enable_remote_autograd_cache``. torch then consults the store after its local directory.
+  own tests patch it). Where the program has not set one, it is set on ``RemoteFxGraphCache``
+  (layer ``fx``), ``RemoteAOTAutogradCache`` (``aot``), ``RemoteAutotuneCache`` and
+  ``RemoteBundledAutotuneCache`` (``autotune``) to a factory of :class:`StoreBackend`.
+  compilecache sets none of torch's flags: torch's own questions "use the remote cache?" are
+  answered "yes" for the store exactly where torch would cache on its own and the program said
+  nothing of remote caches (:mod:`compilecache.frameworks.torch_switches` has the rules). So
+  every switch of torch's means what it means without compilecache, and keys are the ones a
+  plain torch process computes.
 - **Kernels.** ``CppBuilder.build`` is wrapped (:mod:`compilecache.frameworks.torch_kernels`) so
   that CPU kernel binaries and the ISA probe builds travel as ``kernel`` entries: a new machine
   loads them instead of running the C++ compiler.
@@ -30,32 +33,20 @@ Hooks (torch.md; each checked on the installed torch, with a warning and no chan
   probe libraries get ``COMPILECACHE_DISABLE=1``, so that ``compilecache run``'s bootstrap does
   not start compilecache in each of them (~0.15 s apiece, six per process on x86).
 
-Keys agree across processes and machines because every process with compilecache enabled sets
-the same values for the flags that enter them (:data:`INDUCTOR_FLAGS`, :data:`FUNCTORCH_FLAGS`):
-functorch hashes its whole config into AOTAutograd keys (so ``enable_remote_autograd_cache``
-matters) and Inductor hashes ``cpp_cache_precompile_headers``. Precompiled headers stay on
-(torch's default): turning them off, as compilecache did before, made every cold compile parse
-the headers for every kernel (a transformers GPT-2 1.2-1.35x slower); the header's preprocessing
-is answered from the store and the compiled header travels as a ``pch`` entry
-(:mod:`compilecache.frameworks.torch_headers`), so a new machine whose kernels come from the
-store runs no compiler for it either.
+An AOTAutograd entry is only useful with its FX graphs: torch raises under
+``strict_autograd_cache`` (and compiles the graph again otherwise) when they are missing. An
+AOTAutograd hit is therefore served only when the FX graphs it names are in the store or in
+torch's own directory (an FX entry evicted from a bounded store makes it a miss).
 
-**torch's local hits are counted** (issue 11, item 13). torch looks in its own directory first;
-a graph found there never reached compilecache, whose summary then said "0 hits, 0 misses" on a
-second run on the same machine. ``FxGraphCache._record_result`` and
+**torch's local hits are counted**. torch looks in its own directory first; a graph found there
+never reaches compilecache. ``FxGraphCache._record_result`` and
 ``AOTAutogradCache._record_result`` (torch's own hit/miss bookkeeping, told whether a hit was
 local) are wrapped: a local hit is a compilecache hit of the level ``torch-local``
 (``torch.fx.local_hits``, ``torch.aot.local_hits``, ``level.torch-local.hits``), and the compile
-time it saved is the stored entry's when the store holds that graph. Chosen over the
-alternative, turning torch's local caches off so that the bounded store is the only persistent
-copy, because (1) both cost the same on a warm start (benchmarks/bench_torch.py, rows
-"compilecache same machine" and "..., torch local off"); (2) it could not bound torch's
-directory anyway: the kernel binaries and generated modules must be there for torch to load
-them; (3) functorch hashes its whole config into AOTAutograd keys, so turning its local cache off
-changes every AOTAutograd key and cuts compilecache's entries off from plain torch processes
-(``export --format torch``, :data:`compilecache.frameworks.torch_artifacts.TORCH_ENV`).
+time it saved is the stored entry's when the store holds that graph. torch's local caches stay
+on: the kernel binaries and generated modules must be in its directory for torch to load them.
 
-**Probe answers** (issue 12): the vector-ISA probes and the compiler identity checks that torch
+**Probe answers**: the vector-ISA probes and the compiler identity checks that torch
 repeats on every start are answered from the store (:mod:`compilecache.frameworks.torch_probes`).
 
 torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here is imported at
@@ -74,10 +65,14 @@ Store keys: ``torch/fx/<key>``, ``torch/aot/<key>``, ``torch/autotune/<sha256>``
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
+import inspect
 import json
 import logging
+import os
+import pickletools
 import re
 import sys
 import threading
@@ -88,15 +83,18 @@ from typing import Any
 
 from compilecache import _importhook
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import torch_extensions
+from compilecache.frameworks import torch_extensions, torch_switches
 from compilecache.frameworks.torch_extensions import ExtensionCache
 from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
 from compilecache.frameworks.torch_sources import SourceKeyHooks
+from compilecache.frameworks.torch_switches import AOT, AUTOTUNE, FX, Switches
 from compilecache.frameworks.torch_templates import TemplateHooks
 from compilecache.host import framework_module as _private
 from compilecache.host import torch_versions
+from compilecache.patches import Patches
+from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
 from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counter
 
@@ -111,52 +109,75 @@ LEAD_LAYERS = ("fx", "aot")
 
 # RemoteCache subclass -> our layer name.
 REMOTE_CACHES = {
-    "RemoteFxGraphCache": "fx",
-    "RemoteAOTAutogradCache": "aot",
-    "RemoteAutotuneCache": "autotune",
-    "RemoteBundledAutotuneCache": "autotune",
+    "RemoteFxGraphCache": FX,
+    "RemoteAOTAutogradCache": AOT,
+    "RemoteAutotuneCache": AUTOTUNE,
+    "RemoteBundledAutotuneCache": AUTOTUNE,
+}
+# The class whose backend says whether compilecache is a layer's remote cache.
+_LAYER_CLASS = {
+    FX: "RemoteFxGraphCache",
+    AOT: "RemoteAOTAutogradCache",
+    AUTOTUNE: "RemoteAutotuneCache",
 }
 # The cache ids torch 2.6-2.13 uses in its remote keys ("pt2:<id>::<key>:c<version>"); with these
 # the store key is readable, anything else is hashed whole (a new id never meets an old entry).
 _KNOWN_IDS = {"fx": ("fx-graph-v1", "1"), "aot": ("autograd-experimental", "1")}
 _REMOTE_KEY = re.compile(r"^pt2:(?P<id>.*)::(?P<key>.+):c(?P<version>[0-9]+)$")
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+# An FX graph's key as torch prints it ("f" and 51 base32 characters), found in an AOTAutograd
+# entry's pickle.
+_FX_KEY = re.compile(r"^f[a-z0-9]{40,60}$")
 
-# Set the same way in every process, so that keys agree (see the module docstring).
-INDUCTOR_FLAGS: dict[str, Any] = {
-    "fx_graph_cache": True,
-    "fx_graph_remote_cache": True,
-    "autotune_local_cache": True,
-    "autotune_remote_cache": True,
-    "cpp_cache_precompile_headers": True,
-}
-FUNCTORCH_FLAGS: dict[str, Any] = {
-    "enable_autograd_cache": True,
-    "enable_remote_autograd_cache": True,
-}
 # How long an AOTAutograd lease outlives its compile, waiting for the first backward call.
 AOT_WRITE_GRACE_S = 60.0
 # Bounded: keys computed but not yet written (local hits never write; ~100 KB each).
 _MAX_PENDING = 64
 _MAX_READABLE = 300
 
-INDUCTOR_CONFIG = "torch._inductor.config"
-FUNCTORCH_CONFIG = "torch._functorch.config"
 REMOTE_CACHE = "torch._inductor.remote_cache"
 CPP_BUILDER = "torch._inductor.cpp_builder"
 CODECACHE = "torch._inductor.codecache"
+INDUCTOR_UTILS = "torch._inductor.utils"
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
+AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
+GRAPH_COMPILE = "torch._functorch._aot_autograd.graph_compile"
+AOT_AUTOGRAD = "torch._functorch.aot_autograd"
+AUTOTUNE_CACHE = "torch._inductor.runtime.autotune_cache"
+TEST_CASE = "torch._inductor.test_case"
 CPU_VEC_ISA = "torch._inductor.cpu_vec_isa"
 COMPILE_FX = "torch._inductor.compile_fx"
 CODEGEN_COMMON = "torch._inductor.codegen.common"
 CPP_EXTENSION = torch_extensions.MODULE
+
+# torch's own decisions, wrapped where they are defined and rebound in the modules that imported
+# them by name: (names, the defining module, the importing modules). The first name is the
+# function; others are aliases of it.
+_DECISIONS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
+    (
+        ("should_use_remote_fx_graph_cache",),
+        INDUCTOR_UTILS,
+        (COMPILE_FX, AUTOGRAD_CACHE, AOT_RESULT),
+    ),
+    (("should_use_remote_autograd_cache",), AUTOGRAD_CACHE, (GRAPH_COMPILE, AOT_AUTOGRAD)),
+    (("fresh_cache", "fresh_inductor_cache"), INDUCTOR_UTILS, (COMPILE_FX, TEST_CASE)),
+    (("_should_use_remote_autotune_cache",), AUTOTUNE_CACHE, ()),
+)
+# Without these, compilecache would not know when torch consults a remote cache: FX graphs and
+# AOTAutograd entries are then not carried (a warning says so). The others are optional.
+_REQUIRED_DECISIONS = ("should_use_remote_fx_graph_cache", "should_use_remote_autograd_cache")
+
 HOOKED_MODULES = (
-    INDUCTOR_CONFIG,
-    FUNCTORCH_CONFIG,
     REMOTE_CACHE,
+    INDUCTOR_UTILS,
     CPP_BUILDER,
     CODECACHE,
     AUTOGRAD_CACHE,
+    AOT_RESULT,
+    GRAPH_COMPILE,
+    AOT_AUTOGRAD,
+    AUTOTUNE_CACHE,
+    TEST_CASE,
     CPU_VEC_ISA,
     COMPILE_FX,
     CODEGEN_COMMON,
@@ -194,6 +215,17 @@ def parse_debug_lines(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]
         components[attr] = digest
         readable[attr] = value if len(value) <= _MAX_READABLE else value[:_MAX_READABLE] + "..."
     return components, readable
+
+
+def fx_keys_in(payload: bytes) -> list[str]:
+    """The FX graph keys an AOTAutograd entry's pickle names (its forward and backward), read
+    with :mod:`pickletools` without running the pickle; ``[]`` when none is found."""
+    keys: list[str] = []
+    with contextlib.suppress(Exception):
+        for _op, arg, _pos in pickletools.genops(payload):
+            if isinstance(arg, str) and _FX_KEY.match(arg) and arg not in keys:
+                keys.append(arg)
+    return keys
 
 
 @dataclass
@@ -243,6 +275,26 @@ class _Pending:
             return self._lines.pop(key, None)
 
 
+class BackendFactory:
+    """What a ``RemoteCache`` subclass builds its backend with (``backend_override_cls``):
+    compilecache's :class:`StoreBackend`, except where the program itself switched torch's
+    remote cache on for that layer: then torch's own Redis backend, as without compilecache."""
+
+    def __init__(self, layer: str, class_name: str) -> None:
+        self.layer = layer
+        self.class_name = class_name
+
+    def __call__(self) -> Any:
+        integration = _installed
+        if integration is not None and integration.switches.chosen(self.layer) is not True:
+            return StoreBackend(self.layer)
+        remote = _private(REMOTE_CACHE)
+        return remote.RedisRemoteCacheBackend(self.class_name)
+
+    def __repr__(self) -> str:
+        return f"compilecache.BackendFactory({self.layer!r})"
+
+
 class Integration:
     """Everything one ``install`` put in place, and how to take it out again."""
 
@@ -250,35 +302,79 @@ class Integration:
         self.cache = cache
         self.accounting = _Accounting()
         self.pending = _Pending()
+        self.patches = Patches()
+        self.switches = Switches()
+        self.switches.owns = self.owns
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
+        self.kernels.off = self.off
         self.build_hook = BuildHook(self.kernels)
-        self.probe_hooks = ProbeHooks(ProbeCache(cache))
-        self.source_hooks = SourceKeyHooks(self.probe_hooks.probes)
-        self.template_hooks = TemplateHooks(self.probe_hooks.probes)
-        headers = HeaderCache(self.probe_hooks.probes)
+        probes = ProbeCache(cache)
+        probes.off = self.off
+        self.probe_hooks = ProbeHooks(probes)
+        self.source_hooks = SourceKeyHooks(probes)
+        self.template_hooks = TemplateHooks(probes)
+        headers = HeaderCache(probes)
         self.header_hook = HeaderHook(headers)
         self.kernels.preprocess = headers.preprocess
         self.kernels.before_compile = headers.ensure_for
         self.extensions = ExtensionCache(cache)
-        self.saved_record_result: dict[Any, Any] = {}
-        self.saved_flags: dict[tuple[str, str], Any] = {}
-        self.saved_defaults: dict[tuple[str, str], Any] = {}
-        self.saved_overrides: dict[str, Any] = {}
-        self.saved_functions: dict[tuple[str, str], Any] = {}
-        self.saved_probe_env: Any = None
+        self.extensions.off = self.off
+        # torch's decision functions: name -> (torch's original, our wrapper).
+        self.decisions: dict[str, tuple[Any, Any]] = {}
         self.applied: set[str] = set()
         self.lock = threading.RLock()
+        self.notes = explain.SettingNotes(cache, FRAMEWORK)
+
+    # --- torch's switches ---------------------------------------------------------------------
+
+    def off(self) -> str:
+        """Why torch's switches turn every torch layer of compilecache off now (noted once per
+        reason for explain and doctor), or ``""``."""
+        reason = self.switches.off()
+        if reason:
+            self.note_off(reason)
+        return reason
+
+    def note_off(self, reason: str) -> None:
+        """Say once per process and reason that a torch switch turned layers off (a record
+        ``explain`` lists, an event ``doctor`` and ``run`` report)."""
+        self.notes.note(reason)
+
+    def owns(self, layer: str) -> bool:
+        """Whether torch builds compilecache's backend for ``layer``'s remote cache now (the
+        program may have set a ``backend_override_cls`` of its own, before or after enable)."""
+        remote = sys.modules.get(REMOTE_CACHE)
+        cls = getattr(remote, _LAYER_CLASS[layer], None)
+        return isinstance(getattr(cls, "backend_override_cls", None), BackendFactory)
+
+    def _decide(self, layer: str) -> bool:
+        """Whether the store is torch's remote cache for ``layer`` now (see torch_switches)."""
+        reason = self.switches.layer_off(layer)
+        if reason:
+            self.note_off(reason)
+            return False
+        return True
 
     # --- the remote-cache backend -------------------------------------------------------------
 
     def get(self, layer: str, remote_key: str) -> bytes | None:
         key = store_key(layer, remote_key)
+        if self.switches.layer_off(layer):
+            return None  # torch asked a backend it built earlier: its switches say no now
+        if not self.switches.serves(layer, key):
+            # Cleared by torch's clear() in this process: a miss until this process writes it.
+            self.cache.stats.add("misses", framework=FRAMEWORK)
+            self.cache.stats.add(f"{FRAMEWORK}.{layer}.misses")
+            return None
         if layer in LEAD_LAYERS:
             # Single-flight: on a miss, wait for another process compiling the same graph, or
             # lead (released in put, or when the outermost compile_fx returns without a put).
             found = self.cache.load_or_lead(FRAMEWORK, key)
         else:
             found = self.cache.load(FRAMEWORK, key)
+        if found is not None and layer == AOT and not self._fx_graphs_present(found.payload):
+            self.cache.stats.add(f"{FRAMEWORK}.aot.incomplete")
+            found = None
         if found is None:
             self.cache.stats.add(f"{FRAMEWORK}.{layer}.misses")
             return None
@@ -293,10 +389,40 @@ class Integration:
             return json.dumps(wrapped).encode("ascii")
         return found.payload
 
+    def _fx_graphs_present(self, payload: bytes) -> bool:
+        """Whether every FX graph an AOTAutograd entry names can be loaded: from the store
+        (served now) or torch's own directory. Without them torch compiles the graph again,
+        or raises under ``strict_autograd_cache``; so the entry is a miss instead. Store
+        errors count as present (torch then finds out, as it would)."""
+        for fx_key in fx_keys_in(payload):
+            key = f"{FRAMEWORK}/{FX}/{fx_key}"
+            if self.switches.serves(FX, key) and self._stored(key):
+                continue
+            if not self._in_torch_directory(fx_key):
+                log.debug("compilecache: AOTAutograd entry's FX graph %s is missing", fx_key)
+                return False
+        return True
+
+    def _stored(self, key: str) -> bool:
+        try:
+            return self.cache.store.stat(key) is not None
+        except Exception:
+            return True
+
+    @staticmethod
+    def _in_torch_directory(fx_key: str) -> bool:
+        try:
+            codecache = sys.modules[CODECACHE]
+            directory = codecache.FxGraphCache._get_tmp_dir_for_key(fx_key)
+            return os.path.isdir(directory) and bool(os.listdir(directory))
+        except Exception:
+            return False
+
     def put(self, layer: str, remote_key: str, data: bytes) -> None:
         key = store_key(layer, remote_key)
         try:
-            self._put(layer, key, remote_key, data)
+            if not self.switches.layer_off(layer):
+                self._put(layer, key, remote_key, data)
         finally:
             self.cache.finish_lead(key)
 
@@ -318,6 +444,7 @@ class Integration:
             extra=extra,
         )
         stored = self.cache.save(header, payload)
+        self.switches.wrote(layer, key)
         if layer in LEAD_LAYERS:
             # torch writes only after its own lookup missed: every put here is a miss of ours.
             self._explain(header, readable, stored)
@@ -325,8 +452,6 @@ class Integration:
     def _explain(self, header: EntryHeader, readable: dict[str, str], stored: bool) -> None:
         """Record why this graph missed: the nearest stored entry of the same name and layer,
         and which of torch's hash components differ (``torch: thread count 2 -> 1``)."""
-        from compilecache.runtime import explain
-
         layer = str(header.extra.get("layer", ""))
         explain.record_miss(
             self.cache,
@@ -350,7 +475,10 @@ class Integration:
             if module_name in self.applied:
                 return
             try:
-                _APPLY[module_name](self, _private(module_name))
+                hook = _APPLY.get(module_name)
+                if hook is not None:
+                    hook(self, _private(module_name))
+                self._rebind_decisions()
                 self.applied.add(module_name)
             except Exception as exc:
                 torch = sys.modules.get("torch")
@@ -361,32 +489,97 @@ class Integration:
                     "torch.compile is not cached",
                 )
 
-    def _set_flags(self, module: Any, flags: dict[str, Any]) -> None:
-        """Set torch config values for every thread of the process.
+    # torch's decision functions, wrapped once and rebound wherever they were imported by name.
 
-        Since torch 2.13 a config assignment is a per-thread override (a ``ContextVar``): it is
-        invisible to threads other than the one that imported the config module, and a model
-        compiled in another thread would compute other keys. So the entry's default, which every
-        thread without an override of its own sees, is set too (when this torch keeps its config
-        in ``_config`` entries; before 2.13 assignments were process-wide anyway).
-        """
-        missing = [name for name in flags if not hasattr(module, name)]
-        if missing:
-            raise AttributeError(f"{module.__name__} lacks {', '.join(missing)}")
-        entries = getattr(module, "_config", None)
-        for name, value in flags.items():
-            self.saved_flags.setdefault((module.__name__, name), getattr(module, name))
-            entry = entries.get(name) if isinstance(entries, dict) else None
-            if entry is not None and hasattr(entry, "default"):
-                self.saved_defaults.setdefault((module.__name__, name), entry.default)
-                entry.default = value
-            setattr(module, name, value)
+    def _decision_wrapper(self, name: str, original: Any) -> Any:
+        if name == "should_use_remote_fx_graph_cache":
+            return self._remote_decision(FX, original)
+        if name == "should_use_remote_autograd_cache":
+            return self._remote_decision(AOT, original)
+        if name == "_should_use_remote_autotune_cache":
+            return self._autotune_decision(original)
+        return self.switches.fresh_cache(original)
 
-    def _hook_inductor_config(self, module: Any) -> None:
-        self._set_flags(module, INDUCTOR_FLAGS)
+    def _remote_decision(self, layer: str, original: Callable[[], bool]) -> Callable[[], bool]:
+        decide = self._decide
 
-    def _hook_functorch_config(self, module: Any) -> None:
-        self._set_flags(module, FUNCTORCH_FLAGS)
+        @functools.wraps(original)
+        def should_use_remote() -> bool:
+            # The store where torch would cache on its own and the program chose no remote
+            # cache; anything else is torch's own answer.
+            return decide(layer) or bool(original())
+
+        return should_use_remote
+
+    def _autotune_decision(self, original: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        decide = self._decide
+
+        @functools.wraps(original)
+        def should_use_remote_autotune_cache(inductor_meta: Any) -> bool:
+            # The kernel's own record of the flags when it was generated, then the switches now.
+            meta = inductor_meta if isinstance(inductor_meta, dict) else {}
+            if (
+                meta.get("autotune_remote_cache") is None
+                and not meta.get("force_disable_caches")
+                and meta.get("autotune_local_cache", True)
+                and decide(AUTOTUNE)
+            ):
+                return True
+            return bool(original(inductor_meta))
+
+        return should_use_remote_autotune_cache
+
+    def _rebind_decisions(self) -> None:
+        """Wrap each decision in its defining module once, and put the wrapper in every loaded
+        module that imported the function by name (idempotent: run after each hooked import)."""
+        for names, definer, importers in _DECISIONS:
+            module = sys.modules.get(definer)
+            if module is None or _initializing(module):
+                continue  # not imported yet, or still executing (an import cycle): later
+            name = names[0]
+            if name not in self.decisions:
+                original = getattr(module, name, None)
+                if not callable(original):
+                    if name in _REQUIRED_DECISIONS:
+                        raise AttributeError(f"{definer}.{name} is missing")
+                    log.debug("compilecache: no %s.%s in this torch; left alone", definer, name)
+                    self.decisions[name] = (None, None)
+                    continue
+                wrapper = self._decision_wrapper(name, original)
+                wrapper.__wrapped__ = original
+                self.decisions[name] = (original, wrapper)
+            original, wrapper = self.decisions[name]
+            if original is None or self._marked_in_place(name, original):
+                continue
+            targets = [module, *(sys.modules.get(m) for m in importers)]
+            for alias in names:
+                self.patches.rebind(targets, alias, original, wrapper)
+
+    def _marked_in_place(self, name: str, original: Any) -> bool:
+        """``fresh_cache`` is a ``contextlib.contextmanager``: its generator is swapped inside
+        the function object itself, so that references taken before compilecache was enabled
+        (``from torch._inductor.utils import fresh_cache`` at the top of a program or a test)
+        mark the scope too. ``False`` (then it is rebound by name) for any other shape."""
+        if name != "fresh_cache":
+            return False
+        for cell in getattr(original, "__closure__", None) or ():
+            if self.patches.patched(cell, "cell_contents"):
+                return True  # done at an earlier import
+            generator = cell.cell_contents
+            if inspect.isgeneratorfunction(generator):
+                marked = self.switches.fresh_generator(generator)
+                self.patches.replace(cell, "cell_contents", marked, label="fresh_cache")
+                return True
+        return False
+
+    def _hook_cpp_builder(self, module: Any) -> None:
+        # Warns by itself when this torch lacks what it needs (FX and AOT entries still work).
+        self.build_hook.install()
+        self.probe_hooks.install_compiler(module)
+
+    def _hook_cpp_extension(self, module: Any) -> None:
+        # load / load_inline: the extension's build directory through the store.
+        self.patches.wrap(module, torch_extensions.FUNCTION, self.extensions.wrap)
 
     def _hook_remote_cache(self, module: Any) -> None:
         missing = [
@@ -398,26 +591,12 @@ class Integration:
             raise AttributeError(f"no backend_override_cls on {', '.join(missing)}")
         for name, layer in REMOTE_CACHES.items():
             cls = getattr(module, name)
-            self.saved_overrides.setdefault(name, cls.__dict__.get("backend_override_cls"))
-            cls.backend_override_cls = functools.partial(StoreBackend, layer)
-
-    def _hook_cpp_builder(self, module: Any) -> None:
-        # Warns by itself when this torch lacks what it needs (FX and AOT entries still work).
-        self.build_hook.install()
-        self.probe_hooks.install_compiler(module)
-
-    def _hook_cpp_extension(self, module: Any) -> None:
-        # load / load_inline: the extension's build directory through the store.
-        self._wrap(module, torch_extensions.FUNCTION, self.extensions.wrap)
-
-    def _wrap(self, module: Any, name: str, make: Callable[[Any], Any]) -> None:
-        original = getattr(module, name, None)
-        if original is None or not callable(original):
-            raise AttributeError(f"{module.__name__}.{name} is missing")
-        self.saved_functions.setdefault((module.__name__, name), original)
-        wrapper = make(original)
-        wrapper.__wrapped__ = original
-        setattr(module, name, wrapper)
+            if cls.backend_override_cls is not None:
+                # The program's own backend (torch's tests patch it so): kept, and compilecache
+                # steps aside for that layer (Switches.layer_off says so).
+                log.info("compilecache: %s keeps the program's backend", name)
+                continue
+            self.patches.replace(cls, "backend_override_cls", BackendFactory(layer, name))
 
     def _remembering(self, original: Any) -> Any:
         pending = self.pending
@@ -448,13 +627,33 @@ class Integration:
         return wrapper
 
     def _hook_codecache(self, module: Any) -> None:
-        self._wrap(module, "compiled_fx_graph_hash", self._remembering)
-        self._count_local_hits(getattr(module, "FxGraphCache", None), "fx")
+        self.patches.wrap(module, "compiled_fx_graph_hash", self._remembering)
+        self._count_local_hits(getattr(module, "FxGraphCache", None), FX)
+        self._hook_clear(getattr(module, "FxGraphCache", None), FX)
         # torch_key() and triton_key() from the store (torch_sources).
         self.source_hooks.install(module)
         # The precompiled header's preprocessing answered, its .gch from the store
         # (torch_headers).
         self.header_hook.install(module)
+
+    def _hook_clear(self, cls: Any, layer: str) -> None:
+        """torch's ``clear()`` empties its directory for a cold compile: after it, this process
+        is served only the ``layer`` entries it writes again (the store keeps them for others).
+        """
+        original = getattr(cls, "__dict__", {}).get("clear")
+        if not isinstance(original, staticmethod):
+            log.debug("compilecache: no %s.clear; a clear() keeps serving the store", layer)
+            return
+        clear = original.__func__
+        switches = self.switches
+
+        @functools.wraps(clear)
+        def cleared() -> Any:
+            result = clear()
+            switches.cleared(layer)
+            return result
+
+        self.patches.replace(cls, "clear", staticmethod(cleared), label=f"clear.{layer}")
 
     def _count_local_hits(self, cls: Any, layer: str) -> None:
         """Wrap ``cls._record_result`` (torch's hit/miss bookkeeping of a lookup, told whether
@@ -477,8 +676,9 @@ class Integration:
             return func(klass, key, *args, **kwargs)
 
         record.__wrapped__ = func  # type: ignore[attr-defined]
-        self.saved_record_result.setdefault(cls, original)
-        cls._record_result = classmethod(record)
+        self.patches.replace(
+            cls, "_record_result", classmethod(record), label=f"local_hits.{cls.__name__}"
+        )
 
     def local_hit(self, layer: str, torch_key: str) -> None:
         """A graph torch's own directory served: a hit of the ``torch-local`` level; the time
@@ -507,15 +707,54 @@ class Integration:
         if hasattr(module, "_get_debug_lines_for_cache_key"):
             # torch computes the AOT debug lines only with debug logging on; compute them anyway
             # (~30 ms per graph) while the graph is still sanitised for hashing.
-            self._wrap(module, "_get_debug_lines_for_cache_key", self._debug_lines)
+            self.patches.wrap(module, "_get_debug_lines_for_cache_key", self._debug_lines)
         else:
-            self._wrap(module, "autograd_cache_key", self._remembering)
-        self._count_local_hits(getattr(module, "AOTAutogradCache", None), "aot")
+            self.patches.wrap(module, "autograd_cache_key", self._remembering)
         cls = getattr(module, "AOTAutogradCache", None)
-        get_remote = getattr(cls, "get_remote_cache", None)
-        # functools.cache'd: drop a None (or a Redis cache) created before we were installed.
-        if get_remote is not None and hasattr(get_remote, "cache_clear"):
-            get_remote.cache_clear()
+        self._count_local_hits(cls, AOT)
+        self._hook_clear(cls, AOT)
+        self._hook_aot_remote_cache(cls)
+
+    def _hook_aot_remote_cache(self, cls: Any) -> None:
+        """``AOTAutogradCache.get_remote_cache`` is ``functools.cache``'d: the first backend
+        built would serve for the life of the process. Rebuilt instead whenever the backend
+        class or the program's choice of a remote cache changed (a backend set after enable)."""
+        original = getattr(cls, "__dict__", {}).get("get_remote_cache")
+        if not isinstance(original, staticmethod):
+            log.debug("compilecache: no AOTAutogradCache.get_remote_cache; left alone")
+            return
+        cached = original.__func__
+        build = getattr(cached, "__wrapped__", cached)
+        switches = self.switches
+        lock = threading.Lock()
+        memo: dict[Any, Any] = {}
+
+        def get_remote_cache() -> Any:
+            remote = sys.modules.get(REMOTE_CACHE)
+            backend = getattr(
+                getattr(remote, _LAYER_CLASS[AOT], None), "backend_override_cls", None
+            )
+            state = (id(backend), switches.chosen(AOT))
+            with lock:
+                if state in memo:
+                    return memo[state]
+            made = build()
+            with lock:
+                memo.clear()
+                memo[state] = made
+            return made
+
+        def cache_clear() -> None:
+            with lock:
+                memo.clear()
+            getattr(cached, "cache_clear", lambda: None)()
+
+        get_remote_cache.__wrapped__ = cached  # type: ignore[attr-defined]
+        get_remote_cache.cache_clear = cache_clear  # type: ignore[attr-defined]
+        cache_clear()  # a None (or a Redis cache) made before compilecache was installed
+        self.patches.replace(
+            cls, "get_remote_cache", staticmethod(get_remote_cache), label="aot.get_remote_cache"
+        )
 
     def _hook_codegen_common(self, module: Any) -> None:
         # Compiled kernel templates from the store (torch_templates).
@@ -546,8 +785,7 @@ class Integration:
             return env
 
         probe_env.__wrapped__ = build_env  # type: ignore[attr-defined]
-        self.saved_probe_env = original
-        cls._build_probe_env = staticmethod(probe_env)
+        self.patches.replace(cls, "_build_probe_env", staticmethod(probe_env), label="probes.env")
 
     def _hook_compile_fx(self, module: Any) -> None:
         """End this thread's leases when an Inductor compile returns, written or not.
@@ -565,7 +803,7 @@ class Integration:
         wrapped = False
         for name in ("compile_fx", "_compile_fx_inner"):
             if callable(getattr(module, name, None)):
-                self._wrap(module, name, self._ending_leases)
+                self.patches.wrap(module, name, self._ending_leases, label=f"leases.{name}")
                 wrapped = True
         if not wrapped:
             log.debug("compilecache: no compile_fx in this torch; leases end with their writes")
@@ -599,102 +837,42 @@ class Integration:
             self.probe_hooks.uninstall()
             self.source_hooks.uninstall()
             self.template_hooks.uninstall()
-            for cls, original in self.saved_record_result.items():
-                cls._record_result = original
-            self.saved_record_result.clear()
-            remote = sys.modules.get(REMOTE_CACHE)
-            for name, previous in self.saved_overrides.items():
-                cls = getattr(remote, name, None)
-                if cls is not None:
-                    cls.backend_override_cls = previous
-            if self.saved_probe_env is not None:
-                cls = getattr(sys.modules.get(CPU_VEC_ISA), "VecISA", None)
-                if cls is not None:
-                    cls._build_probe_env = self.saved_probe_env
-                self.saved_probe_env = None
-            for (module_name, name), original in self.saved_functions.items():
-                module = sys.modules.get(module_name)
-                if module is not None:
-                    setattr(module, name, original)
-            for (module_name, name), value in self.saved_defaults.items():
-                entries = getattr(sys.modules.get(module_name), "_config", None)
-                entry = entries.get(name) if isinstance(entries, dict) else None
-                if entry is not None:
-                    entry.default = value
-            for (module_name, name), value in self.saved_flags.items():
-                module = sys.modules.get(module_name)
-                if module is not None:
-                    try:
-                        setattr(module, name, value)
-                    except Exception as exc:
-                        log.debug("compilecache: torch flag %s not restored: %s", name, exc)
+            self.patches.undo()
+            self.decisions.clear()
             autograd = sys.modules.get(AUTOGRAD_CACHE)
             get_remote = getattr(
                 getattr(autograd, "AOTAutogradCache", None), "get_remote_cache", None
             )
             if get_remote is not None and hasattr(get_remote, "cache_clear"):
-                get_remote.cache_clear()
+                get_remote.cache_clear()  # a remote cache built with compilecache's backend
             self.applied.clear()
 
     def hook_status(self) -> dict[str, bool]:
         """Which hooks are in place now (imports the hooked modules, which is slow)."""
+        for name in HOOKED_MODULES:
+            with contextlib.suppress(ImportError):
+                _private(name)
         status: dict[str, bool] = {}
-        config = _private(INDUCTOR_CONFIG)
-        functorch = _private(FUNCTORCH_CONFIG)
-        for name, value in INDUCTOR_FLAGS.items():
-            status[f"inductor.{name}"] = getattr(config, name, None) == value
-        for name, value in FUNCTORCH_FLAGS.items():
-            status[f"functorch.{name}"] = getattr(functorch, name, None) == value
         remote = _private(REMOTE_CACHE)
-        for name, layer in REMOTE_CACHES.items():
+        for name in REMOTE_CACHES:
             override = getattr(getattr(remote, name, None), "backend_override_cls", None)
-            status[f"remote.{name}"] = (
-                isinstance(override, functools.partial)
-                and override.func is StoreBackend
-                and override.args == (layer,)
-            )
-        _private(CPP_BUILDER)
+            status[f"remote.{name}"] = isinstance(override, BackendFactory)
+        for names, definer, _ in _DECISIONS:
+            if names[0] == "fresh_cache" and "fresh_cache" in self.patches.live():
+                continue  # marked inside the function itself: its own label below
+            if self.decisions.get(names[0], (None, None))[0] is not None:
+                module = sys.modules.get(definer)
+                status[f"decision.{names[0]}"] = self.patches.patched(module, names[0])
         status["kernel.CppBuilder.build"] = self.build_hook.live
         status["headers._precompile_header"] = self.header_hook.live
-        run_ninja = getattr(_private(CPP_EXTENSION), torch_extensions.FUNCTION, None)
-        status["extension._run_ninja_build"] = (
-            getattr(run_ninja, "__wrapped__", None)
-            is (self.saved_functions.get((CPP_EXTENSION, torch_extensions.FUNCTION)))
-            and (CPP_EXTENSION, torch_extensions.FUNCTION) in self.saved_functions
-        )
-        vec_isa = getattr(_private(CPU_VEC_ISA), "VecISA", None)
-        probe_env = getattr(vec_isa, "_build_probe_env", None)
-        status["probes.VecISA._build_probe_env"] = hasattr(probe_env, "__wrapped__")
+        status.update(self.patches.live())
         status.update(self.probe_hooks.live())
         status.update(self.source_hooks.live())
-        _private(CODEGEN_COMMON)
         status.update(self.template_hooks.live())
-        for cls, original in self.saved_record_result.items():
-            current = cls.__dict__.get("_record_result")
-            status[f"local_hits.{cls.__name__}"] = (
-                getattr(getattr(current, "__func__", None), "__wrapped__", None)
-                is original.__func__
-            )
-        for label, module_name in (("fx", CODECACHE), ("aot", AUTOGRAD_CACHE)):
-            module = _private(module_name)
-            originals = {n: f for (m, n), f in self.saved_functions.items() if m == module_name}
-            status[f"components.{label}"] = bool(originals) and all(
-                getattr(getattr(module, name, None), "__wrapped__", None) is original
-                for name, original in originals.items()
-            )
-        compile_fx_module = _private(COMPILE_FX)
-        for name in ("compile_fx", "_compile_fx_inner"):
-            saved = self.saved_functions.get((COMPILE_FX, name))
-            function = getattr(compile_fx_module, name, None)
-            status[f"leases.{name}"] = saved is not None and (
-                getattr(function, "__wrapped__", None) is saved
-            )
         return status
 
 
 _APPLY: dict[str, Callable[[Integration, Any], None]] = {
-    INDUCTOR_CONFIG: Integration._hook_inductor_config,
-    FUNCTORCH_CONFIG: Integration._hook_functorch_config,
     REMOTE_CACHE: Integration._hook_remote_cache,
     CPP_BUILDER: Integration._hook_cpp_builder,
     CODECACHE: Integration._hook_codecache,
@@ -745,6 +923,11 @@ class StoreBackend:
     # torch's RemoteCacheBackend spelling, for callers that use the underscored methods.
     _get = get
     _put = put
+
+
+def _initializing(module: Any) -> bool:
+    """Whether ``module`` is still being executed (imported by a module it imports)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def _written_later(key: str) -> bool:
@@ -815,6 +998,7 @@ def install(cache: Cache) -> bool:
         uninstall()
     integration = Integration(cache)
     _installed = integration
+    torch_switches.activate(integration.switches)
     for name in HOOKED_MODULES:
         _importhook.when_imported(name, _applier(integration, name))
     log.info("compilecache: torch %s routed through %s", torch.__version__, cache.store.url)
@@ -830,11 +1014,12 @@ def _applier(integration: Integration, name: str) -> Callable[[Any], None]:
 
 
 def uninstall() -> None:
-    """Restore torch's classes, functions and flags."""
+    """Restore torch's classes and functions."""
     global _installed
     if _installed is None:
         return
     integration, _installed = _installed, None
+    torch_switches.activate(None)
     integration.uninstall()
 
 

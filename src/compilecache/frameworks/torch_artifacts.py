@@ -13,12 +13,10 @@ Limits, by construction of torch's format:
 - **No kernels.** On CPU a torch blob holds the generated C++ source but not the compiled
   kernels, so a process that loads one still runs the C++ compiler for every kernel. A
   compilecache bundle (``compilecache export``) carries them as ``torch/kernel/*`` entries.
-- **Same flags.** torch hashes its configuration into every key, and compilecache turns on some
-  flags in every process it enables (see :mod:`compilecache.frameworks.torch`). A blob made by a
-  plain torch process hits under compilecache, and an exported blob hits in a plain torch
-  process, only when that process had the same flags: :data:`TORCH_ENV` sets them. Graphs a blob
-  shows were compiled with other flags can never be looked up under compilecache: import skips
-  them with that reason (``--no-check`` writes them anyway).
+- **Same flags.** torch hashes its configuration into every key. compilecache sets none of
+  torch's flags (see :mod:`compilecache.frameworks.torch`), so a blob made by a plain torch
+  process hits under compilecache, and an exported blob in a plain torch process, whenever the
+  two processes configure torch alike, as between two plain torch processes.
 - **Not carried:** ``autotune`` (keyed by a local file path, not by the remote keys compilecache
   stores autotune results under), ``pgo`` and ``precompile`` artifacts; compilecache's own
   ``torch/autotune`` and ``torch/kernel`` entries are left out of an exported blob. Both are
@@ -46,8 +44,6 @@ from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.frameworks.torch import (
     _KNOWN_IDS,
-    FUNCTORCH_FLAGS,
-    INDUCTOR_FLAGS,
     parse_debug_lines,
     store_key,
     torch_key_of,
@@ -65,19 +61,6 @@ LAYER_OF = {"inductor": "fx", "aot_autograd": "aot"}
 TYPE_OF = {layer: kind for kind, layer in LAYER_OF.items()}
 SOURCE = "torch-mega-cache"
 IMPORTED_NAME = "(imported from torch)"
-
-# The flags compilecache sets that enter torch's keys, as the environment variables that set them
-# in a plain torch process (Inductor leaves its cache on/off flags out of its keys; functorch
-# hashes its whole config, remote cache flag included).
-TORCH_ENV = {
-    "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": (
-        "1" if INDUCTOR_FLAGS["cpp_cache_precompile_headers"] else "0"
-    ),
-    "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": (
-        "1" if FUNCTORCH_FLAGS["enable_remote_autograd_cache"] else "0"
-    ),
-}
-ENV_HINT = " ".join(f"{k}={v}" for k, v in TORCH_ENV.items())
 
 SKIP_REASONS = {
     "autotune": "torch autotune artifact: keyed by a local file path, not the remote keys "
@@ -200,16 +183,6 @@ def _scan(payload: bytes) -> _Facts:
     return facts
 
 
-def _other_flags(readable: dict[str, str]) -> list[str]:
-    """The Inductor flags of compilecache that an FX graph's key was computed with other
-    values of (its ``inductor_config[...]`` key components)."""
-    return [
-        f"{name}={readable[f'inductor_config[{name}]']}"
-        for name, value in INDUCTOR_FLAGS.items()
-        if readable.get(f"inductor_config[{name}]", str(value)) != str(value)
-    ]
-
-
 # -- import --------------------------------------------------------------------------------------
 
 
@@ -287,8 +260,8 @@ def import_blob(
 
     The whole blob is read and its checksum verified before anything is written: a damaged blob
     raises BundleError and writes nothing. A valid entry already in ``target`` is never replaced.
-    With ``check``, graphs compiled with other values of compilecache's flags (which could never
-    be looked up under compilecache) are skipped with the reason."""
+    With ``check``, entries built for another host are skipped with the reason (the host
+    checks of every import)."""
     source = Path(path)
     try:
         data = source.read_bytes()
@@ -315,23 +288,12 @@ def import_blob(
                 seen.add((kind, artifact.key))
                 kept.append((kind, artifact))
     planned = _plan(kept)
-    mismatched = {p.key: _other_flags(p.readable) for p in planned if p.layer == "fx"}
     host = HostCheck() if check else None
     progress = Progress(len(planned), "importing")
     try:
         for p in planned:
             progress.advance()
             header = _header(p)
-            # An AOT entry's key covers the Inductor config of its FX graphs.
-            keys = [p.key] if p.layer == "fx" else p.fx_keys
-            flags = sorted({f for k in keys for f in mismatched.get(k, [])})
-            if check and flags:
-                reason = (
-                    f"compiled with {', '.join(flags)}: compilecache computes other keys, so it "
-                    f"would never be looked up (make the blob with {ENV_HINT})"
-                )
-                report.skipped.append((header.key, reason))
-                continue
             encoded = entry.encode(header, p.content, signing=signing)
             admit(target, header.key, encoded, report, signing=signing, host=host)
     finally:

@@ -184,10 +184,16 @@ class ExtensionCache:
         self.cache = cache
         self.directories = DirectoryCache(cache)
         self.original: Callable[..., None] | None = None
+        # Why torch's own switches turn the store off now ("" when they do not); set by the
+        # torch integration (torch_switches).
+        self.off: Callable[[], str] = lambda: ""
 
     def run_ninja_build(
         self, original: Callable[..., None], build_directory: str, *args: Any, **kwargs: Any
     ) -> None:
+        if self.off():  # torch's switches turn caching off: built as torch would
+            original(build_directory, *args, **kwargs)
+            return
         directory = os.path.abspath(build_directory)
         try:
             key: DirKey | None = extension_key(directory, os.path.basename(directory))

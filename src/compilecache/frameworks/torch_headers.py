@@ -126,6 +126,8 @@ class HeaderCache:
     ) -> str:
         """torch's ``_precompile_header``, answered from the store where every dependency is as
         recorded (the ``.gch`` then waits for a kernel that needs it)."""
+        if self.probes.off():  # torch's switches turn caching off: torch precompiles it
+            return original(header, command, **options)
         memo_key = (header, command, tuple(sorted((k, str(v)) for k, v in options.items())))
         with self._lock:
             known = self._memo.get(memo_key)

@@ -61,6 +61,8 @@ KEY_VERSION = "compilecache-torch-kernel-v1"
 _CACHE_DIR_MARK = "<inductor-cache>"
 _DEFAULT_DIR_MARK = "<inductor-default-cache>"
 TAG_ATTRIBUTE = "_compilecache_tag"
+# Why torch's switches turned caching off in the thread that made a builder ("" when on).
+OFF_ATTRIBUTE = "_compilecache_off"
 
 
 def current_tag() -> str:
@@ -226,6 +228,14 @@ class KernelCache:
         # what must be ready before the compiler runs for a command line.
         self.preprocess: Callable[[Any, Callable[[Any], None]], None] | None = None
         self.before_compile: Callable[[str], None] | None = None
+        # Why torch's own switches turn the store off now ("" when they do not): set by the
+        # torch integration (torch_switches). A builder carries the answer of the thread that
+        # made it (see BuildHook), since torch's configuration values are per thread.
+        self.off: Callable[[], str] = lambda: ""
+
+    def off_for(self, builder: Any) -> str:
+        off = getattr(builder, OFF_ATTRIBUTE, None)
+        return off if isinstance(off, str) else self.off()
 
     def _context(self, builder: Any = None) -> tuple[str, list[tuple[str, str]], str]:
         torch = _private("torch")
@@ -264,7 +274,11 @@ class KernelCache:
         return key, target
 
     def build(self, builder: Any, original: Callable[[Any], None]) -> None:
-        """``CppBuilder.build`` through the store: fetch, else build and store."""
+        """``CppBuilder.build`` through the store: fetch, else build and store. While torch's
+        switches turn caching off, torch builds and nothing is fetched or stored."""
+        if self.off_for(builder):
+            original(builder)
+            return
         if self.preprocess is not None and getattr(builder, "_preprocessing", False):
             self.preprocess(builder, original)
             return
@@ -397,6 +411,7 @@ class BuildHook:
             original_init(builder, *args, **kwargs)
             try:
                 setattr(builder, TAG_ATTRIBUTE, current_tag())
+                setattr(builder, OFF_ATTRIBUTE, kernels.off())
             except Exception as exc:
                 log.debug("compilecache: cache_key_tag not recorded: %s", exc)
 

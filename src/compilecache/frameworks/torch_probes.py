@@ -193,12 +193,18 @@ class ProbeCache:
         # are functools.cache'd, and Inductor asks them about 100 times per warm start (the
         # key, a `which` and a `stat` per compiler, cost 0.3 ms each).
         self._checked: dict[tuple[str, tuple[Any, ...]], Any] = {}
+        # Why torch's own switches turn the store off now ("" when they do not): set by the
+        # torch integration (torch_switches); while off, torch's own functions answer.
+        self.off: Callable[[], str] = _never
 
     def lookup(
         self, key: ProbeKey, counter: str, decode: Callable[[Any], Any] | None = None
     ) -> tuple[bool, Any]:
         """(True, the stored answer) or (False, None); ``decode`` turns the stored JSON into
-        the answer, and an answer it refuses (raises) is a miss."""
+        the answer, and an answer it refuses (raises) is a miss. Nothing is read (or counted)
+        while torch's switches turn caching off."""
+        if self.off():
+            return False, None
         with self._lock:
             if key.store_key in self._memo:
                 return True, self._memo[key.store_key]
@@ -237,7 +243,10 @@ class ProbeCache:
     def save(self, key: ProbeKey, value: Any, seconds: float, *, explain: bool = True) -> None:
         """Store an answer. Not a compile: it is counted apart from the graphs' hits, misses
         and writes (``torch.probe_writes``), so that those still count compiles. ``explain``:
-        record why it was not reused (an answer that only grew, a bundle, was not missed)."""
+        record why it was not reused (an answer that only grew, a bundle, was not missed).
+        Nothing is kept while torch's switches turn caching off."""
+        if self.off():
+            return
         with self._lock:
             self._memo[key.store_key] = value
         cache = self.cache
@@ -296,6 +305,8 @@ class ProbeCache:
         """``compute()`` through the store: the stored answer when one decodes, else computed
         (as torch would) and stored. ``encode``/``decode`` turn it into JSON and back; an answer
         that does not decode is a miss."""
+        if self.off():
+            return compute()
         hit, stored = self.lookup(key, counter)
         if hit:
             try:
@@ -335,6 +346,8 @@ class ProbeCache:
         self, check: str, original: Callable[..., Any], args: tuple[Any, ...]
     ) -> Any:
         """``cpp_builder.<check>(*args)`` through the store, once per process and arguments."""
+        if self.off():
+            return original(*args)
         try:
             return self._checked[(check, args)]
         except (KeyError, TypeError):  # not asked yet, or arguments that do not hash
@@ -363,6 +376,10 @@ class ProbeCache:
         with self._lock:
             for known in [k for k in self._checked if k[0] == check]:
                 del self._checked[known]
+
+
+def _never() -> str:
+    return ""
 
 
 def _success(verdict: Any) -> bool:

@@ -163,7 +163,11 @@ class TemplateHooks:
         function = original.__func__
         bundle = self.bundle
 
+        probes = self.probes
+
         def template_from_string(source: str) -> Any:
+            if probes.off():  # torch's switches turn caching off: torch compiles it
+                return function(source)
             try:
                 env = jinja2_env()
             except Exception as exc:

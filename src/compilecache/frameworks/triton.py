@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from compilecache.frameworks import torch_switches
 from compilecache.host import framework_module as _private
 from compilecache.host import python_version
 from compilecache.runtime import fileset
@@ -168,7 +169,11 @@ class StoreCacheManager(_triton_base()):  # type: ignore[misc]
         self.key = key
         inner_class = _inner or _private("triton.runtime.cache").FileCacheManager
         self.inner = inner_class(key, override=override, dump=dump)
-        self.cache = None if (override or dump) else _cache
+        # torch's switches that turn its caches off (force_disable_caches, fresh_cache) turn
+        # off Triton's store for the kernels compiled meanwhile: torch makes their directory
+        # fresh too.
+        off = override or dump or bool(torch_switches.torch_off())
+        self.cache = None if off else _cache
         self.key_arguments = _take_key_arguments(key) if self.cache else None
         self.grouped = False  # get_group was asked: the files put next belong to a group
         self.missed: dict[str, float] = {}  # name -> when the store missed it

@@ -634,6 +634,51 @@ def record_miss(
     return remember()
 
 
+def record_setting(cache: Cache, *, framework: str, reason: str) -> None:
+    """A framework setting of the program's changed what compilecache does in this process
+    (``reason`` says which setting and what it changed: a cache switched off, a directory served
+    from the store): remembered beside the misses, so that ``explain`` says why nothing hit, and
+    in the run's events (``run``'s summary and ``doctor`` report it). Never raises."""
+    record: dict[str, Any] = {
+        **history.origin(cache.run_id),
+        "framework": framework,
+        "name": "",
+        "key": "",
+        "nearest": None,
+        "differences": [],
+        "summary": f"{framework}: {reason}",
+        "setting": reason,
+        "stored": True,
+    }
+    with contextlib.suppress(Exception):
+        cache.stats.add(f"{framework}.settings")
+        cache.add_event({"event": "setting", **record})
+
+    def remember() -> None:
+        history.append(cache.store, history.MISS, record)
+
+    cache.background.add(remember)
+
+
+class SettingNotes:
+    """:func:`record_setting` once per process and reason (a reason is read at every compile)."""
+
+    def __init__(self, cache: Cache, framework: str) -> None:
+        self.cache = cache
+        self.framework = framework
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def note(self, reason: str) -> None:
+        if not reason or reason in self._said:
+            return
+        with self._lock:
+            if reason in self._said:
+                return
+            self._said.add(reason)
+        record_setting(self.cache, framework=self.framework, reason=reason)
+
+
 def describe_record(record: Mapping[str, Any]) -> str:
     """One line for a history record: the explanation, and why it was not stored."""
     summary = str(record.get("summary") or f"{record.get('name', '?')}: (no explanation)")

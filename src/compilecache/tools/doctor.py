@@ -14,9 +14,10 @@ spool (see :meth:`compilecache.session.Session.flush_stats`). Then:
     callbacks or JAX's own minimum compile time (from ``compiler._cache_write``), the store's
     read-only mode or ``COMPILECACHE_MIN_COMPILE_TIME`` (from the cache layer), a failed write.
 (c) **Pitfalls.** Settings that defeat sharing or caching, or trust every writer of a shared
-    store (nothing signed), from the processes' facts and the environment: JAX's cache directory inside the key on 0.10.x, a program-set JAX minimum
-    compile time or cache directory, torch precompiled headers turned off, OMP thread counts left to each
-    host's core count.
+    store (nothing signed), from the processes' facts and the environment: a program-set JAX
+    minimum compile time, a framework setting that changed what compilecache does (a cache
+    switched off, a directory served from the store), torch precompiled headers turned off, OMP
+    thread counts left to each host's core count.
 
 Every finding carries a concrete fix.
 """
@@ -465,20 +466,6 @@ def _pitfalls(
                     ),
                 )
                 continue
-            cache_dir = str(jax.get("cache_dir", ""))
-            if cache_dir and cache_dir != jax.get("marker"):
-                found.setdefault(
-                    "jax_cache_dir",
-                    Finding(
-                        "pitfall",
-                        f"the program sets jax_compilation_cache_dir={cache_dir}",
-                        "JAX then uses its own cache directory and compilecache sees no compile.",
-                        "Remove jax.config.update('jax_compilation_cache_dir', ...) and "
-                        "set_cache_dir() from the program (and JAX_COMPILATION_CACHE_DIR); use "
-                        "COMPILECACHE_URL instead.",
-                        "jax",
-                    ),
-                )
             minimum = float(jax.get("min_compile_time_secs", 0.0) or 0.0)
             if minimum > 0:
                 found.setdefault(
@@ -487,9 +474,10 @@ def _pitfalls(
                         "pitfall",
                         f"the program sets jax_persistent_cache_min_compile_time_secs={minimum:g}",
                         "JAX then never writes compiles faster than that (most small "
-                        "functions: together they often cost more than the main step).",
-                        "Remove the setting (compilecache sets it to 0 and applies "
-                        "COMPILECACHE_MIN_COMPILE_TIME itself, with the exact compile time).",
+                        "functions: together they often cost more than the main step); "
+                        "compilecache keeps the program's setting.",
+                        "Remove the setting: left at JAX's default, compilecache writes every "
+                        "compile of at least COMPILECACHE_MIN_COMPILE_TIME (0 by default).",
                         "jax",
                     ),
                 )
@@ -505,11 +493,11 @@ def _pitfalls(
                     Finding(
                         "pitfall",
                         "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0 is set",
-                        "compilecache keeps Inductor's precompiled headers on (torch's default) "
-                        "and carries the header through the store; torch processes that run "
-                        "without compilecache with the headers off compute other FX graph keys "
-                        "and share no entries, and each of their cold compiles parses the "
-                        "headers for every kernel (about 1.2-1.35x slower).",
+                        "Inductor's precompiled headers are on by default, and compilecache "
+                        "carries the header through the store; with them off every cold compile "
+                        "parses the headers for every kernel (about 1.2-1.35x slower), and "
+                        "hosts that differ in this setting compute other FX graph keys and "
+                        "share no entries.",
                         "unset TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS on every host.",
                         "torch",
                     ),
@@ -527,6 +515,24 @@ def _pitfalls(
                         "torch",
                     ),
                 )
+    for run in runs:
+        for event in run.events:
+            if event.get("event") != "setting":
+                continue
+            reason = str(event.get("setting", ""))
+            framework = str(event.get("framework", ""))
+            found.setdefault(
+                f"setting:{reason}",
+                Finding(
+                    "pitfall",
+                    f"a {framework} setting of the program changes what compilecache does",
+                    reason,
+                    "compilecache keeps the framework's own settings: this is the program's (or "
+                    "its environment's) choice. To cache that part, remove the setting named "
+                    "above.",
+                    framework,
+                ),
+            )
     threads = {
         int(f["torch"]["num_threads"])
         for f in facts
