@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
         "signing",
         "config",
         "entry",
+        "summary",
         "stats",
         "host",
         "atomicfile",
@@ -65,7 +66,7 @@ LAYERS: list[tuple[str, ...]] = [
     # tools that inspect and move entries, and the workloads of the demo and benchmarks
     ("tools", "workloads"),
     # the front doors
-    ("cli", "__init__", "__main__", "_bootstrap"),
+    ("cli", "command", "__init__", "__main__", "_bootstrap"),
 ]
 
 

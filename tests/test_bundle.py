@@ -305,10 +305,11 @@ def test_export_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(exported("--name", "jit_train_step*")) == 3
     assert len(exported("--framework", "jax", "--name", "jit_eval1")) == 1
     assert len(exported("--since", "1h")) == 6
-    # Nothing matched: a new file gets an empty bundle (issue 11: an existing one is kept).
-    assert exported("--since", "2999-01-01", to=tmp_path / "none.ccb") == set()
-    empty = bundle.import_bundle(tmp_path / "none.ccb", LocalStore(tmp_path / "empty"))
-    assert empty.total == 0 and not empty.transferred and not empty.skipped
+    # Nothing matched: nothing is written, and the status says so.
+    none = tmp_path / "none.ccb"
+    args = ["export", "--url", str(store.root), str(none), "--since", "2999-01-01"]
+    assert main(args) == 2
+    assert "nothing written" in capsys.readouterr().err and not none.exists()
 
     now = time.time()
     info = EntryInfo("jax/k", 1, created=now - 10 * 86400, accessed=now - 3 * 86400)

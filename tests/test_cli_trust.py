@@ -203,7 +203,7 @@ def test_export_that_matches_nothing_keeps_the_existing_bundle(
     status, _, err = _cli(
         capsys, "export", str(bundle_file), "--name", "nothing*", "--url", str(root)
     )
-    assert status == 2 and "nothing to export" in err and "left as it was" in err, err
+    assert status == 2 and "matches (--name 'nothing*'): nothing written" in err, err
     assert bundle_file.read_bytes() == good
 
 
@@ -340,7 +340,7 @@ def test_torch_blob_export_keeps_an_existing_file_and_names_a_missing_directory(
     blob = tmp_path / "blob.bin"
     blob.write_bytes(b"a blob saved earlier")
     status, _, err = _cli(capsys, "export", str(blob), "--format", "torch", "--url", str(root))
-    assert status == 2 and "left as it was" in err, err
+    assert status == 2 and "nothing written" in err, err
     assert blob.read_bytes() == b"a blob saved earlier"
     missing = tmp_path / "no" / "dir" / "blob.bin"
     proc = _python("export", str(missing), "--format", "torch", "--url", str(root))

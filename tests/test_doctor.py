@@ -115,8 +115,10 @@ def test_doctor_reports_a_failing_command(tmp_path: Path) -> None:
     report = doctor.doctor(
         [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], env=clean_env()
     )
-    (failed, _) = [f for f in report.findings if f.kind == "failed"]
+    # Run 1 failed: reported, and the command is not run a second time.
+    (failed,) = [f for f in report.findings if f.kind == "failed"]
     assert "status 3" in failed.title and "boom" in failed.detail
+    assert len(report.runs) == 1
     assert not report.ok
 
 
@@ -216,7 +218,7 @@ def test_jax_pitfalls() -> None:
     # XLA's cache paths no longer reach the key under compilecache (frameworks/jax_xla.py).
     assert not any("the cache directory is part of every key" in t for t in titles)
     assert any("jax_persistent_cache_min_compile_time_secs=60" in t for t in titles)
-    assert [f.detail for f in report.findings if f.kind == "pitfall" and f.detail == said]
+    assert [f.detail for f in report.findings if f.kind == "advice" and f.detail == said]
     assert any("ran without compilecache" in t for t in titles)
     # Fixed upstream in 0.11: no directory pitfall there.
     newer = [_jax_facts(version="0.11.0", enable_xla_caches="all")]
@@ -278,5 +280,34 @@ def test_doctor_finds_an_unstable_torch_key(tmp_path: Path) -> None:
     for finding in unstable:
         assert finding["components"] == ["cache_key_tag"], finding
         assert "cache_key_tag changed: /tmp" in finding["detail"], finding
-    pitfalls = [f for f in report["findings"] if f["kind"] == "pitfall"]
-    assert any("OMP_NUM_THREADS" in f["detail"] + f.get("fix", "") for f in pitfalls), pitfalls
+    advice = [f for f in report["findings"] if f["kind"] == "advice"]
+    assert any("OMP_NUM_THREADS" in f["detail"] + f.get("fix", "") for f in advice), advice
+
+
+STABLE_TORCH_PROGRAM = """
+import torch
+f = torch.compile(lambda x: (x.cos() * 3).sum())
+print(float(f(torch.arange(8.0))))
+"""
+
+
+@pytest.mark.slow
+def test_doctor_compares_torch_keys_on_fresh_directories_and_advice_is_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    """Each run gets empty Inductor and Triton directories, so the second run is answered by
+    the store (torch's own directory would answer it otherwise, and nothing be compared); a
+    program whose keys are stable passes, with OMP_NUM_THREADS unset given only as advice."""
+    pytest.importorskip("torch")
+    script = tmp_path / "prog.py"
+    script.write_text(STABLE_TORCH_PROGRAM)
+    env = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "shared-inductor")})
+    env.pop("OMP_NUM_THREADS", None)
+    proc = run_doctor(script, "--json", env=env, timeout=420)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, report["findings"]
+    first, second = report["runs"]
+    assert first["misses"] > 0 and second["hits"] > 0 and second["misses"] == 0, report["runs"]
+    kinds = {f["kind"] for f in report["findings"]}
+    assert kinds == {"advice"}, report["findings"]
+    assert not (tmp_path / "shared-inductor").exists()  # the runs never used the user's

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from compilecache.entry import EntryHeader
-from compilecache.errors import StoreUnavailable
+from compilecache.errors import EntryTooLarge, StoreUnavailable
 from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta
 from compilecache.stores.local import CACHEDIR_TAG, LocalStore
@@ -191,9 +191,11 @@ def test_lru_keeps_read_entries_and_bounds_the_total(tmp_path: Path) -> None:
 def test_value_bigger_than_the_bound_does_not_stay(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "c", max_size=10 * KB)
     store.put("small", b"s" * KB)
-    store.put("huge", b"h" * 20 * KB)
+    with pytest.raises(EntryTooLarge):  # not written: it would evict everything, then itself
+        store.put("huge", b"h" * 20 * KB)
     assert store.total_size() <= 10 * KB
     assert store.get("huge") is None
+    assert store.get("small") == b"s" * KB
 
 
 def _statements_of_one_put(store: LocalStore, key: str) -> list[str]:

@@ -278,6 +278,7 @@ def test_stats_report_is_a_frozen_record_that_stats_json_prints(
         "frameworks",
         "functions",
         "levels",
+        "internal",
         "hit_rate",
     }
     assert type(printed["hits"]) is int and type(printed["compile_time_s"]) is float

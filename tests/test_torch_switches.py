@@ -403,3 +403,51 @@ def test_torch_redis_remote_cache_the_program_turned_on_is_not_replaced(tmp_path
     stored = [e["key"] for e in json.loads(listed.stdout)]
     assert stored and not any(k.startswith(("torch/fx/", "torch/aot/")) for k in stored), stored
     assert "the program set fx_graph_remote_cache=True" in proc.stderr
+
+
+EVICTED_FX = r"""
+import json, os, sys
+import compilecache, torch
+from torch._dynamo.utils import counters
+
+root, store = sys.argv[1], sys.argv[2]
+
+def machine(name):
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, name)
+    torch._dynamo.reset()
+    torch._inductor.utils.clear_caches()
+    counters.clear()
+
+def step():
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, requires_grad=True)
+    out = torch.compile(lambda x, w: x @ w)(torch.randn(4, 8), w)
+    out.sum().backward()
+    return float(out.sum()), float(w.grad.sum())
+
+session = compilecache.enable(store, frameworks=("torch",))
+machine("a"); first = step()
+# A bounded store evicted the FX graphs; the AOTAutograd entry that names them is still there.
+evicted = [i.key for i in session.store.scan() if i.key.startswith("torch/fx/")]
+for key in evicted:
+    session.store.delete(key)
+torch._functorch.config.strict_autograd_cache = True
+machine("b"); second = step()
+stats = session.stats()
+print(json.dumps({
+    "same": first == second, "evicted": len(evicted),
+    "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
+    "incomplete": stats.get("torch.aot.incomplete", 0),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_aot_entry_whose_fx_graphs_are_gone_is_a_miss_not_an_error(tmp_path: Path) -> None:
+    """Under ``strict_autograd_cache`` torch raises when an AOTAutograd hit's FX graphs are
+    missing; a store that evicted them (or never had them) serves the AOTAutograd entry only
+    with its graphs: a clean miss, and a compile."""
+    proc = run_python(["-c", EVICTED_FX, str(tmp_path), str(tmp_path / "store")], clean_env(), 600)
+    report = last_json(proc.stdout)
+    assert report["evicted"] == 2 and report["same"]
+    assert report["aot_hit"] == 0 and report["incomplete"] == 1

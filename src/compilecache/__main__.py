@@ -2,6 +2,6 @@
 
 import sys
 
-from compilecache.cli import main
+from compilecache.command import main
 
 sys.exit(main())

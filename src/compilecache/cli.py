@@ -12,17 +12,18 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compilecache import config as config_mod
-from compilecache import entry
 from compilecache.config import Config, format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
-from compilecache.signing import Signing
-from compilecache.stores import registry
-from compilecache.stores.base import EntryInfo, Store
-from compilecache.tools import prune
-from compilecache.tools.statsreport import StatsReport
+
+if TYPE_CHECKING:
+    from compilecache.signing import Signing
+    from compilecache.stores.base import EntryInfo, Store
+
+# The stores, the entry format and the tools are imported by the commands that use them:
+# `compilecache run` (which starts the user's program) imports none of them.
 
 HEADLINE = ("hits", "misses", "writes", "errors", "compile_time_saved_s")
 
@@ -34,6 +35,8 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Store:
+    from compilecache.stores import registry
+
     """Open ``url`` (default: the configured store) with the configured size and options.
     ``create=False`` for commands that only look at a store: a directory that does not exist is
     an error naming it, not a new, empty store."""
@@ -61,8 +64,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     store = _store(args, create=False)
     if args.zero:
         store.zero_stats()  # nothing, where the store keeps no counters
-        print("compilecache: statistics zeroed")
+        if args.json:
+            _print_json({"zeroed": True, "store": store.url})
+        else:
+            print("compilecache: statistics zeroed")
         return 0
+    from compilecache.tools.statsreport import StatsReport
+
     report = StatsReport.of(store)
     if args.json:
         _print_json(report.to_json())
@@ -93,6 +101,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{k} {_number(v)}" for k, v in sorted(values.items()) if k in (*HEADLINE, "entries")
         )
         print(f"  {framework:<19} {parts}")
+    for framework, (count, size) in sorted(report.internal.items()):
+        # Kernels, headers, probe answers: parts of compiles, not functions (`ls` lists them).
+        print(
+            f"  {framework + ' internal':<19} {count} entries ({format_size(size)}): kernel "
+            "binaries, headers, probe answers, autotune records; `compilecache ls` lists them"
+        )
     functions = sorted(report.functions.values(), key=lambda f: -f.compile_time_s)
     if functions:
         print(f"{'FUNCTION':<40} {'HITS':>6} {'MISSES':>6} {'COMPILE':>9} {'SAVED':>9}")
@@ -117,6 +131,7 @@ def _number(value: float) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from compilecache import entry
     from compilecache.runtime import explain, history
 
     store = _store(args, create=False)
@@ -132,12 +147,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
             or str(r.get("key", "")).split("/", 1)[-1].startswith(wanted)
         ]
         if not records:
-            key = _resolve_key(store, wanted)
-            found = explain.explain_stored(store, key) if key is not None else None
-            if found is None:
-                print(f"compilecache: no recorded miss and no entry matches {wanted!r}")
+            # No recorded miss: what is stored under it, matched as `show` matches (a name
+            # names every entry of that function, one per shape and flags).
+            explained = [explain.explain_stored(store, k) for k in _matching_keys(store, wanted)]
+            records = [
+                {**found.to_json(), "stored": True, "recorded": False}
+                for found in explained
+                if found is not None
+            ]
+            if not records:
+                print(
+                    f"compilecache: no recorded miss and no entry matches {wanted!r}",
+                    file=sys.stderr,
+                )
+                if args.json:
+                    _print_json([])
                 return 1
-            records = [{**found.to_json(), "stored": True, "recorded": False}]
+    internal = 0
+    if not args.key and not args.all:
+        # Misses of a framework's parts (kernel binaries, probe answers) are counted in one
+        # line, not listed among the program's functions.
+        kept = [r for r in records if not r.get(entry.INTERNAL)]
+        internal, records = len(records) - len(kept), kept
     records = records[: args.limit]
     if args.json:
         _print_json(records)
@@ -160,12 +191,35 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 before, after = d.get("before"), d.get("after")
                 line = f"{'':11}- {d.get('component')}"
                 if before != after:
-                    line += f": {before!r} -> {after!r}"
+                    line += f": {_value(before)} -> {_value(after)}"
                 print(line)
             if r.get("nearest"):
                 print(f"{'':11}nearest entry: {r['nearest']}")
             print(f"{'':11}key: {r.get('key')}")
+    if internal:
+        print(
+            f"{'':11}and {internal} internal entries (kernel binaries, headers, probe answers) "
+            "missed too: `explain --all` lists them"
+        )
     return 0
+
+
+def _value(value: Any) -> str:
+    """A component's value in one line (a probe's C++ source is many)."""
+    from compilecache.runtime.explain import one_line
+
+    return repr(one_line(str(value), 120)) if value is not None else "None"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from compilecache.tools import check
+
+    report = check.check(url=args.url)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(report.text())
+    return 0 if report.ok else 1
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -267,6 +321,8 @@ def _resolve_key(store: Store, key: str) -> str | None:
 def _describe(store: Store, key: str, signing: Signing | None) -> dict[str, Any]:
     """One entry's stored metadata and header, read with ``peek``: looking changes nothing, and
     a damaged entry is reported (``error``), never removed."""
+    from compilecache import entry
+
     info = store.stat(key)
     result: dict[str, Any] = {"store": _info_json(info) if info else {"key": key}}
     try:
@@ -321,28 +377,42 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 1 if any("error" in r for r in results) else 0
 
 
+_TIMES = ("created", "accessed")
+
+
 def _print_tree(data: dict[str, Any], indent: int = 0) -> None:
+    now = time.time()
     for name, value in data.items():
         if isinstance(value, dict):
             print(" " * indent + f"{name}:")
             _print_tree(value, indent + 2)
+        elif name in _TIMES and isinstance(value, (int, float)) and value > 0:
+            print(" " * indent + f"{name}: {_date(value)} ({_ago(now - value)})")
         else:
             print(" " * indent + f"{name}: {value}")
+
+
+def _date(epoch: float) -> str:
+    """A local date and time, as ``ls -l --time-style=long-iso`` shows them."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 # -- prune / clear / verify --------------------------------------------------------------------
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    from compilecache.tools import prune
+
     store = _store(args, create=False)
     max_size = parse_size(args.max_size, "--max-size") if args.max_size else None
     older = parse_duration(args.older_than, "--older-than") if args.older_than else None
     if max_size is None and older is None:
         max_size = _config(args).max_size
     the_plan = prune.plan(store, max_size=max_size, older_than=older)
-    verb = "would remove" if args.dry_run else "removing"
-    for info, reason in the_plan.victims:
-        print(f"{verb} {info.key} ({format_size(info.size)}): {reason}")
+    if not args.json:
+        verb = "would remove" if args.dry_run else "removing"
+        for info, reason in the_plan.victims:
+            print(f"{verb} {info.key} ({format_size(info.size)}): {reason}")
     removed = 0 if args.dry_run else prune.execute(store, the_plan)
     summary = {
         "dry_run": args.dry_run,
@@ -352,6 +422,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
         "entries_before": the_plan.entries_before,
         "bytes_before": the_plan.bytes_before,
         "bytes_after": the_plan.bytes_after,
+        "victims": [
+            {"key": info.key, "size": info.size, "reason": reason}
+            for info, reason in the_plan.victims
+        ],
     }
     if args.json:
         _print_json(summary)
@@ -389,6 +463,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     each damaged one. Only ``--fix`` removes, and only damaged entries: an entry signed with
     another key is intact and valid for the hosts that hold that key (removing it is how one
     misconfigured host would empty a fleet's cache), so it is reported and always kept."""
+    from compilecache import entry
+
     store = _store(args, create=False)
     signing = _config(args).signing
     checked = 0
@@ -405,14 +481,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         except ForeignEntry as exc:
             foreign.append((info, f"signed with another key ({exc}); kept"))
         checked += 1
-    for info, reason in foreign:
-        print(f"foreign: {info.key}: {reason} [{info.name}]")
-    removed = []
-    for info, reason in damaged:
-        gone = bool(args.fix) and store.delete(info.key)
-        if gone:
-            removed.append(info.key)
-        print(f"{'removed' if gone else 'corrupt'}: {info.key}: {reason} [{info.name}]")
+    removed = [info.key for info, _ in damaged if args.fix and store.delete(info.key)]
     left = len(damaged) - len(removed)
     if args.json:
         _print_json(
@@ -426,9 +495,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     {"key": i.key, "name": i.name, "reason": r, "removed": i.key in removed}
                     for i, r in damaged
                 ],
+                "foreign_entries": [
+                    {"key": i.key, "name": i.name, "reason": r} for i, r in foreign
+                ],
             }
         )
     else:
+        for info, reason in foreign:
+            print(f"foreign: {info.key}: {reason} [{info.name}]")
+        for info, reason in damaged:
+            gone = info.key in removed
+            print(f"{'removed' if gone else 'corrupt'}: {info.key}: {reason} [{info.name}]")
         line = f"compilecache: {checked} entries checked, {len(damaged)} corrupt"
         if removed:
             line += f" ({len(removed)} removed)" if left else " and removed"
@@ -457,8 +534,15 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
     if args.json:
         _print_json(report.as_json())
         return
-    for key, reason in report.skipped:
-        print(f"skipped {key}: {reason}")
+    if getattr(args, "verbose", False):
+        for key, reason in report.skipped:
+            print(f"skipped {key}: {reason}")
+    else:
+        by_reason: dict[str, int] = {}
+        for _, reason in report.skipped:
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+        for reason, count in sorted(by_reason.items(), key=lambda item: -item[1]):
+            print(f"skipped {count} {'entry' if count == 1 else 'entries'}: {reason}")
     line = (
         f"compilecache: {done} {len(report.transferred)} of {report.total} entries "
         f"({format_size(report.bytes)})"
@@ -467,6 +551,8 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
         line += f", {len(report.present)} already present"
     if report.skipped:
         line += f", {len(report.skipped)} skipped"
+        if not getattr(args, "verbose", False):
+            line += " (--verbose lists them)"
     print(line)
 
 
@@ -496,7 +582,42 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _new_directories(cfg: Config) -> list[str]:
+    """The local directories of ``cfg``'s store that do not exist yet (opening it makes them)."""
+    from compilecache.stores import registry
+    from compilecache.stores.frame import directory_and_size
+
+    out = []
+    for level in registry.split_levels(cfg.url):
+        parsed = registry.parse_url(level)
+        if parsed.scheme == "file":
+            path = os.path.expanduser(directory_and_size(parsed)[0])
+            if not os.path.exists(path):
+                out.append(path)
+    return out
+
+
 def cmd_import(args: argparse.Namespace) -> int:
+    """Import a bundle or a torch blob. A store that did not exist before is removed again when
+    nothing was imported into it (a damaged bundle, nothing usable here): a failed import
+    leaves nothing behind."""
+    import shutil
+
+    made = _new_directories(_config(args))
+    try:
+        report = _import(args)
+    except BaseException:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    if not report.transferred and not report.present:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+    _print_transfer(report, args, "imported")
+    return 0 if report.transferred or report.present or not report.total else 1
+
+
+def _import(args: argparse.Namespace) -> Any:
     from compilecache.frameworks import torch_artifacts
     from compilecache.tools import bundle
 
@@ -518,8 +639,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         report = bundle.import_bundle(
             args.file, _store(args), signing=signing, check=not args.no_check
         )
-    _print_transfer(report, args, "imported")
-    return 0
+    return report
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
@@ -557,7 +677,10 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         )
         return 1
     except OSError as exc:
-        print(f"compilecache keygen: cannot write {args.out}: {exc}", file=sys.stderr)
+        # The error names the key's temporary file (written beside it, then linked): the target
+        # is what the user asked for.
+        reason = exc.strerror or str(exc)
+        print(f"compilecache keygen: cannot write {args.out}: {reason}", file=sys.stderr)
         return 1
     print(public)
     print(
@@ -611,16 +734,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------------
 
 
+URL_HELP = "store URL (default: $COMPILECACHE_URL or the local cache)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from compilecache import __version__
+
     parser = argparse.ArgumentParser(
         prog="compilecache",
         description="A persistent, shareable compilation cache for JAX and torch.compile.",
     )
+    parser.add_argument("--version", action="version", version=f"compilecache {__version__}")
+    # Before the command (`compilecache --url X stats`) or after it (`compilecache stats --url
+    # X`): the one given after the command wins.
+    parser.add_argument("--url", help=URL_HELP)
     sub = parser.add_subparsers(dest="command_name", required=True)
 
     def command(name: str, help_text: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--url", help="store URL (default: $COMPILECACHE_URL or the local cache)")
+        p.add_argument("--url", help=URL_HELP, default=argparse.SUPPRESS)
         if json_flag:
             p.add_argument("--json", action="store_true", help="print JSON")
         return p
@@ -644,6 +776,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=8, help="transformer layers (default 8)")
     p.set_defaults(func=cmd_demo, needs_config=False)
 
+    p = command(
+        "check",
+        "show the configuration and where each setting came from, test every store level "
+        "with a round trip, and say what a run would warn about",
+    )
+    # It loads the configuration itself: a setting that does not load is a problem it reports.
+    p.set_defaults(func=cmd_check, needs_config=False)
+
     p = command("stats", "show hits, misses, writes and time saved")
     p.add_argument("--zero", action="store_true", help="reset the persistent counters")
     p.add_argument("--prometheus", action="store_true", help="print the Prometheus text format")
@@ -653,6 +793,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", nargs="?", help="a key, key prefix or function name")
     p.add_argument("--limit", type=int, default=20, help="misses to list (default 20)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every difference")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the internal entries (kernel binaries, headers, probe answers)",
+    )
     p.set_defaults(func=cmd_explain)
 
     p = command(
@@ -691,6 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     def filters(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-v", "--verbose", action="store_true", help="list every skipped entry")
         p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
         p.add_argument("--since", help="only entries used since: 7d, or a date (2024-06-01)")
         p.add_argument("--name", metavar="GLOB", help="only entries whose name or key matches")
@@ -714,14 +860,14 @@ def build_parser() -> argparse.ArgumentParser:
         "file", help="a bundle written by export, or a torch.compiler.save_cache_artifacts() blob"
     )
     p.add_argument("--no-check", action="store_true", help=no_check)
+    p.add_argument("-v", "--verbose", action="store_true", help="list every skipped entry")
     p.add_argument(
         "--format",
         choices=("auto", "bundle", "torch"),
         default="auto",
         help="auto (default): from the file's first bytes; torch: a save_cache_artifacts() blob, "
         "whose compiled graphs become torch entries (it holds no C++ kernels: on CPU they "
-        "compile again on first use); graphs compiled with torch flags other than compilecache's "
-        "are skipped unless --no-check",
+        "compile again on first use)",
     )
     p.set_defaults(func=cmd_import)
 
@@ -739,8 +885,21 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_BROKEN_PIPE = 141
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The arguments; an option the command does not know is reported with that command's own
+    usage (argparse would show the top-level one), and exits with status 2."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        commands = next(
+            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        ).choices
+        commands[args.command_name].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         if getattr(args, "needs_config", True):
             # Loaded once, here: every command (and bundle, verify, warm) uses this one.

@@ -50,7 +50,7 @@ _DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w":
 
 
 def parse_size(text: str, what: str = "size") -> int:
-    """Parse ``"20GB"``, ``"512MiB"`` or ``"1000"`` into bytes."""
+    """Parse ``"20GB"``, ``"512MiB"`` or ``"1000"`` (a bare number is bytes) into bytes."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _SIZE_UNITS:
@@ -216,24 +216,28 @@ def load(
 
     resolved_url = absolute_url(url or env.get("COMPILECACHE_URL", "").strip() or default_url(env))
 
+    # Errors name where the value came from: the argument, else the variable.
+    size_source = "max_size" if max_size is not None else "COMPILECACHE_MAX_SIZE"
     size_value: int | str = (
         max_size if max_size is not None else env.get("COMPILECACHE_MAX_SIZE", "")
     )
     if isinstance(size_value, str):
-        size = parse_size(size_value, "COMPILECACHE_MAX_SIZE") if size_value else DEFAULT_MAX_SIZE
+        size = parse_size(size_value, size_source) if size_value else DEFAULT_MAX_SIZE
     else:
         size = size_value
     if size <= 0:
-        raise ConfigError(f"COMPILECACHE_MAX_SIZE must be positive, got {size}")
+        raise ConfigError(f"{size_source} must be positive, got {size}")
 
+    time_source = "min_compile_time"
     if min_compile_time is None:
-        text = env.get("COMPILECACHE_MIN_COMPILE_TIME", "").strip()
+        time_source = "COMPILECACHE_MIN_COMPILE_TIME"
+        text = env.get(time_source, "").strip()
         try:
             min_compile_time = float(text) if text else 0.0
         except ValueError:
-            raise ConfigError(
-                f"COMPILECACHE_MIN_COMPILE_TIME: expected seconds, got {text!r}"
-            ) from None
+            raise ConfigError(f"{time_source}: expected seconds, got {text!r}") from None
+    if not min_compile_time >= 0:  # negative, or NaN
+        raise ConfigError(f"{time_source}: expected seconds (0 or more), got {min_compile_time}")
 
     fw_value = frameworks if frameworks is not None else env.get("COMPILECACHE_FRAMEWORKS", "")
     if isinstance(fw_value, str):

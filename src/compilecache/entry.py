@@ -36,6 +36,9 @@ import zstandard
 from compilecache.errors import CorruptEntry
 from compilecache.signing import Signing
 
+# ``extra[INTERNAL]``: an entry compilecache keeps for a framework (a kernel binary, a probe's
+# answer, an autotune record), not a function of the program: counted and listed apart.
+INTERNAL = "internal"
 MAGIC = b"\x89CCE\r\n\x1a\n"
 FORMAT_VERSION = 1
 FLAG_ZSTD = 1

@@ -26,6 +26,18 @@ class StoreUnavailable(CompileCacheError):
     reported: bool = False
 
 
+def failure_text(where: str, what: str, exc: BaseException) -> str:
+    """One line for a failed call, its cause said once: a :class:`StoreUnavailable` raised
+    further down already names the store and the call (``s3://b: stat failed: ...``) and is
+    kept as it is; anything else becomes ``where: what failed: Type: first line``."""
+    if isinstance(exc, StoreUnavailable):
+        return str(exc)
+    lines = str(exc).strip().splitlines()
+    detail = lines[0] if lines else ""
+    cause = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return f"{where}: {what} failed: {cause}"
+
+
 class LevelSkipped(StoreUnavailable):
     """A call refused without trying because the store failed recently (it is in back-off)."""
 
@@ -46,6 +58,10 @@ class ForeignEntry(CompileCacheError):
 
 class ReadOnlyStore(CompileCacheError):
     """A write was attempted on a store opened read-only."""
+
+
+class EntryTooLarge(CompileCacheError):
+    """An entry larger than the store's whole size bound: it could never be kept there."""
 
 
 class BundleError(CompileCacheError):

@@ -18,21 +18,28 @@ PID 1 of a container, the wrapper also reaps the orphans it inherits.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from types import FrameType
-from typing import Any
 
-from compilecache.config import absolute_url
-from compilecache.stats import Summary, merge
-from compilecache.unsigned import first_run_warning
+# Lean on purpose: this module starts the user's command, and everything it imports is paid on
+# every `compilecache run` (python -c pass under it was 0.24 s against 0.012 s). The entry
+# format, the stores and the configuration are imported only when a run needs them (a relative
+# store path, a shared store to warn about, counters to sum).
+TYPE_CHECKING = False  # not typing's: importing typing costs ~10 ms here
+if TYPE_CHECKING:
+    import signal
+else:
+    # The C module under `signal`: the same functions and numbers, without the enum wrappers
+    # (`signal` imports `enum`, ~10 ms here).
+    try:
+        import _signal as signal
+    except ImportError:
+        import signal
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from types import FrameType
+    from typing import Any
 
 # Passed on to the child: the ways a process is asked to stop (or told something) from outside.
 FORWARDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
@@ -48,7 +55,23 @@ _TERMINAL_SIGNALS = frozenset(
 # when a child's end is not signalled to this thread.
 _POLL_S = 0.5
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+BOOTSTRAP_DIR = os.path.join(_HERE, "_bootstrap")
+# Store URL schemes that name a directory on this machine (a relative one is made absolute).
+_DIRECTORY_SCHEMES = ("file", "file+shared")
+
+
+def _may_be_relative(url: str) -> bool:
+    """Whether a level of ``url`` may be a relative local path (cheap: no URL parsing)."""
+    for level in url.split(","):
+        text = level.strip()
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme.lower() not in _DIRECTORY_SCHEMES:
+            continue  # redis://, s3://, ...: not a local path
+        path = rest if sep else text
+        if path and not path.startswith("/"):
+            return True
+    return False
 
 
 def child_environment(
@@ -57,23 +80,31 @@ def child_environment(
     """The environment that makes Python processes enable compilecache at start-up."""
     env = dict(base)
     env.update(overrides or {})
-    parts = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    parts = [BOOTSTRAP_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
-    env["COMPILECACHE_BOOTSTRAP_PATH"] = str(Path(__file__).resolve().parent.parent)
-    if env.get("COMPILECACHE_URL"):
+    env["COMPILECACHE_BOOTSTRAP_PATH"] = os.path.dirname(_HERE)
+    url = env.get("COMPILECACHE_URL")
+    if url and _may_be_relative(url):
+        from compilecache.config import absolute_url
+
         # Every process under ``run`` uses the same store, whichever directory it starts in.
-        env["COMPILECACHE_URL"] = absolute_url(env["COMPILECACHE_URL"])
+        env["COMPILECACHE_URL"] = absolute_url(url)
     if spool:
         env["COMPILECACHE_RUN_SPOOL"] = spool
     return env
 
 
-def read_spool(spool: Path) -> dict[str, float]:
+def read_spool(spool: Path | str) -> dict[str, float]:
     """Sum the counters every process under ``run`` left in the spool directory."""
+    import json
+
+    from compilecache.stats import merge
+
     totals: list[dict[str, float]] = []
-    for path in spool.glob("*.json"):
+    for name in _spool_files(spool, ".json"):
         try:
-            data = json.loads(path.read_text())
+            with open(os.path.join(spool, name)) as f:
+                data = json.load(f)
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):
@@ -81,13 +112,23 @@ def read_spool(spool: Path) -> dict[str, float]:
     return merge(*totals)
 
 
-def read_settings(spool: Path) -> list[str]:
+def _spool_files(spool: Path | str, suffix: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(spool) if n.endswith(suffix))
+    except OSError:
+        return []
+
+
+def read_settings(spool: Path | str) -> list[str]:
     """What the program's framework settings changed in the processes under ``run`` (each
     ``framework: reason`` once), from the events they left in the spool directory."""
+    import json
+
     seen: dict[str, None] = {}
-    for path in sorted(spool.glob("*.events.jsonl")):
+    for name in _spool_files(spool, ".events.jsonl"):
         try:
-            lines = path.read_text().splitlines()
+            with open(os.path.join(spool, name)) as f:
+                lines = f.read().splitlines()
         except OSError:
             continue
         for line in lines:
@@ -102,6 +143,55 @@ def read_settings(spool: Path) -> list[str]:
     return [summary for summary in seen if summary]
 
 
+def summary_lines(spool: str) -> list[str]:
+    """The summary line, then what the program's settings changed (each once)."""
+    from compilecache.summary import Summary
+
+    if not _spool_files(spool, ".json"):
+        # No process of the command used a framework compilecache caches.
+        return [Summary.of({}).line()]
+    return [Summary.of(read_spool(spool)).line()] + [
+        f"compilecache: {summary}" for summary in read_settings(spool)
+    ]
+
+
+def _make_spool() -> str:
+    """A private directory for the processes' counters (``tempfile`` costs ~14 ms to import)."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, f"compilecache-run-{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"cannot make a spool directory in {base}")
+
+
+def _remove_spool(path: str) -> None:
+    """Remove the spool directory (flat: one file per process). Never raises."""
+    # try/except, not contextlib.suppress: contextlib costs every run ~6 ms of imports.
+    for name in _spool_files(path, ""):
+        try:  # noqa: SIM105
+            os.unlink(os.path.join(path, name))
+        except OSError:
+            pass
+    try:  # noqa: SIM105
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _shared_store_warning(env: Mapping[str, str]) -> str | None:
+    """The first-run warning about a shared store nothing signs (only a configured URL can name
+    one; the default is this host's own directory)."""
+    if not env.get("COMPILECACHE_URL"):
+        return None
+    from compilecache.unsigned import first_run_warning
+
+    return first_run_warning(env)
+
+
 def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> int:
     """Run ``command`` under compilecache; print the summary line; return its exit status."""
     if not command:
@@ -114,28 +204,80 @@ def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> i
     # Installed before the child starts, so that no signal finds the default action (death,
     # leaving the child behind) in between; the child starts with the default dispositions.
     forwarder.install()
+    spool = ""
     try:
-        with tempfile.TemporaryDirectory(prefix="compilecache-run-") as spool:
-            env = child_environment(os.environ, spool, overrides)
-            warning = first_run_warning(env)
-            if warning:
-                print(f"compilecache: warning: {warning}", file=sys.stderr)
-            try:
-                proc = subprocess.Popen(list(command), env=env)
-            except OSError as exc:
-                print(f"compilecache run: cannot start {command[0]!r}: {exc}", file=sys.stderr)
-                return 127
-            forwarder.started(proc.pid)
-            status = wait(proc, forwarder)
-            counters = read_spool(Path(spool))
-            settings = read_settings(Path(spool))
+        spool = _make_spool()
+        env = child_environment(os.environ, spool, overrides)
+        warning = _shared_store_warning(env)
+        if warning:
+            print(f"compilecache: warning: {warning}", file=sys.stderr)
+        try:
+            proc = Child.start(list(command), env)
+        except OSError as exc:
+            print(f"compilecache run: cannot start {command[0]!r}: {exc}", file=sys.stderr)
+            return 127
+        forwarder.started(proc.pid)
+        status = wait(proc, forwarder)
         if env.get("COMPILECACHE_DISABLE", "").strip() not in ("1", "true", "yes", "on"):
-            print(Summary.of(counters).line(), file=sys.stderr)
-            for summary in settings:  # what the program's own settings changed (and why)
-                print(f"compilecache: {summary}", file=sys.stderr)
+            for line in summary_lines(spool):
+                print(line, file=sys.stderr)
     finally:
         forwarder.restore()
+        if spool:
+            _remove_spool(spool)
     return status if status >= 0 else 128 - status
+
+
+# What Python ignores in itself and a child must get back as the default (as subprocess's
+# restore_signals does): SIGPIPE, so that `cmd | head` ends cmd, and SIGXFSZ.
+_RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
+
+
+class Child:
+    """The command, started with ``posix_spawnp`` (``subprocess`` costs every run ~10 ms of
+    imports; where posix_spawn is missing, it is used instead)."""
+
+    def __init__(self, pid: int, popen: Any = None) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._popen = popen
+
+    @classmethod
+    def start(cls, command: list[str], env: dict[str, str]) -> Child:
+        spawn = getattr(os, "posix_spawnp", None)
+        if spawn is None:
+            import subprocess
+
+            popen = subprocess.Popen(command, env=env)
+            return cls(popen.pid, popen)
+        # The wrapper's inheritable descriptors (stdin, stdout, stderr) are the command's; its
+        # own are close-on-exec (PEP 446). Handled signals are reset by exec, ignored ones stay
+        # ignored (nohup), as with subprocess.
+        return cls(spawn(command[0], command, env, setsigdef=_RESTORED))
+
+    def poll(self) -> int | None:
+        """Its status once it has ended (``-N``: ended by signal N), else ``None``."""
+        if self.returncode is None:
+            if self._popen is not None:
+                self.returncode = self._popen.poll()
+                return self.returncode
+            try:
+                pid, raw = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(raw)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self._popen is not None:
+            code: int = self._popen.wait()
+            self.returncode = code
+            return code
+        while self.returncode is None:
+            _, raw = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(raw)
+        return self.returncode
 
 
 class Forwarder:
@@ -188,8 +330,10 @@ class Forwarder:
             if not self.ended:
                 self.held.append(signum)
             return
-        with contextlib.suppress(ProcessLookupError):  # ended, not yet reaped: nobody to tell
+        try:  # noqa: SIM105
             os.kill(self.pid, signum)
+        except ProcessLookupError:  # ended, not yet reaped: nobody to tell
+            pass
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Delivered as a Python handler (no sigtimedwait here, or another thread took it):
@@ -199,7 +343,7 @@ class Forwarder:
         self.forward(signum)
 
 
-def wait(proc: subprocess.Popen[bytes], forwarder: Forwarder) -> int:
+def wait(proc: Child, forwarder: Forwarder) -> int:
     """Wait for ``proc`` while passing signals on; its status (``-N``: ended by signal N)."""
     if not forwarder.signals or not hasattr(signal, "sigtimedwait"):
         code = proc.wait()  # macOS, Windows: the Python handlers pass signals on
@@ -222,7 +366,7 @@ def wait(proc: subprocess.Popen[bytes], forwarder: Forwarder) -> int:
     return status
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> int | None:
+def _reap(proc: Child) -> int | None:
     """``proc``'s status once it has ended, else None. As PID 1 (a container's init), also reap
     the orphans the kernel hands over, or they stay zombies for as long as the job runs."""
     status = proc.poll()

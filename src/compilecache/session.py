@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -85,8 +86,8 @@ def _writing(cfg: Config) -> tuple[Signing | None, str]:
 
 
 class UnavailableStore(Store):
-    """Stands in for a store that could not be opened: every call fails, so the Cache layer
-    counts each lookup as an error and a miss, warns once, and the program runs uncached."""
+    """Stands in for a store that could not be opened (the session then hooks no framework):
+    every call fails, so whatever still asks it is counted as a failure."""
 
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
@@ -273,8 +274,13 @@ def enable(
         try:
             store = _open(cfg)
         except StoreUnavailable as exc:
-            # Never break the program: run uncached, with the reason counted and warned once.
-            store = UnavailableStore(cfg.url, str(exc))
+            # Never break the program: it runs uncached. One problem, said once and counted
+            # once; no framework is hooked (a lookup per compile would each fail the same way).
+            log.warning("compilecache: not enabled: %s", exc)
+            session = Session(cfg, UnavailableStore(cfg.url, str(exc)))
+            session.cache.stats.add("errors")
+            _active = session
+            return session
         session = Session(cfg, store)
         if any(level.health() for level in store.levels):  # a remote level: flush it early
             _register_early_flush()
@@ -306,7 +312,12 @@ def _deactivate() -> None:
 
 
 def active() -> Session | None:
-    """The enabled session, if any."""
+    """The enabled session, if any. Under ``compilecache run``, a process that has not imported
+    a framework yet is enabled now (the bootstrap waits for that import otherwise)."""
+    if _active is None:
+        for finder in list(sys.meta_path):
+            if getattr(finder, "compilecache_bootstrap", False):
+                finder.enable_now()  # type: ignore[attr-defined]
     return _active
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from compilecache.summary import Summary
+
+__all__ = ["Summary"]  # re-exported: the summary line lives in its own (import-free) module
 
 COUNTERS = (
     "hits",
@@ -75,37 +78,6 @@ class Stats:
         with self._lock:
             values, self._values = self._values, {}
         return values
-
-
-@dataclass(frozen=True)
-class Summary:
-    """The headline numbers people read."""
-
-    hits: int
-    misses: int
-    writes: int
-    errors: int
-    compile_time_saved_s: float
-    # Entries signed with another key (COMPILECACHE_SECRET differs): said only when there are.
-    foreign: int = 0
-
-    @classmethod
-    def of(cls, counters: Mapping[str, float]) -> Summary:
-        return cls(
-            hits=int(counters.get("hits", 0)),
-            misses=int(counters.get("misses", 0)),
-            writes=int(counters.get("writes", 0)),
-            errors=int(counters.get("errors", 0)),
-            compile_time_saved_s=float(counters.get("compile_time_saved_s", 0.0)),
-            foreign=int(counters.get("foreign", 0)),
-        )
-
-    def line(self) -> str:
-        foreign = f", {self.foreign} signed with another key" if self.foreign else ""
-        return (
-            f"compilecache: {self.hits} hits, {self.misses} misses{foreign}, {self.writes} "
-            f"writes, {self.errors} errors, {self.compile_time_saved_s:.1f}s compile time saved"
-        )
 
 
 FUNCTION_PREFIX = "fn."

@@ -27,7 +27,7 @@ def shared_unsigned(cfg: Config) -> list[str]:
 
 def message(levels: list[str]) -> str:
     """The warning, in plain words, with how to set up trusted writers."""
-    names = ", ".join(_redacted(level) for level in levels)
+    names = ", ".join(redacted(level) for level in levels)
     return (
         f"{names} {'is' if len(levels) == 1 else 'are'} shared and entries are not signed: "
         "any host, job or user that can write to that store can run code in this process "
@@ -38,7 +38,7 @@ def message(levels: list[str]) -> str:
     )
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     """``url`` without its query (which may hold credentials) and user information."""
     base = url.split("?", 1)[0]
     scheme, sep, rest = base.partition("://")
@@ -49,6 +49,23 @@ def marker_path(url: str, env: Mapping[str, str] | None = None) -> str:
     """The file that records that this host was told about ``url``."""
     digest = hashlib.sha256(url.encode()).hexdigest()[:20]
     return os.path.join(os.path.dirname(config_mod.host_key_path(env)), f"unsigned-{digest}")
+
+
+def _answers(level: str) -> bool:
+    """Whether the shared level ``level`` opens and answers a lookup (one round trip; done only
+    when the warning is about to be given: a store that does not open gets no warning about its
+    signatures)."""
+    try:
+        # The bare backend (no guard: its failure is not this run's outage to warn about); a
+        # shared directory not made yet is made, as the run would.
+        store = registry.open_backend(registry.parse_url(level))
+        try:
+            store.stat("compilecache/check")
+        finally:
+            store.close()
+    except Exception:
+        return False
+    return True
 
 
 def first_run_warning(env: Mapping[str, str]) -> str | None:
@@ -63,6 +80,10 @@ def first_run_warning(env: Mapping[str, str]) -> str | None:
     if not levels:
         return None
     marker = marker_path(cfg.url, env)
+    if os.path.exists(marker):
+        return None
+    if not all(_answers(level) for level in levels):
+        return None  # a store that does not open is reported by the run's processes instead
     try:
         os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
         with open(marker, "x"):

@@ -19,6 +19,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("compilecache")
 
+# Keys of the entries compilecache keeps for a framework rather than for a function of the
+# program: torch's kernel binaries, precompiled headers, probe answers and autotune records, and
+# XLA's autotune files. Listed by ``ls``, counted apart by ``stats`` and ``explain``.
+INTERNAL_PREFIXES = ("torch/kernel/", "torch/pch/", "torch/probe/", "torch/autotune/", "xla/")
+
+
+def is_internal(key: str) -> bool:
+    return key.startswith(INTERNAL_PREFIXES)
+
+
 # framework name -> (the module whose import triggers installation, our integration module)
 INTEGRATIONS = {
     "jax": ("jax", "compilecache.frameworks.jax"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,22 @@ def xla_directory(env: Any = None) -> str:
     env = os.environ if env is None else env
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "compilecache-xla")
+
+
+def usable_xla_directory(env: Any = None) -> tuple[str, str]:
+    """(the directory XLA's caches get on this host, why it is not the usual one or ``""``): a
+    read-only home (a container, a cluster's compute node) gets a directory under the system's
+    temporary directory instead, so that no process warns about it (``check`` says so)."""
+    preferred = xla_directory(env)
+    try:
+        os.makedirs(preferred, exist_ok=True)
+        if os.access(preferred, os.W_OK):
+            return preferred, ""
+        reason = f"{preferred} is not writable"
+    except OSError as exc:
+        reason = f"{preferred} cannot be made ({exc.strerror or exc})"
+    fallback = os.path.join(tempfile.gettempdir(), f"compilecache-xla-{os.getuid()}")
+    return fallback, reason
 
 
 def _debug_options(compile_options: Any) -> Any:
@@ -104,7 +121,9 @@ class XlaCaches:
         # (frameworks.jax), and XLA's caches go to this host's directories all the same.
         self.roots = roots or (lambda: "")
         self.writes_here = writes_here
-        self.directory = xla_directory()
+        self.directory, why = usable_xla_directory()
+        if why:
+            log.info("compilecache: XLA's caches use %s (%s)", self.directory, why)
         self.autotune = SyncedDirectory(
             cache,
             framework=FRAMEWORK,

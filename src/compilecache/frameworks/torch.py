@@ -81,7 +81,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache import _importhook
+from compilecache import _importhook, entry
 from compilecache.entry import EntryHeader
 from compilecache.frameworks import torch_extensions, torch_switches
 from compilecache.frameworks.torch_extensions import ExtensionCache
@@ -432,6 +432,8 @@ class Integration:
         lines = self.pending.pop(torch_key) if layer in ("fx", "aot") else None
         components, readable = parse_debug_lines(lines or [])
         extra.update({"layer": layer, "remote_key": remote_key, "time_taken_s": taken_s})
+        if layer not in LEAD_LAYERS:
+            extra[entry.INTERNAL] = True  # an autotune record: part of a graph, not a graph
         if readable:
             extra["readable"] = readable
         header = EntryHeader(

@@ -50,7 +50,14 @@ from compilecache.frameworks.torch import (
 )
 from compilecache.host import HostCheck, torch_versions
 from compilecache.host import framework_module as _torch_module
-from compilecache.runtime.transfer import EntryFilter, Progress, Report, admit, peek_entry
+from compilecache.runtime.transfer import (
+    EntryFilter,
+    Progress,
+    Report,
+    admit,
+    nothing_matched,
+    peek_entry,
+)
 from compilecache.signing import Signing
 from compilecache.stores.base import Store
 
@@ -322,6 +329,8 @@ def export_blob(
         raise ConfigError("a torch blob holds torch entries only: leave out --framework")
     target = atomicfile.target_of(path)  # a missing directory fails before the store is read
     infos = [i for i in store.scan() if i.framework == "torch" and select.matches(i)]
+    if not infos:
+        raise nothing_matched(store, select, "torch entry")
     report = Report("export", store.url, str(Path(path)), total=len(infos))
     groups: dict[str, list[tuple[str, bytes]]] = {kind: [] for kind in LAYER_OF}
     progress = Progress(len(infos), "reading")

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.entry import EntryHeader
+from compilecache.entry import INTERNAL, EntryHeader
 from compilecache.host import framework_module as _private
 from compilecache.host import native_cpu, torch_versions
 from compilecache.runtime.cache import Cache
@@ -332,7 +332,7 @@ class KernelCache:
                 compile_time_s=elapsed,
                 versions=torch_versions(),
                 components=key.components,
-                extra={"layer": key.layer, "readable": key.readable},
+                extra={"layer": key.layer, "readable": key.readable, INTERNAL: True},
             )
             self.cache.save(header, payload)
         except Exception as exc:

@@ -260,7 +260,12 @@ class ProbeCache:
                     compile_time_s=seconds,
                     versions=host.torch_versions(),
                     components=key.components,
-                    extra={"layer": LAYER, "kind": key.kind, "readable": key.readable},
+                    extra={
+                        "layer": LAYER,
+                        "kind": key.kind,
+                        "readable": key.readable,
+                        entry.INTERNAL: True,
+                    },
                 )
                 payload = json.dumps({"answer": value}).encode()
                 data = entry.encode(header, payload, compress=False, signing=cache.signing)
@@ -291,6 +296,7 @@ class ProbeCache:
             stored=stored,
             reason="" if stored else self.cache.skip_reason(seconds, key.store_key),
             background=True,
+            internal=True,
         )
 
     def answer(

@@ -27,7 +27,14 @@ from typing import Any
 from compilecache import entry
 from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
 from compilecache.entry import Entry, EntryHeader
-from compilecache.errors import CorruptEntry, ForeignEntry, LevelSkipped, StoreUnavailable
+from compilecache.errors import (
+    CorruptEntry,
+    EntryTooLarge,
+    ForeignEntry,
+    LevelSkipped,
+    ReadOnlyStore,
+    StoreUnavailable,
+)
 from compilecache.runtime.background import Background
 from compilecache.runtime.singleflight import SingleFlight
 from compilecache.signing import Signing
@@ -67,6 +74,9 @@ class Cache:
         # Keys under which this process found an entry signed with another key: it does not
         # write over them (and so never leads their compile for others).
         self._foreign: set[str] = set()
+        # Keys whose entry this process found damaged (and removed), with why: the miss that
+        # follows is explained by that, not by the nearest other entry.
+        self.damaged: dict[str, str] = {}
         # Set by the session: a label for this run's history records, and (under
         # ``compilecache run`` / ``doctor``) a list that collects per-compile events in memory.
         self.run_id = ""
@@ -243,12 +253,15 @@ class Cache:
         self.stats.add("load_time_s", elapsed, framework=framework)
         self.stats.add("compile_time_saved_s", saved, framework=framework)
         name = found.header.name
-        self.stats.add(function_counter(framework, name, "hits"))
-        self.stats.add(function_counter(framework, name, "compile_time_saved_s"), saved)
+        if not found.header.extra.get(entry.INTERNAL):  # a function's, not a framework part's
+            self.stats.add(function_counter(framework, name, "hits"))
+            self.stats.add(function_counter(framework, name, "compile_time_saved_s"), saved)
         self.add_event({"event": "hit", "framework": framework, "name": name, "key": key})
         return found, False
 
     def _corrupt(self, framework: str, key: str, exc: Exception, *, remove: bool) -> None:
+        if len(self.damaged) < MAX_EVENTS:
+            self.damaged[key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         self.stats.add("corrupt", framework=framework)
         self.stats.add("misses", framework=framework)
         self.warn_once("corrupt", f"entry {key} is corrupt ({exc}); treated as a miss and removed")
@@ -316,9 +329,10 @@ class Cache:
             data = entry.encode(header, payload, compress=compress, signing=self.signing)
             meta = EntryMeta(framework, header.name, header.compile_time_s)
             self.store.put(header.key, data, meta)
-        except LevelSkipped:
-            # The level is in back-off after a failure that was counted and warned about: a
-            # write not made is counted as skipped, so that an outage costs one error.
+        except (LevelSkipped, ReadOnlyStore, EntryTooLarge):
+            # Not failures of this write: a level in back-off after a failure that was counted
+            # and warned about (an outage costs one error), a store that takes no writes, an
+            # entry larger than the store's whole bound (the store warned once).
             self.stats.add("skipped", framework=framework)
             return False
         except Exception as exc:  # a failed write must never fail the user's compile
@@ -330,7 +344,8 @@ class Cache:
         self.stats.add("writes", framework=framework)
         self.stats.add("bytes_written", len(data), framework=framework)
         self.stats.add("compile_time_s", header.compile_time_s, framework=framework)
-        self.stats.add(function_counter(framework, header.name, "writes"))
+        if not header.extra.get(entry.INTERNAL):
+            self.stats.add(function_counter(framework, header.name, "writes"))
         return True
 
     def skip_reason(self, compile_time_s: float, key: str | None = None) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import xxhash
 
-from compilecache.entry import EntryHeader
+from compilecache.entry import INTERNAL, EntryHeader
 from compilecache.runtime import fileset
 from compilecache.runtime.cache import Cache
 
@@ -360,7 +360,7 @@ class SyncedDirectory:
                     key=self.file_key(name),
                     name=name,
                     versions=dict(self.versions),
-                    extra={"layer": self.layer},
+                    extra={"layer": self.layer, INTERNAL: True},
                 )
                 if self.cache.save(header, fileset.pack({name: member}), any_time=True):
                     self.known.add(name)
@@ -373,7 +373,7 @@ class SyncedDirectory:
                     key=self.index_key,
                     name=f"{self.layer} index",
                     versions=dict(self.versions),
-                    extra={"layer": f"{self.layer}-index"},
+                    extra={"layer": f"{self.layer}-index", INTERNAL: True},
                 )
                 self.cache.save(header, json.dumps(names).encode(), any_time=True)
         except Exception as exc:

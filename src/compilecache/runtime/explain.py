@@ -582,28 +582,41 @@ def record_miss(
     stored: bool = True,
     reason: str = "",
     background: bool = False,
+    internal: bool = False,
 ) -> Explanation | None:
     """After a miss's compile: count it for its function, explain it, and remember it in the
     store's history and the run's events. ``background``: explain and remember it on the cache's
     background thread (the integrations do, so that listing a remote level never holds up the
-    program) and return ``None``. Never raises."""
+    program) and return ``None``. ``internal``: an entry compilecache keeps for a framework
+    (a kernel binary, a probe's answer), not a function of the program: not counted per
+    function, and grouped apart by ``explain``. Never raises."""
     try:
-        cache.stats.add(function_counter(framework, name, "misses"))
-        cache.stats.add(function_counter(framework, name, "compile_time_s"), compile_time_s)
+        if not internal:
+            cache.stats.add(function_counter(framework, name, "misses"))
+            cache.stats.add(function_counter(framework, name, "compile_time_s"), compile_time_s)
     except Exception as exc:
         log.debug("compilecache: could not count a miss: %s", exc)
 
     def remember() -> Explanation | None:
         try:
-            explanation = explain(
-                cache.store,
-                framework=framework,
-                name=name,
-                key=key,
-                components=components,
-                readable=readable,
-                prefix=prefix,
-            )
+            damaged = cache.damaged.get(key)
+            if damaged is not None:
+                # Its own entry was there but unusable: that is why, not another entry's flags.
+                summary = (
+                    f"{name or '(unnamed)'}: the stored entry was damaged ({damaged}) and "
+                    "removed; compiled again"
+                )
+                explanation = Explanation(framework, name, key, None, (), summary)
+            else:
+                explanation = explain(
+                    cache.store,
+                    framework=framework,
+                    name=name,
+                    key=key,
+                    components=components,
+                    readable=readable,
+                    prefix=prefix,
+                )
             record: dict[str, Any] = {
                 **history.origin(cache.run_id),
                 **explanation.to_json(),
@@ -611,6 +624,8 @@ def record_miss(
                 "stored": stored,
                 "reason": reason,
             }
+            if internal:
+                record[entry.INTERNAL] = True
             history.append(cache.store, history.MISS, record)
             if cache.events is not None:
                 cache.add_event(
@@ -679,9 +694,20 @@ class SettingNotes:
         record_setting(self.cache, framework=self.framework, reason=reason)
 
 
+# One line per miss: longer explanations are cut.
+MAX_LINE = 300
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
+    """``text`` on one line (runs of whitespace, newlines included, become one space), cut to
+    ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def describe_record(record: Mapping[str, Any]) -> str:
     """One line for a history record: the explanation, and why it was not stored."""
-    summary = str(record.get("summary") or f"{record.get('name', '?')}: (no explanation)")
+    summary = one_line(str(record.get("summary") or f"{record.get('name', '?')}: (no explanation)"))
     if record.get("stored") is False:
-        summary += f" [not stored: {record.get('reason') or 'unknown reason'}]"
+        summary += f" [not stored: {one_line(str(record.get('reason') or 'unknown reason'), 120)}]"
     return summary

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from compilecache import entry
 from compilecache.config import parse_duration
-from compilecache.errors import ConfigError, CorruptEntry, ForeignEntry
+from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck
 from compilecache.signing import Signing
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
@@ -35,6 +35,15 @@ class EntryFilter:
     since: float | None = None  # a time: entries used (or written) at or after it
     name: str | None = None  # a glob over the function name or the key
 
+    def describe(self) -> str:
+        """The filter in the words of its options (``--name 'zzz*'``), or ``no filter``."""
+        parts = [f"--framework {self.framework}"] if self.framework else []
+        if self.since is not None:
+            parts.append(f"--since {datetime.fromtimestamp(self.since).isoformat(' ', 'seconds')}")
+        if self.name:
+            parts.append(f"--name {self.name!r}")
+        return " ".join(parts) or "no filter"
+
     def matches(self, info: EntryInfo) -> bool:
         if self.framework and info.framework != self.framework:
             return False
@@ -43,6 +52,11 @@ class EntryFilter:
         return not self.name or (
             fnmatch.fnmatchcase(info.name, self.name) or fnmatch.fnmatchcase(info.key, self.name)
         )
+
+
+def nothing_matched(store: Store, select: EntryFilter, what: str = "entry") -> BundleError:
+    """The error of an export that matched nothing: nothing is written, the status is not 0."""
+    return BundleError(f"no {what} of {store.url} matches ({select.describe()}): nothing written")
 
 
 def parse_since(text: str, now: float | None = None) -> float:

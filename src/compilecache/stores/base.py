@@ -482,6 +482,38 @@ REDIS_PARAMS = frozenset(
         "client",
     }
 )
+# What redis-py reads from a URL's query (its URL_QUERY_ARGUMENT_PARSERS, and the connection
+# arguments it passes on as they are): a Redis URL may carry these for the client; anything else
+# is refused when the URL is parsed (redis-py would fail every call on it).
+REDIS_CLIENT_PARAMS = frozenset(
+    {
+        "db",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_read_size",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "retry_on_error",
+        "health_check_interval",
+        "ssl_check_hostname",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+        "ssl_min_version",
+        "protocol",
+        "legacy_responses",
+        "client_name",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_validate_ocsp",
+        "username",
+        "password",
+    }
+)
 OBJECT_PARAMS = frozenset({"timeout", "retries", "conditional"})
 
 

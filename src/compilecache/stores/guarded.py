@@ -35,6 +35,7 @@ from compilecache.errors import (
     LevelSkipped,
     ReadOnlyStore,
     StoreUnavailable,
+    failure_text,
 )
 from compilecache.stores.base import (
     HISTORY_LIMIT,
@@ -187,13 +188,9 @@ class Guarded(StoreWrapper):
             self._counters["errors"] += 1
             self._counters["timeouts"] += 1 if timed_out else 0
             self._counters["outages"] += 1 if self._consecutive == 1 else 0
-        _warn_once(
-            self.url,
-            f"{self.url}: {what} failed ({type(exc).__name__}: {exc}); "
-            f"skipping it for {period:.0f}s, then retrying",
-        )
-        failure = exc if isinstance(exc, StoreUnavailable) else None
-        failure = failure or StoreUnavailable(f"{self.url}: {what} failed: {exc}")
+        text = failure_text(self.url, what, exc)
+        _warn_once(self.url, f"{text}; skipping it for {period:.0f}s, then retrying")
+        failure = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(text)
         failure.reported = True  # warned above (or before, for this URL): not again upstream
         return failure
 

@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import functools
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -38,8 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from compilecache.config import DEFAULT_MAX_SIZE
-from compilecache.errors import CorruptEntry, ReadOnlyStore, StoreUnavailable
+from compilecache.config import DEFAULT_MAX_SIZE, format_size
+from compilecache.errors import (
+    CompileCacheError,
+    CorruptEntry,
+    EntryTooLarge,
+    ReadOnlyStore,
+    StoreUnavailable,
+)
 from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, Store, StoreURL
 from compilecache.stores.frame import (
     decode_frame,
@@ -52,6 +59,8 @@ from compilecache.stores.frame import (
     write_atomic,
 )
 from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
+
+log = logging.getLogger("compilecache")
 
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
 _SMALL_FILE = 64 * 1024
@@ -211,6 +220,7 @@ class LocalStore(LeaseFilesMixin, Store):
         self.root = Path(root).expanduser()
         self.url = str(self.root)
         self.max_size = max_size
+        self._warned_too_large = False
         self.entries_dir = self.root / "entries"
         self._entries_prefix = str(self.entries_dir) + os.sep
         self.tmp_dir = self.root / "tmp"
@@ -520,8 +530,12 @@ class LocalStore(LeaseFilesMixin, Store):
         created = time.time()
         rows: list[tuple[str, int, EntryMeta]] = []
         shards: set[Path] = set()
-        failure: StoreUnavailable | None = None
+        failure: CompileCacheError | None = None
         for key, value, meta in items:
+            if len(value) > self.max_size:
+                # It would evict everything else and then itself: not written, said once.
+                failure = self._too_large(key, len(value))
+                continue
             meta = meta or EntryMeta()
             path = self.path_of(key)
             try:
@@ -549,6 +563,20 @@ class LocalStore(LeaseFilesMixin, Store):
             raise StoreUnavailable(f"cannot update the index {self.index_path}: {exc}") from exc
         if failure is not None:
             raise failure
+
+    def _too_large(self, key: str, size: int) -> EntryTooLarge:
+        if not self._warned_too_large:
+            self._warned_too_large = True
+            log.warning(
+                "compilecache: an entry of %s is larger than the whole size bound of %s "
+                "(%s, COMPILECACHE_MAX_SIZE: a bare number is bytes); such entries are not kept",
+                format_size(size),
+                self.root,
+                format_size(self.max_size),
+            )
+        return EntryTooLarge(
+            f"{key}: {size} bytes is more than {self.root}'s whole bound of {self.max_size} bytes"
+        )
 
     def _write_atomic(self, path: Path, *chunks: bytes) -> None:
         write_atomic(self.tmp_dir / f"{uuid.uuid4().hex}.tmp", path, chunks)

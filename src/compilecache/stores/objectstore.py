@@ -39,7 +39,13 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from compilecache.errors import CompileCacheError, ConfigError, CorruptEntry, StoreUnavailable
+from compilecache.errors import (
+    CompileCacheError,
+    ConfigError,
+    CorruptEntry,
+    StoreUnavailable,
+    failure_text,
+)
 from compilecache.stores.base import (
     NO_COORDINATION,
     OBJECT_PARAMS,
@@ -631,7 +637,7 @@ class ObjectStore(OneReadStore):
             self.fs.close()
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
-        return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+        return StoreUnavailable(failure_text(self.url, what, exc))
 
 
 def _cat_whole(fs: Any, path: str) -> bytes:

@@ -67,7 +67,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from compilecache.config import parse_count, parse_duration, parse_size
-from compilecache.errors import ConfigError, StoreUnavailable
+from compilecache.errors import ConfigError, StoreUnavailable, failure_text
 from compilecache.stores.base import (
     HISTORY_KINDS,
     HISTORY_LIMIT,
@@ -582,7 +582,7 @@ class RedisStore(OneReadStore):
         return found, claim
 
     def _unavailable(self, what: str, exc: Exception) -> StoreUnavailable:
-        return StoreUnavailable(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}")
+        return StoreUnavailable(failure_text(self.url, what, exc))
 
 
 def _claim(answer: Any, token: str) -> Claim:

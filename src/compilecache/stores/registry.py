@@ -15,6 +15,7 @@ Every store compilecache uses is opened here (the session, the CLI, bundles, ``o
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from compilecache.config import DEFAULT_COLD_STREAK
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
     OBJECT_PARAMS,
+    REDIS_CLIENT_PARAMS,
     REDIS_PARAMS,
     WRAPPER_PARAMS,
     EntryInfo,
@@ -61,6 +63,11 @@ class Backend:
     install_hint: str = ""
     options: frozenset[str] = frozenset()
     passthrough: bool = False
+    # Options the backend hands to its client library, listed apart in an error.
+    client_options: frozenset[str] = frozenset()
+    # The package the backend needs (looked for without importing it): its absence is one
+    # problem said once with the install hint, not a failure on every call.
+    requires: str = ""
 
 
 _S3 = Backend(
@@ -68,20 +75,28 @@ _S3 = Backend(
     "obstore (pip install 'compilecache[s3]')",
     OBJECT_PARAMS,
     passthrough=True,
+    requires="obstore",
 )
 _GCS = Backend(
     "compilecache.stores.objectstore:from_url",
     "obstore (pip install 'compilecache[gcs]')",
     OBJECT_PARAMS,
     passthrough=True,
+    requires="obstore",
 )
 _AZURE = Backend(
     "compilecache.stores.objectstore:from_url",
     "obstore (pip install 'compilecache[azure]')",
     OBJECT_PARAMS,
     passthrough=True,
+    requires="obstore",
 )
-_REDIS = Backend("compilecache.stores.redis:from_url", _REDIS_HINT, REDIS_PARAMS, passthrough=True)
+_REDIS = Backend(
+    "compilecache.stores.redis:from_url",
+    _REDIS_HINT,
+    REDIS_PARAMS,
+    client_options=REDIS_CLIENT_PARAMS,
+)
 # scheme -> backend. Lazy: nothing heavy is imported until a URL with that scheme is opened.
 _BUILTIN: dict[str, Backend] = {
     "file": Backend("compilecache.stores.local:from_url", "", _DIRECTORY_OPTIONS),
@@ -148,12 +163,24 @@ def check_options(url: StoreURL) -> None:
     if backend is None or backend.passthrough:
         return  # a third-party store, or a client library that judges the rest itself
     known = backend.options | WRAPPER_PARAMS
-    unknown = sorted(set(url.params) - known)
+    unknown = sorted(set(url.params) - known - backend.client_options)
     if unknown:
+        client = backend.client_options
+        also = f"; and its client's: {', '.join(sorted(client))}" if client else ""
         raise ConfigError(
             f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in store URL "
-            f"{url.raw!r}; {url.scheme}:// knows: {', '.join(sorted(known))}"
+            f"{_redacted(url.raw)!r}; {url.scheme}:// knows: {', '.join(sorted(known))}{also}"
         )
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    user_info, _, host = rest.partition("@")
+    user = user_info.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in user_info else url
 
 
 # -- backends ------------------------------------------------------------------------------------
@@ -212,11 +239,29 @@ def _fsspec_knows(scheme: str) -> bool:
     return known_protocol(scheme)
 
 
+def check_requirements(url: StoreURL) -> None:
+    """StoreUnavailable, with the install hint, when the package ``url``'s backend needs is not
+    installed (found without importing it)."""
+    backend = _BUILTIN.get(url.scheme)
+    if backend is None or not backend.requires or url.scheme in _REGISTERED:
+        return
+    if importlib.util.find_spec(backend.requires) is None:
+        raise StoreUnavailable(
+            f"cannot use {url.scheme}:// stores: {backend.requires} is not installed "
+            f"(install {backend.install_hint})"
+        )
+
+
+def is_shared_directory(url: StoreURL) -> bool:
+    """A directory with ``?shared=1``: the index-free store for shared mounts."""
+    return url.scheme == "file" and flag(url.params, "shared")
+
+
 def open_backend(url: StoreURL) -> Store:
     """The bare backend of one parsed level (no guard, no read-only wrapper)."""
     check_options(url)
-    shared = url.scheme == "file" and flag(url.params, "shared")
-    factory = resolve_factory(SHARED_DIRECTORY if shared else url.scheme)
+    check_requirements(url)
+    factory = resolve_factory(SHARED_DIRECTORY if is_shared_directory(url) else url.scheme)
     try:
         store: Any = factory(url)
     except ImportError as exc:  # the scheme's client package (obstore, an fsspec one) is missing

@@ -57,6 +57,7 @@ from compilecache.runtime.transfer import (
     Progress,
     Report,
     admit,
+    nothing_matched,
     peek_entry,
     read_entry,
 )
@@ -132,6 +133,8 @@ def export_bundle(
     target = atomicfile.target_of(path)  # a missing directory fails before the store is read
     report = Report("export", store.url, str(Path(path)))
     infos = [i for i in store.scan() if select.matches(i)]
+    if not infos:
+        raise nothing_matched(store, select)
     report.total = len(infos)
     progress = Progress(len(infos), "reading")
     records: list[dict[str, Any]] = []

@@ -1,8 +1,10 @@
-"""``compilecache demo``: a real JAX transformer train step, compiled cold and then started warm.
+"""``compilecache demo``: a real JAX transformer train step and a torch.compile MLP, each compiled
+cold and then started warm.
 
-Both runs are fresh Python processes started the way ``compilecache run`` starts them, against the
-configured store (or ``--url``). A random salt in JAX's ``custom_hook`` key component makes the
-cold run really cold without touching what the store already holds.
+Both runs are fresh Python processes started the way ``compilecache run`` starts them. By default
+they use a scratch store in a temporary directory, removed at the end: the demo leaves nothing in
+your cache. With ``--url`` they use that store (the demo says so, and what it wrote); a random salt
+in the key then makes the cold run really cold without touching what the store already holds.
 """
 
 from __future__ import annotations
@@ -101,15 +103,24 @@ def _measure(workload: Workload, url: str) -> dict[str, Any]:
 def main(url: str | None = None, layers: int = 8, json_output: bool = False) -> int:
     """Run the demo; 0 when the warm runs computed what the cold ones did.
 
-    A ``layers`` below 1 is a :class:`ConfigError` (one line from the CLI), raised before
-    anything runs or any store is created.
+    Without ``url``, on a scratch store removed at the end. A ``layers`` below 1 is a
+    :class:`ConfigError` (one line from the CLI), raised before anything runs or any store is
+    created.
     """
     if layers < 1:
         raise ConfigError(f"demo --layers must be at least 1, got {layers}")
+    if url is None:
+        with tempfile.TemporaryDirectory(prefix="compilecache-demo-store-") as scratch:
+            return _demo(str(Path(scratch) / "store"), layers, json_output, scratch=True)
+    return _demo(url, layers, json_output, scratch=False)
+
+
+def _demo(url: str, layers: int, json_output: bool, *, scratch: bool) -> int:
     cfg = config_mod.load(url=url)
     url = cfg.url
     salt = f"compilecache-demo-{uuid.uuid4().hex}"
-    print(f"compilecache demo: store {url}", file=sys.stderr)
+    where = "a scratch store, removed at the end" if scratch else "your store (--url)"
+    print(f"compilecache demo: {where}: {url}", file=sys.stderr)
     try:
         rows = [_measure(workload, url) for workload in _workloads(layers, salt, cfg.frameworks)]
     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # a workload failed: say how
@@ -124,6 +135,8 @@ def main(url: str | None = None, layers: int = 8, json_output: bool = False) -> 
             json.dumps(
                 {
                     "workloads": rows,
+                    "store": url,
+                    "scratch_store": scratch,
                     "store_entries": len(infos),
                     "store_bytes": sum(i.size for i in infos),
                 },
@@ -144,5 +157,12 @@ def main(url: str | None = None, layers: int = 8, json_output: bool = False) -> 
         )
     print()
     print("cold: first call with keys no earlier run wrote; warm: a fresh process, same store")
-    print(f"store: {url}: {len(infos)} entries, {format_size(sum(i.size for i in infos))}")
+    size = format_size(sum(i.size for i in infos))
+    if scratch:
+        print(f"store: a scratch store ({len(infos)} entries, {size}), removed now")
+    else:
+        print(
+            f"store: {url}: {len(infos)} entries, {size} (the demo's entries have keys of their "
+            "own, salted: `compilecache prune` removes them when unused)"
+        )
     return 0 if same else 1

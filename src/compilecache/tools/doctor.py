@@ -54,13 +54,18 @@ _GRAPH_PARTS = ("torch/kernel/", "torch/pch/", "torch/autotune/")
 class Finding:
     """One problem: what, why, and the fix."""
 
-    kind: str  # "unstable", "not_stored", "pitfall", "failed"
+    kind: str  # "unstable", "not_stored", "pitfall", "failed", "advice"
     title: str
     detail: str
     fix: str
     framework: str = ""
     name: str = ""
     components: tuple[str, ...] = ()
+
+    @property
+    def advisory(self) -> bool:
+        """Advice (a setting worth knowing about) does not make the exit status 1."""
+        return self.kind == "advice"
 
 
 @dataclass
@@ -89,7 +94,8 @@ class DoctorReport:
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        """No problem found (advice alone is no problem)."""
+        return not any(not f.advisory for f in self.findings)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +130,7 @@ class DoctorReport:
             ("unstable", "Keys that differ between two identical runs (they will never hit)"),
             ("not_stored", "Compiles that were never stored"),
             ("pitfall", "Configuration pitfalls"),
+            ("advice", "Advice"),
         )
         for kind, heading in sections:
             found = [f for f in self.findings if f.kind == kind]
@@ -134,7 +141,7 @@ class DoctorReport:
                 lines.append(f"  - {f.title}")
                 lines += [f"      {line}" for line in f.detail.splitlines() if line]
                 lines.append(f"      fix: {f.fix}")
-        if self.ok:
+        if self.ok and len(self.runs) > 1:
             lines += ["", "No problems found: every compile of the second run hit the cache."]
         return "\n".join(lines)
 
@@ -185,7 +192,15 @@ def run_twice(
         for i in (1, 2):
             spool = Path(tmp) / f"run{i}"
             spool.mkdir()
-            child_env = runner.child_environment(base, str(spool), {"COMPILECACHE_URL": str(store)})
+            # Each run on a "new machine" for the frameworks' own directories: torch's and
+            # Triton's local caches would otherwise answer the second run themselves, and the
+            # keys of the two runs would never be compared.
+            fresh = {
+                "COMPILECACHE_URL": str(store),
+                "TORCHINDUCTOR_CACHE_DIR": str(spool / "torchinductor"),
+                "TRITON_CACHE_DIR": str(spool / "triton"),
+            }
+            child_env = runner.child_environment(base, str(spool), fresh)
             try:
                 proc = subprocess.run(
                     list(command),
@@ -205,6 +220,8 @@ def run_twice(
                 code, output = 127, f"cannot start {command[0]!r}: {exc}"
             events, facts = read_spool(spool)
             results.append(RunResult(code, output[-_TAIL_CHARS:], events, facts))
+            if code != 0:
+                break  # the command failed: it is reported, and not run again
     return results
 
 
@@ -507,7 +524,7 @@ def _pitfalls(
                 found.setdefault(
                     "torch_threads",
                     Finding(
-                        "pitfall",
+                        "advice",
                         "OMP_NUM_THREADS is not set",
                         f"torch.compile keys include the thread count ({threads} here, from "
                         "this host's cores): hosts with other core counts never share entries.",
@@ -524,7 +541,7 @@ def _pitfalls(
             found.setdefault(
                 f"setting:{reason}",
                 Finding(
-                    "pitfall",
+                    "advice",
                     f"a {framework} setting of the program changes what compilecache does",
                     reason,
                     "compilecache keeps the framework's own settings: this is the program's (or "

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.config import format_size
+from compilecache.entry import INTERNAL
+from compilecache.frameworks import is_internal
 from compilecache.runtime import explain, history
 from compilecache.stores.base import Store
 from compilecache.tools.statsreport import StatsReport
@@ -400,6 +402,8 @@ def group_misses(records: Sequence[Mapping[str, Any]]) -> list[MissGroup]:
     """Misses grouped by (framework, function, explanation), the most recent group first."""
     groups: dict[tuple[str, str, str], MissGroup] = {}
     for m in records:
+        if m.get(INTERNAL):
+            continue  # a framework's part (a kernel, a probe answer): not a function of the program
         framework, name = str(m.get("framework", "")), str(m.get("name", ""))
         why = explain.describe_record(m).split(": ", 1)[-1]
         t = float(m.get("time", 0.0) or 0.0)
@@ -469,6 +473,8 @@ def build_html(store: Store, *, now: float | None = None) -> str:
     if not top:  # no per-function counters yet: the stored entries' compile times
         per_name: dict[str, float] = {}
         for info in infos:
+            if is_internal(info.key):
+                continue
             label = f"{info.name or info.key} ({info.framework})"
             per_name[label] = per_name.get(label, 0.0) + info.compile_time_s
         top = sorted(per_name.items(), key=lambda kv: -kv[1])[:MAX_FUNCTIONS]

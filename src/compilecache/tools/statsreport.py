@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from compilecache import stats
+from compilecache.frameworks import is_internal
 from compilecache.runtime import manifest
 from compilecache.stores.base import EntryInfo, Store
 
@@ -74,6 +75,11 @@ class StatsReport:
     frameworks: Mapping[str, Mapping[str, float]]
     functions: Mapping[str, FunctionStats]
     levels: Mapping[str, Mapping[str, float]]
+    # framework -> (entries, bytes) of the entries compilecache keeps for it (kernels, probe
+    # answers: frameworks.INTERNAL_PREFIXES), counted in the totals but not listed per function.
+    internal: Mapping[str, tuple[int, int]] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @classmethod
     def of(cls, store: Store) -> StatsReport:
@@ -88,10 +94,15 @@ class StatsReport:
         totals, per_framework, per_function, levels = stats.split_counters(counters)
         frameworks = {fw: dict(values) for fw, values in per_framework.items()}
         stored: dict[tuple[str, str], tuple[int, int]] = {}  # (framework, name) -> entries, bytes
+        internal: dict[str, tuple[int, int]] = {}
         entries = size = 0
         for info in infos:
             if info.key.startswith(manifest.PREFIX):
                 continue  # a job's lookup list, kept beside the entries: not a compiled entry
+            if is_internal(info.key):
+                fw_name = info.framework or "other"
+                n, b = internal.get(fw_name, (0, 0))
+                internal[fw_name] = (n + 1, b + info.size)
             entries += 1
             size += info.size
             fw = frameworks.setdefault(info.framework or "other", {})
@@ -124,6 +135,7 @@ class StatsReport:
             frameworks=_frozen(frameworks),
             functions=MappingProxyType(functions),
             levels=_frozen(levels),
+            internal=MappingProxyType(internal),
         )
 
     # -- the headline numbers -----------------------------------------------------------------
@@ -186,5 +198,8 @@ class StatsReport:
         data["frameworks"] = {fw: dict(values) for fw, values in self.frameworks.items()}
         data["functions"] = {label: fn.to_json() for label, fn in self.functions.items()}
         data["levels"] = {url: dict(values) for url, values in self.levels.items()}
+        data["internal"] = {
+            fw: {"entries": n, "size_bytes": b} for fw, (n, b) in self.internal.items()
+        }
         data["hit_rate"] = self.hit_rate
         return data

@@ -1,0 +1,301 @@
+"""``compilecache check``: what this configuration is, whether its store answers, and what a run
+would warn about, before anything runs.
+
+The first stop when something seems off. It reports:
+
+- every setting with its value and where it came from (the command line, a ``COMPILECACHE_*``
+  variable, or the default);
+- every level of the store, opened and asked a real round trip (a probe entry written, read and
+  removed; only read where the level is read-only): reachable, its latency, writable or not;
+- the signing role (writer, reader, none) and the trusted keys;
+- the frameworks installed (their versions, read without importing them);
+- what a run would warn about (a shared store nothing signs, a bound smaller than an entry, a
+  read-only home for XLA's caches, levels left out).
+
+Problems come with their fix; ``ok`` (exit status 0) when there are none. Never raises for a
+bad setting: that is a problem it reports.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from compilecache import config as config_mod
+from compilecache import unsigned
+from compilecache.config import Config, format_size
+from compilecache.errors import CompileCacheError
+from compilecache.stores import registry
+from compilecache.stores.base import EntryMeta, flag
+
+# (setting, its variable) in the order people read them.
+SETTINGS = (
+    ("url", "COMPILECACHE_URL"),
+    ("max_size", "COMPILECACHE_MAX_SIZE"),
+    ("disabled", "COMPILECACHE_DISABLE"),
+    ("read_only", "COMPILECACHE_READ_ONLY"),
+    ("min_compile_time", "COMPILECACHE_MIN_COMPILE_TIME"),
+    ("frameworks", "COMPILECACHE_FRAMEWORKS"),
+    ("log_level", "COMPILECACHE_LOG"),
+    ("tier_writes", "COMPILECACHE_TIER_WRITES"),
+    ("writers", "COMPILECACHE_WRITERS"),
+    ("lease_ttl", "COMPILECACHE_LEASE_TTL"),
+    ("wait_timeout", "COMPILECACHE_WAIT_TIMEOUT"),
+    ("job", "COMPILECACHE_JOB"),
+    ("prefetch", "COMPILECACHE_PREFETCH"),
+    ("cold_streak", "COMPILECACHE_COLD_STREAK"),
+)
+# Secrets: said to be set, never shown.
+SECRETS = (
+    ("secret", "COMPILECACHE_SECRET"),
+    ("secret_file", "COMPILECACHE_SECRET_FILE"),
+    ("signing_key_file", "COMPILECACHE_SIGNING_KEY_FILE"),
+    ("trusted_keys", "COMPILECACHE_TRUSTED_KEYS"),
+)
+FRAMEWORK_PACKAGES = ("jax", "jaxlib", "torch", "triton")
+# Below this, a bound keeps hardly any compiled program (and a bare number is bytes).
+SMALL_BOUND = 10 * 1000**2
+PROBE_PAYLOAD = b"compilecache check"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    value: str
+    source: str  # "argument", "COMPILECACHE_..." (the variable), or "default"
+
+
+@dataclass(frozen=True)
+class Level:
+    url: str
+    reachable: bool
+    writable: bool
+    latency_ms: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Problem:
+    what: str
+    fix: str
+
+
+@dataclass
+class CheckReport:
+    settings: list[Setting] = field(default_factory=list)
+    levels: list[Level] = field(default_factory=list)
+    signing: dict[str, Any] = field(default_factory=dict)
+    frameworks: dict[str, str] = field(default_factory=dict)
+    warnings: list[Problem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "settings": [asdict(s) for s in self.settings],
+            "levels": [asdict(level) for level in self.levels],
+            "signing": self.signing,
+            "frameworks": self.frameworks,
+            "warnings": [asdict(w) for w in self.warnings],
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+    def text(self) -> str:
+        lines = ["settings:"]
+        width = max((len(s.name) for s in self.settings), default=0)
+        for s in self.settings:
+            lines.append(f"  {s.name:<{width}}  {s.value}  ({s.source})")
+        lines.append("store:")
+        for level in self.levels:
+            if level.reachable and level.latency_ms is None:
+                state = "fine"
+            elif level.reachable:
+                state = f"reachable, {level.latency_ms:.1f} ms round trip"
+                state += ", writable" if level.writable else ", read-only"
+            else:
+                state = "NOT reachable"
+            lines.append(f"  {level.url}: {state}" + (f" ({level.detail})" if level.detail else ""))
+        if self.signing:
+            lines.append(f"signing: {self.signing.get('role')}: {self.signing.get('detail')}")
+        lines.append(
+            "frameworks: " + ", ".join(f"{name} {v}" for name, v in self.frameworks.items())
+        )
+        for heading, items in (("warnings", self.warnings), ("problems", self.problems)):
+            if items:
+                lines.append(f"{heading}:")
+                for item in items:
+                    lines.append(f"  - {item.what}")
+                    lines.append(f"    fix: {item.fix}")
+        lines.append("ok" if self.ok else f"{len(self.problems)} problem(s)")
+        return "\n".join(lines)
+
+
+def check(url: str | None = None, env: Mapping[str, str] | None = None) -> CheckReport:
+    """Check the configuration (``url``: the ``--url`` argument) and its store."""
+    env = dict(os.environ if env is None else env)
+    report = CheckReport()
+    try:
+        cfg = config_mod.load(env, url=url)
+    except CompileCacheError as exc:
+        report.problems.append(
+            Problem(f"the configuration does not load: {exc}", "correct the setting named there")
+        )
+        report.frameworks = _framework_versions()
+        return report
+    report.settings = _settings(cfg, env, url)
+    report.signing = _signing(cfg)
+    report.frameworks = _framework_versions()
+    if cfg.disabled:
+        report.warnings.append(
+            Problem("COMPILECACHE_DISABLE=1: compilecache does nothing", "unset it to cache")
+        )
+    for level in registry.split_levels(cfg.url):
+        report.levels.append(_probe(level, cfg, report))
+    _warnings(cfg, report)
+    return report
+
+
+def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Setting]:
+    out = []
+    for name, variable in SETTINGS:
+        value = getattr(cfg, name)
+        shown = format_size(value) if name == "max_size" else _text(value)
+        if name == "url" and url:
+            source = "argument (--url)"
+        elif env.get(variable, "").strip():
+            source = variable
+        else:
+            source = "default"
+        out.append(Setting(name, shown, source))
+    for name, variable in SECRETS:
+        if variable in env:
+            out.append(Setting(name, "(set, not shown)", variable))
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _signing(cfg: Config) -> dict[str, Any]:
+    signing = cfg.signing
+    trusted = len(cfg.trusted_keys)
+    if signing is None:
+        return {"role": "none", "trusted_keys": 0, "detail": "nothing signed or checked"}
+    if not cfg.shared_writer:
+        role, detail = "reader", config_mod.READER_REASON
+    elif cfg.signing_key:
+        role, detail = "writer", "signs what it writes (COMPILECACHE_SIGNING_KEY_FILE)"
+    else:
+        role, detail = "secret", "HMAC secret: signs and checks every entry"
+    return {"role": role, "trusted_keys": trusted, "detail": detail}
+
+
+def _framework_versions() -> dict[str, str]:
+    out = {}
+    for name in FRAMEWORK_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
+    """Open ``level`` and make a real round trip: a probe entry written, read back, removed (only
+    read where the level is read-only)."""
+    shown = unsigned.redacted(level)
+    try:
+        parsed = registry.parse_url(level, cfg.max_size, create=False)
+        # The bare backend: no fail-open guard to hide (and warn about) what fails here.
+        store = registry.open_backend(parsed)
+    except CompileCacheError as exc:
+        text = str(exc)
+        if "does not exist" in text:
+            return Level(shown, True, True, None, "not made yet: the first run makes it")
+        report.problems.append(Problem(_named(shown, text), _fix_for(text)))
+        return Level(shown, False, False, detail=text)
+    key = f"compilecache-check/{socket.gethostname()}-{os.getpid()}"
+    try:
+        writable = not cfg.read_only and not flag(parsed.params, "readonly")
+        start = time.perf_counter()
+        if writable:
+            store.put(key, PROBE_PAYLOAD, EntryMeta("check", "probe"))
+            found = store.get(key)
+            store.delete(key)
+            if found != PROBE_PAYLOAD:
+                raise CompileCacheError("what was written did not read back")
+        else:
+            store.stat(key)
+        latency = (time.perf_counter() - start) * 1000 / (3 if writable else 1)
+    except Exception as exc:  # any failure of the round trip is this level's problem
+        text = str(exc) or type(exc).__name__
+        report.problems.append(Problem(_named(shown, text), _fix_for(text)))
+        return Level(shown, False, False, detail=text)
+    finally:
+        store.close()
+    return Level(shown, True, writable, latency)
+
+
+def _named(level: str, text: str) -> str:
+    """``text``, naming ``level`` once (store errors usually name it already)."""
+    return text if level.split("?")[0] in text else f"{level}: {text}"
+
+
+def _fix_for(text: str) -> str:
+    if "install" in text:
+        return "install the package named above"
+    if "unknown option" in text or "unknown store URL scheme" in text:
+        return "correct the URL (COMPILECACHE_URL or --url)"
+    return (
+        "check that the server or bucket exists and answers from this host (credentials, "
+        "network); compilecache runs uncached meanwhile, never failing the program"
+    )
+
+
+def _warnings(cfg: Config, report: CheckReport) -> None:
+    shared = unsigned.shared_unsigned(cfg)
+    if shared:
+        report.warnings.append(
+            Problem(
+                unsigned.message(shared),
+                "COMPILECACHE_SIGNING_KEY_FILE where the cache is filled, "
+                "COMPILECACHE_TRUSTED_KEYS everywhere it is read (`compilecache keygen`)",
+            )
+        )
+    if cfg.max_size < SMALL_BOUND:
+        report.warnings.append(
+            Problem(
+                f"the size bound is {format_size(cfg.max_size)} ({cfg.max_size} bytes): most "
+                "compiled programs are larger, and each would be evicted at once",
+                "give a unit: COMPILECACHE_MAX_SIZE=20GB (a bare number is bytes)",
+            )
+        )
+    if not cfg.shared_writer:
+        report.warnings.append(
+            Problem(config_mod.READER_REASON, "expected for a reader of a fleet's cache")
+        )
+    try:
+        from compilecache.frameworks.jax_xla import usable_xla_directory
+
+        directory, why = usable_xla_directory()
+        if why:
+            report.warnings.append(
+                Problem(
+                    f"XLA's caches use {directory}: {why}",
+                    "set XDG_CACHE_HOME to a writable directory to keep them across restarts",
+                )
+            )
+    except Exception:  # a convenience: never a reason for check to fail
+        pass
