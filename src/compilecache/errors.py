@@ -34,6 +34,8 @@ def failure_text(where: str, what: str, exc: BaseException) -> str:
         return str(exc)
     lines = str(exc).strip().splitlines()
     detail = lines[0] if lines else ""
+    if detail.startswith(f"{where}: "):
+        return detail  # the store's own words, already naming it (a missing bucket, say)
     cause = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
     return f"{where}: {what} failed: {cause}"
 

@@ -182,10 +182,19 @@ def _remove_spool(path: str) -> None:
         pass
 
 
+def _may_be_shared(url: str) -> bool:
+    """Whether a level of ``url`` may be shared with other hosts: a remote scheme or a shared
+    directory (cheap: no URL parsing; the default is this host's own directory)."""
+    for level in url.split(","):
+        scheme, sep, _ = level.strip().partition("://")
+        if (sep and scheme.lower() not in ("file", "memory")) or "shared=" in level:
+            return True
+    return False
+
+
 def _shared_store_warning(env: Mapping[str, str]) -> str | None:
-    """The first-run warning about a shared store nothing signs (only a configured URL can name
-    one; the default is this host's own directory)."""
-    if not env.get("COMPILECACHE_URL"):
+    """The first-run warning about a shared store nothing signs."""
+    if not _may_be_shared(env.get("COMPILECACHE_URL", "")):
         return None
     from compilecache.unsigned import first_run_warning
 

@@ -273,6 +273,10 @@ class SyncedDirectory:
         self.versions: dict[str, str] = {}
         self.known: set[str] = set()  # names the store holds, as far as this process knows
         self._seen: tuple[int, int] | None = None  # the directory's (mtime, size) at last look
+        # Whether the store had the job's index at restore: one that had none gets an index
+        # written (empty where the directory is), so that the next start on this host reads it
+        # from its own level and asks no remote one (on a CPU, XLA writes no autotune file).
+        self._listed: bool | None = None
 
     @property
     def index_key(self) -> str:
@@ -297,6 +301,9 @@ class SyncedDirectory:
             and os.path.isfile(os.path.join(self.directory, n))
         }
 
+    def _index_exists(self) -> bool:
+        return self.cache.peek(self.framework, self.index_key) is not None
+
     def _index(self) -> set[str]:
         found = self.cache.peek(self.framework, self.index_key)  # a list: no hit or miss
         if found is None:
@@ -317,6 +324,7 @@ class SyncedDirectory:
         try:
             os.makedirs(self.directory, exist_ok=True)
             listed = self._index()
+            self._listed = bool(listed) or self._index_exists()
             self.known |= listed
             for name in sorted(listed - self.local_names()):
                 found = self.cache.load(self.framework, self.file_key(name))
@@ -351,7 +359,7 @@ class SyncedDirectory:
         try:
             self._seen = self._stamp()
             new = sorted(self.local_names() - self.known)
-            if not new:
+            if not new and self._listed is not False:
                 return 0
             for name in new:
                 member = fileset.read_file(os.path.join(self.directory, name))
@@ -366,7 +374,7 @@ class SyncedDirectory:
                     self.known.add(name)
                     stored += 1
             listed = self._index()
-            if not self.known <= listed:
+            if not self.known <= listed or self._listed is False:
                 names = sorted(self.known | listed)
                 header = EntryHeader(
                     framework=self.framework,
@@ -375,7 +383,8 @@ class SyncedDirectory:
                     versions=dict(self.versions),
                     extra={"layer": f"{self.layer}-index", INTERNAL: True},
                 )
-                self.cache.save(header, json.dumps(names).encode(), any_time=True)
+                if self.cache.save(header, json.dumps(names).encode(), any_time=True):
+                    self._listed = True
         except Exception as exc:
             self.cache.warn_once(f"{self.layer}:publish", f"{self.directory} not stored: {exc}")
         return stored

@@ -15,6 +15,11 @@ where an object store would take a hundred (each a request the store bills, and 
 bucket may answer with HTTP 429). Entries the pack lacks are fetched one batch at a time, as
 before.
 
+A copy of the list (not the pack) is also kept in the first level, this host's own: a start
+whose every listed entry is already local reads that copy and prefetches nothing, so repeated
+starts on one host never touch the network (a new key, or a fresh host, goes to the remote
+levels as before).
+
 The job is named by ``COMPILECACHE_JOB``, or fingerprinted from the command line and the
 framework versions. A manifest is only a list of keys: a wrong or stale one costs a prefetch of
 entries nobody asks for, never a wrong hit (every entry is still checked when it is used). A
@@ -88,17 +93,48 @@ def load(store: Store, key: str, signing: Signing | None) -> list[str]:
     return [k for k in keys if isinstance(k, str) and not k.startswith(PREFIX)][:MAX_KEYS]
 
 
+def local_copy(store: Store, key: str, signing: Signing | None) -> list[str] | None:
+    """The manifest's keys when this host's own level has the list and every entry it names
+    (then a start needs nothing from the network); ``None`` otherwise."""
+    local = store.levels[0]
+    keys = load(local, key, signing)
+    if not keys:
+        return None
+    try:
+        if all(local.stat(k) is not None for k in keys):
+            return keys
+    except Exception as exc:
+        log.debug("compilecache: the local manifest of %s not checked: %s", key, exc)
+    return None
+
+
+def load_remote(store: Store, key: str, signing: Signing | None) -> list[str]:
+    """The manifest as the slower levels hold it (the fleet's newest), else the local copy."""
+    for level in store.levels[1:]:
+        keys = load(level, key, signing)
+        if keys:
+            return keys
+    return load(store.levels[0], key, signing)
+
+
 def save(store: Store, key: str, job: str, keys: Sequence[str], signing: Signing | None) -> bool:
     """Write the manifest of this run, and its pack, into the slower levels of ``store`` (the
-    ones a fresh host reads them from; the first level, this host's own disk, has no use for
-    them). The pack goes first: a reader of the new manifest finds the pack that goes with it.
-    Never raises; ``False`` when the manifest was written nowhere."""
+    ones a fresh host reads them from), and the manifest alone into the first level, this host's
+    own (a start that finds every entry local reads it there). The pack goes first: a reader of
+    the new manifest finds the pack that goes with it. Never raises; ``False`` when the manifest
+    was written nowhere."""
     keys = [k for k in keys if not k.startswith(PREFIX)][:MAX_KEYS]
     if not keys:
         return False
     data = _encode(key, job, json.dumps(keys).encode(), signing)
     pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), signing)
     written = False
+    local = store.levels[0]
+    if data is not None and not local.read_only:
+        try:
+            local.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
+        except Exception as exc:
+            log.debug("compilecache: could not write %s to %s: %s", key, local.url, exc)
     for level in store.levels[1:]:
         if level.read_only:
             continue
@@ -193,12 +229,17 @@ class Prefetch:
         self._thread.start()
 
     def _run(self) -> None:
+        wanted: list[str] = []
         try:
-            self.known = load(self.store, self.key, self.signing)
+            local = local_copy(self.store, self.key, self.signing)
+            if local is not None:
+                self.known = local  # a warm host: nothing to fetch, no network
+            else:
+                self.known = wanted = load_remote(self.store, self.key, self.signing)
         finally:
             try:  # always: an empty list releases the lookups waiting for it
                 pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.signing))
-                self.store.prefetch(self.known or [], pack=pack)
+                self.store.prefetch(wanted, pack=pack)
             except Exception as exc:  # never fail a program for a prefetch
                 log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
 

@@ -151,6 +151,10 @@ class ObstoreFS:
         """The exception ObjectStore understands for one of obstore's, in plain words."""
         errors = _exceptions()
         text = str(exc)
+        if method == "LIST" and "404" in text:
+            # Listing a prefix of a bucket that exists answers 200, empty or not.
+            exc = FileNotFoundError(f"NoSuchBucket: {text}")
+            text = str(exc)
         if isinstance(exc, FileNotFoundError):
             if any(code in text for code in _NO_BUCKET):  # not a missing object: no bucket
                 return OSError(
@@ -391,8 +395,10 @@ class ObstoreFS:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The error's first line, without the server's XML body (which people cannot use)."""
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    first = text[0].split("<?xml", 1)[0].rstrip(" :") if text else ""
+    return first[:300] if first else type(exc).__name__
 
 
 # -- opening a URL ---------------------------------------------------------------------------------
