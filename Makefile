@@ -67,7 +67,7 @@ bench-gpu:
 # compat: the framework versions users run, each in its own venv (several GB: not part of
 # `make test` or CI). The newest torch on the index is a CUDA build; it runs here on the CPU.
 # A machine-wide pip constraint must not choose the version under test (PIP_CONSTRAINT).
-# README.md, "Supported versions", records what passed.
+# docs/versions.md records what passed.
 COMPAT_TORCH ?= torch
 COMPAT_JAX_OLD ?= jax==0.4.30
 COMPAT_JAX_NEW ?= jax

@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cpu and not has_gpu():
         print(
             "bench_gpu.py needs an NVIDIA GPU, and nvidia-smi lists none on this machine. "
-            "Run it on a GPU host (see the README's 'GPU benchmark'); --cpu runs its "
+            "Run it on a GPU host (see docs/benchmarks.md); --cpu runs its "
             "machinery on CPU workloads only.",
             file=sys.stderr,
         )

@@ -3,8 +3,8 @@
 Every ``import`` of a compilecache module is read from the source (module level, inside
 functions and under ``TYPE_CHECKING`` alike: a lazy import is still a dependency), and each
 module is placed in a layer. A module may import its own layer or lower ones, never a higher
-one, and no set of modules may import each other in a circle. The layers are those the README's
-"How it works" describes.
+one, and no set of modules may import each other in a circle. The layers are those
+docs/how-it-works.md describes ("Layout").
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def layer_of(module: str) -> int:
         for name in names:
             if (module == name or module.startswith(name + ".")) and len(name) > best_len:
                 best, best_len = index, len(name)
-    assert best >= 0, f"{module} is in no layer: add it to LAYERS (and to the README)"
+    assert best >= 0, f"{module} is in no layer: add it to LAYERS (and to docs/how-it-works.md)"
     return best
 
 

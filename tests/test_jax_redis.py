@@ -95,4 +95,6 @@ def test_second_host_warm_and_redis_killed_mid_run(
     assert remote["skipped"] >= N - 3  # every later lookup and write skipped the dead server
     assert local["writes"] == N - 2  # the local level kept working
     assert broken["after_kill_s"] < 30
-    assert len(list(LocalStore(tmp_path / "host-c").scan())) == N  # 2 backfilled + 4 written
+    # 2 backfilled + 4 written (beside them, the job's manifest and XLA's index for this host)
+    compiled = [i for i in LocalStore(tmp_path / "host-c").scan() if i.key.startswith("jax/")]
+    assert len(compiled) == N

@@ -34,7 +34,7 @@ def message(levels: list[str]) -> str:
         "(cache entries are compiled programs). To trust only your writers: run "
         "`compilecache keygen --out writer.pem` once, give the job that fills the cache "
         "COMPILECACHE_SIGNING_KEY_FILE=writer.pem, and every other process "
-        "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (README: Security)."
+        "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (docs/security.md)."
     )
 
 

@@ -28,9 +28,10 @@ from typing import Any
 
 import xxhash
 
-from compilecache.entry import INTERNAL, EntryHeader
+from compilecache.entry import INTERNAL, EntryHeader, encode
 from compilecache.runtime import fileset
 from compilecache.runtime.cache import Cache
+from compilecache.stores.base import EntryMeta
 
 log = logging.getLogger("compilecache")
 
@@ -273,9 +274,10 @@ class SyncedDirectory:
         self.versions: dict[str, str] = {}
         self.known: set[str] = set()  # names the store holds, as far as this process knows
         self._seen: tuple[int, int] | None = None  # the directory's (mtime, size) at last look
-        # Whether the store had the job's index at restore: one that had none gets an index
-        # written (empty where the directory is), so that the next start on this host reads it
-        # from its own level and asks no remote one (on a CPU, XLA writes no autotune file).
+        # Whether the store had the job's index at restore. With a remote level behind a local
+        # one, a job with no files (on a CPU XLA writes no autotune file) gets an empty index in
+        # the local level, so that the next start on this host reads it there and asks no
+        # remote level.
         self._listed: bool | None = None
 
     @property
@@ -300,6 +302,25 @@ class SyncedDirectory:
             and fileset.safe_name(n)
             and os.path.isfile(os.path.join(self.directory, n))
         }
+
+    def _list_locally(self) -> None:
+        """An empty index in the first level of tiers (see ``_listed``). Never raises."""
+        self._listed = True
+        levels = self.cache.store.levels
+        if len(levels) < 2 or levels[0].read_only:
+            return
+        header = EntryHeader(
+            framework=self.framework,
+            key=self.index_key,
+            name=f"{self.layer} index",
+            versions=dict(self.versions),
+            extra={"layer": f"{self.layer}-index", INTERNAL: True},
+        )
+        try:
+            data = encode(header, b"[]", compress=False, signing=self.cache.signing)
+            levels[0].put(self.index_key, data, EntryMeta(self.framework, header.name, 0.0))
+        except Exception as exc:
+            log.debug("compilecache: %s not listed locally: %s", self.index_key, exc)
 
     def _index_exists(self) -> bool:
         return self.cache.peek(self.framework, self.index_key) is not None
@@ -359,7 +380,9 @@ class SyncedDirectory:
         try:
             self._seen = self._stamp()
             new = sorted(self.local_names() - self.known)
-            if not new and self._listed is not False:
+            if not new:
+                if self._listed is False:
+                    self._list_locally()
                 return 0
             for name in new:
                 member = fileset.read_file(os.path.join(self.directory, name))
@@ -374,7 +397,7 @@ class SyncedDirectory:
                     self.known.add(name)
                     stored += 1
             listed = self._index()
-            if not self.known <= listed or self._listed is False:
+            if not self.known <= listed:
                 names = sorted(self.known | listed)
                 header = EntryHeader(
                     framework=self.framework,
@@ -383,8 +406,7 @@ class SyncedDirectory:
                     versions=dict(self.versions),
                     extra={"layer": f"{self.layer}-index", INTERNAL: True},
                 )
-                if self.cache.save(header, json.dumps(names).encode(), any_time=True):
-                    self._listed = True
+                self.cache.save(header, json.dumps(names).encode(), any_time=True)
         except Exception as exc:
             self.cache.warn_once(f"{self.layer}:publish", f"{self.directory} not stored: {exc}")
         return stored

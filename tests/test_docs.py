@@ -1,0 +1,76 @@
+"""The README and docs/ describe what exists: every command, variable and page they name is real,
+the README stays short, and the docs are written for users (no development history)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from compilecache.cli import build_parser
+from tests.conftest import ROOT, clean_env
+
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+SRC = ROOT / "src" / "compilecache"
+
+
+def _commands() -> set[str]:
+    parser = build_parser()
+    for action in parser._actions:
+        if hasattr(action, "choices") and isinstance(action.choices, dict):
+            return set(action.choices)
+    raise AssertionError("no subcommands")
+
+
+def test_the_readme_is_the_front_door_under_300_lines() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) < 300, len(lines)
+    headings = [line for line in lines if line.startswith("## ")]
+    for wanted in ("## Set up", "## Quick start", "## Configuration", "## Troubleshooting"):
+        assert wanted in headings, headings
+
+
+def test_no_development_history_in_the_readme_or_docs() -> None:
+    history = re.compile(r"\bissue \d+|\bthis session\b|\bprevious session\b|said plainly", re.I)
+    for path in [README, *DOCS]:
+        found = history.findall(path.read_text())
+        assert not found, (path.name, found)
+
+
+def test_every_page_the_readme_links_exists() -> None:
+    for link in re.findall(r"\]\((docs/[^)#]+)", README.read_text()):
+        assert (ROOT / link).is_file(), link
+    for page in DOCS:
+        for link in re.findall(r"\]\(([a-z\-]+\.md)", page.read_text()):
+            assert (ROOT / "docs" / link).is_file(), (page.name, link)
+
+
+def test_every_command_the_docs_name_exists() -> None:
+    """``compilecache WORD`` in a code span or block names a command (or ``--version``)."""
+    known = _commands()
+    for path in [README, *DOCS]:
+        text = path.read_text()
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        code = "\n".join(blocks + inline)
+        for word in re.findall(r"(?:^|[\s(])compilecache ([a-z][a-z-]*)", code, re.M):
+            assert word in known, (path.name, word)
+
+
+def test_every_variable_the_readme_names_is_read() -> None:
+    source = "\n".join(p.read_text() for p in SRC.rglob("*.py"))
+    for variable in set(re.findall(r"COMPILECACHE_[A-Z_]+", README.read_text())):
+        assert variable in source, variable
+
+
+def test_every_command_has_help() -> None:
+    for command in sorted(_commands()):
+        proc = subprocess.run(
+            [sys.executable, "-m", "compilecache", command, "--help"],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0 and "usage: compilecache" in proc.stdout, command
