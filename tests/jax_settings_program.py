@@ -5,10 +5,12 @@ Usage: python jax_settings_program.py WHEN SETTINGS_JSON
         ``before`` set in code, then ``compilecache.enable()``
         ``after``  ``compilecache.enable()``, then set in code (before the first compile)
         ``run``    set in code under ``compilecache run`` (its bootstrap enabled compilecache)
-  SETTINGS: {jax option: value}; ``set_cache_dir`` calls JAX's ``set_cache_dir(value)``, and
+  SETTINGS: {jax option: value}; ``set_cache_dir`` calls JAX's ``set_cache_dir(value)``,
+  ``reset_cache`` its ``reset_cache()``, and
   ``snippet`` runs one of the seeds' own snippets: ``jax-docs`` (the quick start of JAX's cache
   documentation) or ``training-pr`` (``_enable_persistent_compilation_cache``).
-Prints one JSON line: the results and this process's compilecache counters.
+Prints one JSON line: the results, the directory XLA's autotune cache was given and this
+process's compilecache counters.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def apply(settings: dict[str, Any]) -> None:
             from jax.experimental.compilation_cache import compilation_cache
 
             compilation_cache.set_cache_dir(value)
+        elif name == "reset_cache":
+            from jax.experimental.compilation_cache import compilation_cache
+
+            compilation_cache.reset_cache()
         elif name == "snippet":
             kind, directory = value
             if kind == "jax-docs":
@@ -83,6 +89,10 @@ def other(x: jax.Array) -> jax.Array:
 w = jnp.arange(32 * 32, dtype=jnp.float32).reshape(32, 32) / 1024.0
 x = jnp.linspace(-1.0, 1.0, 8 * 32, dtype=jnp.float32).reshape(8, 32)
 result: dict[str, Any] = {"step": float(step(w, x)), "other": float(other(x[0]).sum())}
+# What a compile's options give XLA's autotune cache ("" when JAX keeps no XLA cache).
+options = jax._src.compiler.get_compile_options(1, 1)
+debug = options.executable_build_options.debug_options
+result["xla_autotune_dir"] = str(debug.xla_gpu_per_fusion_autotune_cache_dir)
 try:
     import compilecache
 

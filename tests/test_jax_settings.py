@@ -13,6 +13,9 @@ it, or in code under ``compilecache run``:
   these compiles reach: nothing stored, and the reason names the program's setting; 0 and -1:
   everything stored;
 - ``jax_compilation_cache_check_contents``: the second run compiles again and compares;
+- ``jax_persistent_cache_enable_xla_caches``: ``none`` gives XLA no cache directory, as in JAX;
+- ``reset_cache()`` after ``enable()``: still served from the store;
+- ``stats`` and ``doctor`` name what the program set;
 - the seeds' own snippets: JAX's documented quick start is warm on its second run; the training
   PR's (a 60 s minimum) is not, and the run says why.
 """
@@ -218,3 +221,50 @@ def test_training_pr_snippet_says_why_it_stays_cold(tmp_path: Path) -> None:
     assert hits(results[1]) == 0 and jax_entries(store) == []
     assert any("jax_persistent_cache_min_compile_time_secs=60" in line for line in lines), lines
     assert "below jax_persistent_cache_min_compile_time_secs=60" in explained(store)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["env", "after"])
+def test_xla_caches_the_program_turns_off_stay_off(when: str, tmp_path: Path) -> None:
+    option = "jax_persistent_cache_enable_xla_caches"
+    settings = {} if when == "env" else {option: "none"}
+    env = {env_name(option): "none"} if when == "env" else {}
+    args, env, _ = command(tmp_path, when, settings, env)
+    off = last_json(run_python(args, env, timeout=300).stdout)
+    assert off["xla_autotune_dir"] == ""  # JAX's meaning of "none": XLA keeps no cache
+    args, env, _ = command(tmp_path, "after", {}, {})
+    default = last_json(run_python(args, env, timeout=300).stdout)
+    # JAX's default ("all"): XLA's autotune cache is kept, in compilecache's host directory.
+    assert default["xla_autotune_dir"].endswith("per_fusion_autotune"), default
+
+
+@pytest.mark.slow
+def test_reset_cache_after_enable_is_still_served_from_the_store(tmp_path: Path) -> None:
+    results, _, store = run_twice(tmp_path, "after", {"reset_cache": True}, {})
+    assert results[0]["step"] == results[1]["step"]
+    assert warm(results, store)
+
+
+@pytest.mark.slow
+def test_stats_and_doctor_name_what_the_program_set(tmp_path: Path) -> None:
+    option = "jax_persistent_cache_min_compile_time_secs"
+    _, _, store = run_twice(tmp_path, "run", {option: 60}, {})
+    env = clean_env({"COMPILECACHE_URL": store})
+    stats = subprocess.run(
+        [sys.executable, "-m", "compilecache", "stats", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert any(f"{option}=60" in s for s in json.loads(stats.stdout)["settings"]), stats.stdout
+    program = [sys.executable, PROGRAM, "run", json.dumps({option: 60})]
+    doctor = subprocess.run(
+        [sys.executable, "-m", "compilecache", "doctor", "--json", "--", *program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    advice = [f for f in json.loads(doctor.stdout)["findings"] if f["kind"] == "advice"]
+    assert any(f"{option}=60" in f["detail"] for f in advice), doctor.stdout

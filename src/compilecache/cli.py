@@ -96,6 +96,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     others = [(name, v) for name, v in report.counters.items() if v and name not in shown]
     if others:  # every other counter of stats.COUNTERS that is not zero
         print("also                  " + ", ".join(f"{name} {_number(v)}" for name, v in others))
+    for setting in report.settings:
+        print(f"program setting       {setting}")
     for framework, values in sorted(report.frameworks.items()):
         parts = ", ".join(
             f"{k} {_number(v)}" for k, v in sorted(values.items()) if k in (*HEADLINE, "entries")

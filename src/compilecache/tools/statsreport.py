@@ -23,7 +23,7 @@ from typing import Any
 
 from compilecache import stats
 from compilecache.frameworks import is_internal
-from compilecache.runtime import manifest
+from compilecache.runtime import history, manifest
 from compilecache.stores.base import EntryInfo, Store
 
 # Totals that count events; the JSON shows them as integers (the others stay floats, as always).
@@ -80,11 +80,16 @@ class StatsReport:
     internal: Mapping[str, tuple[int, int]] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # What the programs' own framework settings changed (a cache switched off, a threshold, a
+    # directory served from the store), newest first, each once: why a count may be low.
+    settings: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, store: Store) -> StatsReport:
-        """The report of ``store``: its persistent counters and a scan of its entries."""
-        return cls.build(store.url, store.read_stats(), store.scan())
+        """The report of ``store``: its persistent counters, a scan of its entries and the
+        settings its history recorded."""
+        report = cls.build(store.url, store.read_stats(), store.scan())
+        return dataclasses.replace(report, settings=program_settings(store))
 
     @classmethod
     def build(
@@ -202,4 +207,22 @@ class StatsReport:
             fw: {"entries": n, "size_bytes": b} for fw, (n, b) in self.internal.items()
         }
         data["hit_rate"] = self.hit_rate
+        data["settings"] = list(self.settings)
         return data
+
+
+# How many distinct program settings ``stats`` lists.
+MAX_SETTINGS = 10
+
+
+def program_settings(store: Store) -> tuple[str, ...]:
+    """The distinct settings of programs that changed what compilecache did, newest first, as
+    their runs recorded them beside the misses (``framework: reason``)."""
+    said: dict[str, None] = {}
+    for record in history.read(store, history.MISS):
+        summary = record.get("summary")
+        if record.get("setting") and isinstance(summary, str):
+            said.setdefault(summary)
+            if len(said) == MAX_SETTINGS:
+                break
+    return tuple(said)
