@@ -280,6 +280,7 @@ def test_stats_report_is_a_frozen_record_that_stats_json_prints(
         "levels",
         "internal",
         "hit_rate",
+        "settings",
     }
     assert type(printed["hits"]) is int and type(printed["compile_time_s"]) is float
 
