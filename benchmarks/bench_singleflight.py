@@ -136,7 +136,7 @@ def _writes(store: Path) -> int:
 
     s = LocalStore(store)
     try:
-        return int(s.read_stats().get("writes", 0))
+        return int(s.counters.read().get("writes", 0))
     finally:
         s.close()
 

@@ -157,6 +157,6 @@ def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
         azurite = request.getfixturevalue("azurite_server")
         store = open_url(azurite.url(azurite.create_container(), "leases"))
         assert isinstance(store, ObjectStore) and store.conditional
-    assert store.supports_leases()
+    assert store.leases is not None
     yield store
     store.close()

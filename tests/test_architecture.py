@@ -1,4 +1,6 @@
-"""The import structure of ``src/compilecache``: no import loops, and no upward imports.
+"""The import structure of ``src/compilecache``: no import loops, and no upward imports; and
+the shape of the storage interface: a narrow ``Store``, capabilities as objects, no caller that
+probes a store for its type.
 
 Every ``import`` of a compilecache module is read from the source (module level, inside
 functions and under ``TYPE_CHECKING`` alike: a lazy import is still a dependency), and each
@@ -32,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "patches",
     ),
     # storage: bytes in, bytes out (bottom to top inside the folder)
+    ("stores.capabilities",),
     ("stores.base",),
     (
         "stores.frame",
@@ -50,6 +53,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "runtime.singleflight",
         "runtime.history",
+        "runtime.prefetch",
         "runtime.manifest",
         "runtime.transfer",
         "runtime.background",
@@ -187,3 +191,89 @@ def test_no_upward_imports() -> None:
 
 def test_a_loop_would_be_found() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# -- the storage interface ---------------------------------------------------------------------
+
+# What a Store is: the five byte operations, close, and the conveniences defaulted on them.
+STORE_METHODS = {
+    "get",
+    "put",
+    "delete",
+    "stat",
+    "scan",
+    "close",
+    "peek",
+    "get_with_meta",
+    "get_many",
+    "put_new",
+    "put_many",
+}
+# What a Store may have besides: facts, and capability objects (None where it lacks one).
+STORE_ATTRIBUTES = {"url", "read_only", "scans_cheaply", "counters", "history", "leases", "health"}
+STORE_CLASSES = {"Store", "Tiered", "Guarded", "ReadOnly", "StoreWrapper", "LocalStore"}
+
+
+def _class(module: str, name: str) -> ast.ClassDef:
+    tree = ast.parse((PACKAGE / module).read_text())
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+    assert found, f"{name} not in {module}"
+    return found[0]
+
+
+def _public_methods(node: ast.ClassDef) -> set[str]:
+    return {
+        n.name for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+    }
+
+
+def test_store_is_bytes_and_capabilities_are_objects() -> None:
+    store = _class("stores/base.py", "Store")
+    assert _public_methods(store) == STORE_METHODS
+    declared = {
+        n.target.id
+        for n in store.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    assert declared == STORE_ATTRIBUTES
+
+
+def test_the_wrapper_base_forwards_bytes_and_takes_over_the_objects() -> None:
+    wrapper = _public_methods(_class("stores/base.py", "StoreWrapper"))
+    assert wrapper <= STORE_METHODS - {"put_new", "put_many"}
+
+
+def test_each_capability_has_one_interface() -> None:
+    """Counters, history and leases are defined once, as classes of stores/capabilities.py; a
+    backend's are classes of its own module implementing those, never methods of the store."""
+    names = {"add_stats", "read_stats", "zero_stats", "add_history", "read_history"}
+    names |= {"acquire_lease", "claim_lease", "supports_leases", "keeps_stats", "keeps_history"}
+    defined = [
+        f"{path.relative_to(PACKAGE)}:{node.name}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name in names
+    ]
+    assert defined == []
+
+
+def test_no_caller_probes_a_store_for_its_type() -> None:
+    """Outside stores/, nothing asks ``isinstance(x, <a store class>)``: callers ask for a
+    capability (``store.leases is not None``) instead."""
+    probes = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.is_relative_to(PACKAGE / "stores"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and len(node.args) == 2
+            ):
+                classes = node.args[1]
+                elements = classes.elts if isinstance(classes, ast.Tuple) else [classes]
+                named = {e.id for e in elements if isinstance(e, ast.Name)}
+                if named & STORE_CLASSES:
+                    probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert probes == []

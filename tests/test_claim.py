@@ -1,4 +1,4 @@
-"""The single-flight claim after a miss (``Store.claim_lease``, ``Store.get_or_claim``): what every
+"""The single-flight claim after a miss (``Leases.claim``, ``get_or_claim``): what every
 lease store answers, and that with Redis a cold miss costs one round trip in all (the read, the
 entry's second look, the unwritten mark and the lease together), counted on the wire of a real
 ``redis-server``, with either Redis client (the built-in one and redis-py)."""
@@ -16,7 +16,8 @@ import redis
 
 from compilecache.entry import EntryHeader
 from compilecache.runtime.cache import Cache
-from compilecache.stores.base import UNWRITTEN_SUFFIX, Claim, EntryMeta, Store
+from compilecache.stores.base import EntryMeta, Store, get_or_claim
+from compilecache.stores.capabilities import UNWRITTEN_SUFFIX, Claim
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
@@ -43,7 +44,7 @@ def free_soon(store: Store, key: str) -> bool:
     back in the background)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if store.acquire_lease(key, 30):
+        if store.leases.acquire(key, 30):
             return True
         time.sleep(0.05)
     return False
@@ -52,20 +53,20 @@ def free_soon(store: Store, key: str) -> bool:
 def test_claims_in_every_lease_store(lease_store: Store) -> None:
     """won, then held; after the lease is released and the entry written, a checking store says
     present and takes nothing; a key marked unwritten is reported by a checking store."""
-    won = lease_store.claim_lease("jax/k", 30)
+    won = lease_store.leases.claim("jax/k", 30)
     assert won.state == "won" and won.token
-    assert lease_store.claim_lease("jax/k", 30) == Claim("held", checked=won.checked)
-    lease_store.release_lease("jax/k", won.token)
+    assert lease_store.leases.claim("jax/k", 30) == Claim("held", checked=won.checked)
+    lease_store.leases.release("jax/k", won.token)
     lease_store.put("jax/k", b"entry")
-    again = lease_store.claim_lease("jax/k", 30)
+    again = lease_store.leases.claim("jax/k", 30)
     if again.checked:
         assert again == Claim("present", checked=True)
         assert free_soon(lease_store, "jax/k")  # nothing kept
     else:  # the caller looks for the entry itself
         assert again.state == "won" and again.token
-    mark = lease_store.acquire_lease("jax/m" + UNWRITTEN_SUFFIX, 30)
+    mark = lease_store.leases.acquire("jax/m" + UNWRITTEN_SUFFIX, 30)
     assert mark
-    marked = lease_store.claim_lease("jax/m", 30)
+    marked = lease_store.leases.claim("jax/m", 30)
     if marked.checked:
         assert marked == Claim("unwritten", checked=True)
         assert free_soon(lease_store, "jax/m")  # no lease kept
@@ -76,19 +77,19 @@ def test_claims_in_every_lease_store(lease_store: Store) -> None:
 def test_redis_reads_and_claims_in_one_request(redis_server: RedisServer) -> None:
     store = open_url(f"{redis_server.url}/{namespace()}?chunk_size=1KiB")
     assert isinstance(store, RedisStore)
-    found, claim = store.get_or_claim("jax/a", 30)
+    found, claim = get_or_claim(store, "jax/a", 30)
     assert found is None and claim is not None and claim.state == "won" and claim.token
-    assert store.acquire_lease("jax/a", 30) is None  # the claim holds the lease
-    assert store.get_or_claim("jax/a", 30) == (None, Claim("held", checked=True))
-    store.release_lease("jax/a", claim.token)
+    assert store.leases.acquire("jax/a", 30) is None  # the claim holds the lease
+    assert get_or_claim(store, "jax/a", 30) == (None, Claim("held", checked=True))
+    store.leases.release("jax/a", claim.token)
     # Hits, small and chunked: the value, and no lease taken.
     for key, value in (("jax/small", b"s" * 100), ("jax/big", bytes(range(256)) * 20)):
         store.put(key, value, EntryMeta(framework="jax", name="f", compile_time_s=2.0))
-        found, claim = store.get_or_claim(key, 30)
+        found, claim = get_or_claim(store, key, 30)
         assert found is not None and found[0] == value and found[1] is not None
         assert found[1].compile_time_s == 2.0
         assert claim == Claim("present", checked=True)
-        assert store.acquire_lease(key, 30)
+        assert store.leases.acquire(key, 30)
     assert store.stat("jax/small") is not None and store.stat("jax/small").hits == 1  # type: ignore[union-attr]
     store.close()
 
@@ -96,11 +97,11 @@ def test_redis_reads_and_claims_in_one_request(redis_server: RedisServer) -> Non
 def test_a_redis_cluster_claims_in_a_second_request(redis_cluster: Any) -> None:
     """Scripts are not pipelined in a cluster: the read, then a claim of its own."""
     store = open_url(f"{redis_cluster.url}/{namespace()}")
-    found, claim = store.get_or_claim("jax/a", 30)
+    found, claim = get_or_claim(store, "jax/a", 30)
     assert (found, claim) == (None, None)
-    won = store.claim_lease("jax/a", 30)
+    won = store.leases.claim("jax/a", 30)
     assert won.state == "won" and won.checked
-    assert store.claim_lease("jax/a", 30).state == "held"
+    assert store.leases.claim("jax/a", 30).state == "held"
     store.close()
 
 
@@ -210,7 +211,7 @@ def test_a_read_that_fails_claims_nothing(tmp_path: Path, redis_server: RedisSer
     assert cache.load_or_lead("jax", "jax/bad") is None
     assert cache.stats.snapshot()["corrupt"] == 1
     assert cache._flight is not None and cache._flight.held() == []
-    assert store.acquire_lease("jax/bad", 30)
+    assert store.leases.acquire("jax/bad", 30)
 
 
 # -- requests to S3 ---------------------------------------------------------------------------
@@ -238,16 +239,16 @@ def test_s3_reads_writes_and_claims_take_one_request_each(moto_server: MotoServe
     assert [m for m, _ in sent] == ["PUT", "HEAD", "PUT"]
     assert store.get("jax/new") == b"y" * 1000
     sent.clear()
-    found, claim = store.get_or_claim("jax/miss", 30)
+    found, claim = get_or_claim(store, "jax/miss", 30)
     assert found is None and claim is not None and claim.state == "won" and claim.checked
     # The entry, the lease and the unwritten mark: three requests, sent together.
     assert sorted(m for m, _ in sent) == ["GET", "GET", "PUT"]
     sent.clear()
     assert claim.token
-    store.release_lease("jax/miss", claim.token)  # the lease's token and ETag, then the delete
+    store.leases.release("jax/miss", claim.token)  # the lease's token and ETag, then the delete
     assert [m for m, _ in sent] == ["GET", "DELETE"]
     sent.clear()
-    found, claim = store.get_or_claim("jax/new", 30)
+    found, claim = get_or_claim(store, "jax/new", 30)
     assert found is not None and found[0] == b"y" * 1000
     assert claim == Claim("present", checked=True)
     store.close()
@@ -257,7 +258,7 @@ def test_s3_hit_gives_back_the_lease_it_took(moto_server: MotoServer) -> None:
     store = open_url(moto_server.url(moto_server.create_bucket(), "giveback"))
     assert isinstance(store, ObjectStore)
     store.put("jax/k", b"entry")
-    found, claim = store.get_or_claim("jax/k", 30)
+    found, claim = get_or_claim(store, "jax/k", 30)
     assert found is not None and claim == Claim("present", checked=True)
     assert free_soon(store, "jax/k")
     store.close()
@@ -270,9 +271,9 @@ def test_a_read_only_client_never_claims_the_shared_lease(redis_server: RedisSer
     store = open_url(f"{redis_server.url}/{namespace()}")
     store.put("jax/there", b"entry")
     reader = ReadOnly(store)
-    assert reader.get_or_claim("jax/absent", 30) == (None, None)
-    assert reader.claim_lease("jax/absent", 30) == Claim("won", "")  # nothing to coordinate
-    found, claim = reader.get_or_claim("jax/there", 30)
+    assert get_or_claim(reader, "jax/absent", 30) == (None, None)
+    assert reader.leases is None  # nothing to coordinate: a reader compiles at once
+    found, claim = get_or_claim(reader, "jax/there", 30)
     assert found is not None and found[0] == b"entry" and claim is None
-    assert store.acquire_lease("jax/absent", 30)  # untouched by the reader
+    assert store.leases.acquire("jax/absent", 30)  # untouched by the reader
     store.close()

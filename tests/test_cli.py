@@ -26,7 +26,7 @@ def store_url(tmp_path: Path) -> str:
         )
         assert cache.save(header, random.Random(i).randbytes(1000 * (i + 1)))
     assert cache.load("jax", "jax/jit_a-0000") is not None
-    store.add_stats(cache.stats.snapshot())
+    store.counters.add(cache.stats.snapshot())
     store.close()
     return str(root)
 

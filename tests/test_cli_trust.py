@@ -141,7 +141,7 @@ def test_show_export_and_warm_report_damage_and_leave_the_source_alone(
     damaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _files(damaged)
-    hits_before = LocalStore(damaged).read_stats().get("hits", 0)
+    hits_before = LocalStore(damaged).counters.read().get("hits", 0)
     for stem in (TRUNCATED, EMPTY, SWAPPED):
         status, out, _ = _cli(capsys, "show", _key(stem), "--url", str(damaged))
         assert status == 1 and "corrupt" in out, out
@@ -165,7 +165,7 @@ def test_show_export_and_warm_report_damage_and_leave_the_source_alone(
     assert {i.key for i in LocalStore(damaged).scan()} == {
         _key(s) for s in [*GOOD, TRUNCATED, EMPTY, SWAPPED]
     }
-    assert LocalStore(damaged).read_stats().get("hits", 0) == hits_before  # looked, not used
+    assert LocalStore(damaged).counters.read().get("hits", 0) == hits_before  # looked, not used
 
 
 # -- item 11: show NAME lists every entry of a function --------------------------------------------

@@ -17,7 +17,8 @@ from compilecache.config import load
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
 from compilecache.runtime.cache import Cache
-from compilecache.stores.base import Claim, EntryMeta, Store, StoreWrapper
+from compilecache.stores.base import EntryMeta, Store, StoreWrapper
+from compilecache.stores.capabilities import Claim, Leases
 from compilecache.stores.coldstreak import ColdStreak
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
@@ -96,6 +97,8 @@ class Calls(StoreWrapper):
         super().__init__(inner)
         self.calls: list[tuple[str, str, str]] = []  # (call, key, thread name)
         self._lock = threading.Lock()
+        assert inner.leases is not None
+        self.leases = CallsLeases(self, inner.leases)
 
     def _note(self, call: str, key: str) -> None:
         with self._lock:
@@ -104,19 +107,9 @@ class Calls(StoreWrapper):
     def on_main(self, key: str) -> list[str]:
         return [c for c, k, t in self.calls if k == key and t == "MainThread"]
 
-    def get_or_claim(
-        self, key: str, ttl_s: float
-    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
-        self._note("get_or_claim", key)
-        return self.inner.get_or_claim(key, ttl_s)
-
     def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
         self._note("get", key)
         return self.inner.get_with_meta(key)
-
-    def claim_lease(self, key: str, ttl_s: float) -> Claim:
-        self._note("claim", key)
-        return self.inner.claim_lease(key, ttl_s)
 
     def stat(self, key: str) -> Any:
         self._note("stat", key)
@@ -130,9 +123,31 @@ class Calls(StoreWrapper):
         self._note("put_new", key)
         return self.inner.put_new(key, value, meta)
 
-    def release_lease(self, key: str, token: str) -> None:
-        self._note("release", key)
-        self.inner.release_lease(key, token)
+
+class CallsLeases(Leases):
+    """The leases of a :class:`Calls` store, recorded the same way."""
+
+    def __init__(self, calls: Calls, inner: Leases) -> None:
+        self.calls = calls
+        self.inner = inner
+
+    def acquire(self, key: str, ttl_s: float) -> str | None:
+        return self.inner.acquire(key, ttl_s)
+
+    def renew(self, key: str, token: str, ttl_s: float) -> bool:
+        return self.inner.renew(key, token, ttl_s)
+
+    def release(self, key: str, token: str) -> None:
+        self.calls._note("release", key)
+        self.inner.release(key, token)
+
+    def get_or_claim(self, key: str, ttl_s: float) -> Any:
+        self.calls._note("get_or_claim", key)
+        return self.inner.get_or_claim(key, ttl_s)
+
+    def claim(self, key: str, ttl_s: float) -> Claim:
+        self.calls._note("claim", key)
+        return self.inner.claim(key, ttl_s)
 
 
 @pytest.fixture(params=["redis", "s3"])
@@ -199,9 +214,9 @@ def test_after_the_streak_lookups_claim_behind_and_every_entry_lands(
     assert all(compile_(other, key) is not None for key in keys)
     bare = open_url(remote_url)
     for key in keys:
-        token = bare.acquire_lease(key, 30)
+        token = bare.leases.acquire(key, 30)
         assert token, f"the lease on {key} is still held"
-        bare.release_lease(key, token)
+        bare.leases.release(key, token)
 
 
 def test_a_compile_still_running_holds_the_lease_others_wait_on(
@@ -232,7 +247,7 @@ def test_an_entry_or_a_lease_found_late_makes_lookups_wait_again(
     if other_side == "entry":  # another host compiled it before
         bare.put("jax/theirs", b"x", EntryMeta("jax", "f", 1.0))
     else:  # another host is compiling it now
-        assert bare.acquire_lease("jax/theirs", 60)
+        assert bare.leases.acquire("jax/theirs", 60)
     seeded = host(tmp_path / "seed", open_url(remote_url), streak=0)
     assert compile_(seeded, "jax/later") is None  # an entry the remote holds, written now
     seeded.store.flush(30.0)

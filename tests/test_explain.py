@@ -23,6 +23,7 @@ from compilecache.runtime import explain, history
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
+from compilecache.stores.tiered import Tiered
 from tests.conftest import clean_env
 
 PROGRAM = """
@@ -158,7 +159,7 @@ def test_explain_a_stored_key_without_a_recorded_miss(
     store = tmp_path / "store"
     shutil.copytree(changed_stores["body"], store)
     s = LocalStore(store)
-    s.clear_history()
+    s.history.clear()
     key = next(i.key for i in s.scan("jax/jit_f-"))
     s.close()
     assert main(["explain", key, "--json", "--url", str(store)]) == 0
@@ -193,7 +194,7 @@ def test_nearest_entry_prefers_the_same_program_then_fewest_differences() -> Non
         header = EntryHeader("jax", key, name=key[4:9], components=comps)
         assert cache.save(header, b"x")
     found = explain.explain(
-        store,
+        Tiered([store]),
         framework="jax",
         name="jit_g",
         key="jax/jit_g-4",
@@ -319,7 +320,6 @@ def test_an_object_store_is_never_listed_for_an_explanation() -> None:
 
     # fsspec's memory filesystem: a bucket without a server (the compat venvs have no fsspec).
     memory = pytest.importorskip("fsspec.implementations.memory")
-    from compilecache.stores.tiered import Tiered
 
     class Listed(StoreWrapper):
         scans = 0
@@ -330,7 +330,7 @@ def test_an_object_store_is_never_listed_for_an_explanation() -> None:
 
     header = EntryHeader("jax", "jax/jit_g-1", name="jit_g", components={"computation": "c1"})
     bucket = Listed(ObjectStore(memory.MemoryFileSystem(), f"/cc-{uuid.uuid4().hex}"))
-    assert not bucket.scans_cheaply()
+    assert not bucket.scans_cheaply
     Cache(bucket).save(header, b"x")
     shared = MemoryStore(f"memory://{uuid.uuid4().hex}")
     Cache(shared).save(header, b"x")

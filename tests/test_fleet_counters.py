@@ -89,13 +89,13 @@ def test_object_store_counters_are_one_object_per_host_and_day(
     store = open_url(moto_server.url(moto_server.create_bucket()))
     store.put("jax/k", b"v", EntryMeta("jax", "jit_k", 1.0))
     monkeypatch.setattr(socket, "gethostname", lambda: "host-a")
-    store.add_stats({"hits": 2.0, "compile_time_saved_s": 1.5})
-    store.add_stats({"hits": 1.0})
+    store.counters.add({"hits": 2.0, "compile_time_saved_s": 1.5})
+    store.counters.add({"hits": 1.0})
     monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
-    store.add_stats({"hits": 4.0, "misses": 1.0})
-    assert store.read_stats() == {"hits": 7.0, "misses": 1.0, "compile_time_saved_s": 1.5}
+    store.counters.add({"hits": 4.0, "misses": 1.0})
+    assert store.counters.read() == {"hits": 7.0, "misses": 1.0, "compile_time_saved_s": 1.5}
     # Counter objects are not entries.
     assert [i.key for i in store.scan()] == ["jax/k"]
-    store.zero_stats()
-    assert store.read_stats() == {}
+    store.counters.zero()
+    assert store.counters.read() == {}
     assert store.get("jax/k") == b"v"

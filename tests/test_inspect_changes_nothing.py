@@ -51,7 +51,7 @@ def _state(store: Store) -> dict[str, Any]:
     """What looking must not change: every entry's hits and access time, and the counters."""
     return {
         "entries": {i.key: (i.hits, i.accessed, i.size) for i in store.scan()},
-        "stats": store.read_stats(),
+        "stats": store.counters.read(),
     }
 
 
@@ -97,7 +97,7 @@ def test_looking_at_a_tiered_store_changes_no_level(
     both = _fill(local, ["a", "b"])
     _fill(remote, ["a", "b"])
     only_remote = _fill(remote, ["c", "d", "e"])[2:]  # distinct keys, held by the remote alone
-    local.add_stats({"hits": 5.0})
+    local.counters.add({"hits": 5.0})
     time.sleep(0.05)
     before = (_state(local), _state(remote))
     local.close()
@@ -118,7 +118,7 @@ def test_looking_through_a_read_only_level_changes_nothing(tmp_path: Path) -> No
     local_dir = tmp_path / "local"
     local = LocalStore(local_dir)
     keys = _fill(local, ["a", "b", "c"])
-    local.add_stats({"hits": 2.0})
+    local.counters.add({"hits": 2.0})
     time.sleep(0.05)
     before = _state(local)
     local.close()

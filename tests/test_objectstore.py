@@ -45,6 +45,8 @@ def s3(moto_server: MotoServer, bucket: str) -> Iterator[ObjectStore]:
 
 
 class TestS3Store(StoreConformance):
+    CAPABILITIES = frozenset({"counters", "leases"})
+
     @pytest.fixture
     def store(self, s3: ObjectStore) -> Store:
         return s3
@@ -52,6 +54,8 @@ class TestS3Store(StoreConformance):
 
 class TestAzureStore(StoreConformance):
     """Azure Blob Storage on Azurite, through obstore."""
+
+    CAPABILITIES = frozenset({"counters", "leases"})
 
     @pytest.fixture
     def store(self, azurite_server: servers.AzuriteServer) -> Iterator[Store]:
@@ -66,6 +70,8 @@ class TestAzureStore(StoreConformance):
 class TestFsspecMemoryStore(StoreConformance):
     """The generic path: a protocol without conditional writes (one PUT per object)."""
 
+    CAPABILITIES = frozenset({"counters"})
+
     @pytest.fixture
     def store(self) -> Store:
         return ObjectStore(MemoryFileSystem(), f"/cc-{uuid.uuid4().hex}")
@@ -73,6 +79,8 @@ class TestFsspecMemoryStore(StoreConformance):
 
 class TestFsspecRenameStore(StoreConformance):
     """A filesystem-like protocol: values are written to a temporary name, then renamed."""
+
+    CAPABILITIES = frozenset({"counters"})
 
     @pytest.fixture
     def store(self, tmp_path: Path) -> Store:
@@ -237,22 +245,22 @@ def test_counters_read_ahead_make_the_exit_one_write_and_lose_nothing(
     url = moto_server.url(bucket, f"ahead{uuid.uuid4().hex[:8]}")
     first, other = open_url(url), open_url(url)
     assert isinstance(first, ObjectStore) and isinstance(first.fs, ObstoreFS)
-    first.add_stats({"hits": 1.0})
-    first.prepare_stats()  # at enable: the counters object is read in the background
+    first.counters.add({"hits": 1.0})
+    first.counters.prepare()  # at enable: the counters object is read in the background
     deadline = time.monotonic() + 10
-    while first._counters_ahead is None and time.monotonic() < deadline:
+    while first.counters._ahead is None and time.monotonic() < deadline:
         time.sleep(0.01)
     first.fs.requests = []
-    first.add_stats({"hits": 2.0})
+    first.counters.add({"hits": 2.0})
     assert [m for m, _ in first.fs.requests] == ["PUT"]  # at exit: the write alone
     # A read-ahead gone stale (another process of this host added since): its write fails
     # its condition, and the counters are read again; nothing is lost.
-    first.prepare_stats()
-    while first._counters_ahead is None and time.monotonic() < deadline:
+    first.counters.prepare()
+    while first.counters._ahead is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    other.add_stats({"hits": 10.0})
-    first.add_stats({"hits": 100.0})
-    assert first.read_stats()["hits"] == 113.0
+    other.counters.add({"hits": 10.0})
+    first.counters.add({"hits": 100.0})
+    assert first.counters.read()["hits"] == 113.0
 
 
 @pytest.mark.parametrize("case", ["missing bucket", "unreachable", "denied"])

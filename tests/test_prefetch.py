@@ -18,9 +18,11 @@ from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime import manifest
+from compilecache.runtime.prefetch import Prefetcher
 from compilecache.signing import Signing
 from compilecache.stats import level_counter
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
+from compilecache.stores.capabilities import Leases
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.objectstore import ObjectStore
@@ -37,6 +39,18 @@ moto_server = servers.moto_server
 PROGRAM = str(TESTS / "jax_program.py")
 
 
+class Lookups:
+    """The tiers as a session's cache reads them: each lookup told to the prefetcher first."""
+
+    def __init__(self, tiers: Tiered) -> None:
+        self.tiers = tiers
+        self.prefetcher = Prefetcher(tiers)
+
+    def get(self, key: str) -> bytes | None:
+        self.prefetcher.before_read(key)
+        return self.tiers.get(key)
+
+
 class Slow(StoreWrapper):
     """A remote level stand-in: every call takes ``delay`` seconds, and calls are recorded."""
 
@@ -48,6 +62,7 @@ class Slow(StoreWrapper):
         self.in_flight: dict[str, int] = {}  # calls under way, per key
         self.peak = 0  # the most calls under way at once
         self.overlapped: list[str] = []  # keys that had two calls under way at once
+        self.leases = SlowLeases(self)
 
     def _note(self, what: str, key: str) -> None:
         with self.lock:
@@ -76,8 +91,21 @@ class Slow(StoreWrapper):
         self._note("put", key)
         self.inner.put(key, value, meta)
 
-    def release_lease(self, key: str, token: str) -> None:
-        self._note("release", key)
+
+class SlowLeases(Leases):
+    """Leases whose release is recorded by a :class:`Slow` store (and does nothing else)."""
+
+    def __init__(self, slow: Slow) -> None:
+        self.slow = slow
+
+    def acquire(self, key: str, ttl_s: float) -> str | None:
+        return None
+
+    def renew(self, key: str, token: str, ttl_s: float) -> bool:
+        return False
+
+    def release(self, key: str, token: str) -> None:
+        self.slow._note("release", key)
 
 
 def mem() -> MemoryStore:
@@ -175,13 +203,14 @@ def test_prefetch_fetches_in_batches_and_lookups_wait_instead_of_fetching_twice(
         remote.inner.put(f"jax/k{i}", bytes([i]) * 100, EntryMeta("jax", f"f{i}", 2.0))
     local.put("jax/k0", bytes([0]) * 100)  # already local: not fetched
     tiers = Tiered([local, remote])
-    tiers.prefetch([f"jax/k{i}" for i in range(10)] + ["jax/absent"])
+    reader = Lookups(tiers)
+    reader.prefetcher.start([f"jax/k{i}" for i in range(10)] + ["jax/absent"])
     start = time.monotonic()
-    assert tiers.get("jax/k5") == bytes([5]) * 100  # arrives with its batch
+    assert reader.get("jax/k5") == bytes([5]) * 100  # arrives with its batch
     assert time.monotonic() - start < 1.0
     for i in range(10):
-        assert tiers.get(f"jax/k{i}") == bytes([i]) * 100
-    assert tiers.get("jax/absent") is None
+        assert reader.get(f"jax/k{i}") == bytes([i]) * 100
+    assert reader.get("jax/absent") is None
     fetched = [c for c in remote.calls if c[0] == "get_many"]
     assert len(fetched) == 1 and "jax/k0" not in fetched[0][1]
     # Nothing was asked twice: the only single read is the absent key's lookup.
@@ -208,27 +237,27 @@ def test_what_a_prefetch_served_reaches_the_shared_level_when_it_ends_and_only_o
     for i in range(5):
         remote.inner.put(f"jax/k{i}", b"x" * 10, EntryMeta("jax", f"f{i}", 2.0))
     tiers = Tiered([local, remote])
-    tiers.prefetch([f"jax/k{i}" for i in range(5)])
+    Prefetcher(tiers).start([f"jax/k{i}" for i in range(5)])
     deadline = time.monotonic() + 5.0
-    while not remote.inner.read_stats() and time.monotonic() < deadline:
+    while not remote.inner.counters.read() and time.monotonic() < deadline:
         time.sleep(0.01)
-    early = remote.inner.read_stats()  # sent by the batch's end, before any flush
+    early = remote.inner.counters.read()  # sent by the batch's end, before any flush
     assert early["hits"] == 5 and early["compile_time_saved_s"] > 0
     for i in range(5):
         assert tiers.get(f"jax/k{i}") is not None  # local hits: nothing for the shared level
     assert tiers.get("jax/new") is None  # a miss the exit reports
     first = _session_counters(tiers, hits=5.0, misses=1.0)
-    tiers.add_stats(first)  # the exit's flush
-    after = remote.inner.read_stats()
+    tiers.counters.add(first)  # the exit's flush
+    after = remote.inner.counters.read()
     assert after["hits"] == 5 and after["misses"] == 1  # the hits once, the miss added
     assert after["compile_time_saved_s"] == early["compile_time_saved_s"]
     # A later flush of what changed since sends what is new, and only that.
     remote.inner.put("jax/late", b"y", EntryMeta("jax", "late", 1.0))
     assert tiers.get("jax/late") == b"y"  # served by the shared level after the prefetch
     second = _session_counters(tiers, hits=6.0, misses=1.0)
-    tiers.add_stats({k: v - first.get(k, 0.0) for k, v in second.items()})
-    assert remote.inner.read_stats()["hits"] == 6 and remote.inner.read_stats()["misses"] == 1
-    assert local.read_stats()["hits"] == 6  # the host's own counters, as flushed
+    tiers.counters.add({k: v - first.get(k, 0.0) for k, v in second.items()})
+    assert remote.inner.counters.read()["hits"] == 6 and remote.inner.counters.read()["misses"] == 1
+    assert local.counters.read()["hits"] == 6  # the host's own counters, as flushed
 
 
 def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
@@ -237,23 +266,25 @@ def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
             raise StoreUnavailable("down")
 
     local = mem()
-    tiers = Tiered([local, Down(mem())])
-    tiers.prefetch(["jax/a", "jax/b"])
+    reader = Lookups(Tiered([local, Down(mem())]))
+    reader.prefetcher.start(["jax/a", "jax/b"])
     start = time.monotonic()
-    assert tiers.get("jax/a") is None
+    assert reader.get("jax/a") is None
     assert time.monotonic() - start < 1.0
 
 
 def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> None:
     store = Tiered([mem(), mem()])
     cfg = Config(url="x", job="train-llm")
-    for key in ("jax/a", "jax/b", "jax/a", "jax/c"):
-        store.get(key)
     recorder = manifest.Prefetch(store, cfg, None)
+    for key in ("jax/a", "jax/b", "jax/a", "jax/c"):
+        recorder.prefetcher.before_read(key)  # what the session's cache does at each lookup
     recorder.known = []
     assert recorder.record()
     assert manifest.load(store, manifest.key_of("train-llm"), None) == ["jax/a", "jax/b", "jax/c"]
     again = manifest.Prefetch(store, cfg, None)
+    for key in ("jax/a", "jax/c"):
+        again.prefetcher.before_read(key)
     again.known = manifest.load(store, again.key, None)
     assert not again.record()  # nothing new
     other = Config(url="x", job="another-job")
@@ -286,7 +317,7 @@ def test_a_fresh_host_reads_the_pack_instead_of_each_entry() -> None:
     remote = fresh.levels[1]
     assert isinstance(remote, Slow)
     pack = (name + manifest.PACK_SUFFIX, manifest.unpacker(name + manifest.PACK_SUFFIX, None))
-    fresh.prefetch(keys, pack=pack)
+    Prefetcher(fresh).start(keys, pack=pack)
     local = fresh.levels[0]
     for key in keys:
         found = local.get(key)
@@ -304,10 +335,13 @@ def test_a_damaged_or_foreign_pack_falls_back_to_reading_each_entry() -> None:
     fresh, name = _seeded(keys, secret=b"s1")
     pack_name = name + manifest.PACK_SUFFIX
     # Another key cannot verify the pack: every entry is read from the remote instead.
-    fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, Signing(secret=b"other"))))
+    reader = Lookups(fresh)
+    reader.prefetcher.start(
+        keys, pack=(pack_name, manifest.unpacker(pack_name, Signing(secret=b"other")))
+    )
     remote = fresh.levels[1]
     assert isinstance(remote, Slow)
-    assert all(fresh.get(k) for k in keys)  # each waits for its batch
+    assert all(reader.get(k) for k in keys)  # each waits for its batch
     assert [c[0] for c in remote.calls] == ["get_many"]
     assert all(fresh.levels[0].get(k) for k in keys)
 
@@ -343,13 +377,13 @@ def test_from_s3_a_fresh_host_sends_one_request_for_the_pack(
     remote.fs.requests = sent
     fresh = Tiered([LocalStore(tmp_path / "fresh"), remote])
     pack_name = name + manifest.PACK_SUFFIX
-    fresh.prefetch(keys, pack=(pack_name, manifest.unpacker(pack_name, None)))
+    Prefetcher(fresh).start(keys, pack=(pack_name, manifest.unpacker(pack_name, None)))
     entries = [method for method, key in sent if "/stats/" not in key]
     assert entries == ["GET"]  # twenty entries, one request
     assert all(fresh.levels[0].get(k) for k in keys)
     # What the bucket served is added to its counters when the prefetch ends, not at exit.
     assert [method for method, key in sent if "/stats/" in key][:2] == ["GET", "PUT"]
-    assert remote.read_stats()["hits"] == 20
+    assert remote.counters.read()["hits"] == 20
     # The exit's flush (the session's counters, these hits among them) has nothing left to send.
     flushed = {
         level_counter(name, counter): value
@@ -357,8 +391,8 @@ def test_from_s3_a_fresh_host_sends_one_request_for_the_pack(
         for counter, value in counts.items()
     }
     assert flushed[level_counter(remote.url, "hits")] == 20
-    fresh.add_stats({**flushed, "hits": 20.0})
-    assert remote.read_stats()["hits"] == 20
+    fresh.counters.add({**flushed, "hits": 20.0})
+    assert remote.counters.read()["hits"] == 20
 
 
 # -- end to end: real JAX processes, real Redis 25 ms away -----------------------------------------
@@ -422,13 +456,14 @@ def test_a_write_the_full_queue_refuses_is_counted_on_the_level() -> None:
 def test_a_lookup_while_the_list_is_read_waits_for_the_prefetch() -> None:
     local, remote = mem(), Slow(mem(), delay=0.1)
     remote.inner.put("jax/k", b"value", EntryMeta("jax", "f", 1.0))
-    tiers = Tiered([local, remote])
-    tiers.expect_prefetch()  # the session does this before starting to read the manifest
-    threading.Timer(0.2, tiers.prefetch, args=(["jax/k"],)).start()
-    assert tiers.get("jax/k") == b"value"
+    reader = Lookups(Tiered([local, remote]))
+    reader.prefetcher.expect()  # the session does this before starting to read the manifest
+    threading.Timer(0.2, reader.prefetcher.start, args=(["jax/k"],)).start()
+    assert reader.get("jax/k") == b"value"
     assert ("get", "jax/k") not in remote.calls  # fetched once, by the prefetch
-    tiers.expect_prefetch()
-    tiers.prefetch([])  # an empty or unreadable list releases the waiting lookups
+    reader = Lookups(reader.tiers)
+    reader.prefetcher.expect()
+    reader.prefetcher.start([])  # an empty or unreadable list releases the waiting lookups
     start = time.monotonic()
-    assert tiers.get("jax/other") is None
+    assert reader.get("jax/other") is None
     assert time.monotonic() - start < 1.0

@@ -183,10 +183,10 @@ def test_prune_leaves_lease_and_tmp_objects_alone(
     s3_filled: tuple[str, ObjectStore], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     url, store = s3_filled
-    token = store.acquire_lease("jax/jit_fresh-6", 60)
+    token = store.leases.acquire("jax/jit_fresh-6", 60)
     assert token
     prune(capsys, url, "--max-size", "1")
     assert keys_of(store) == set()
     # The lease of a compile in progress is not an entry: prune neither counts nor removes it.
-    assert store.acquire_lease("jax/jit_fresh-6", 60) is None
-    store.release_lease("jax/jit_fresh-6", token)
+    assert store.leases.acquire("jax/jit_fresh-6", 60) is None
+    store.leases.release("jax/jit_fresh-6", token)

@@ -279,12 +279,12 @@ def test_namespaces_are_isolated(redis_server: RedisServer) -> None:
 
 
 def test_persistent_stats(rstore: RedisStore) -> None:
-    assert rstore.keeps_stats()
-    rstore.add_stats({"hits": 2, "compile_time_saved_s": 1.5})
-    rstore.add_stats({"hits": 1})
-    assert rstore.read_stats() == {"hits": 3.0, "compile_time_saved_s": 1.5}
-    rstore.zero_stats()
-    assert rstore.read_stats() == {}
+    assert rstore.counters is not None
+    rstore.counters.add({"hits": 2, "compile_time_saved_s": 1.5})
+    rstore.counters.add({"hits": 1})
+    assert rstore.counters.read() == {"hits": 3.0, "compile_time_saved_s": 1.5}
+    rstore.counters.zero()
+    assert rstore.counters.read() == {}
 
 
 def test_pool_is_shared_and_bounded(rstore: RedisStore) -> None:
@@ -335,7 +335,7 @@ def test_a_client_given_directly_has_its_errors_caught(redis_server: RedisServer
         with pytest.raises(StoreUnavailable):
             store.get("k")
         with pytest.raises(StoreUnavailable):
-            store.claim_lease("k", 30)
+            store.leases.claim("k", 30)
         store.close()
 
 

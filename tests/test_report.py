@@ -58,7 +58,7 @@ def filled_store(tmp_path: Path) -> Path:
         cache.stats.add(f"fn.{framework}.{name}.compile_time_s", 0.5 + i)
     for i in (1, 2, 4, 5, 7):
         assert cache.load("jax", f"jax/jit_fn{i % 5}-{i}") is not None
-    store.add_stats(cache.stats.snapshot())
+    store.counters.add(cache.stats.snapshot())
     # Entries written at different times: backdate some rows.
     with store._transaction() as conn:
         for i, age in enumerate((0, 2 * 3600, 3 * 86400, 10 * 86400, 60 * 86400)):
@@ -183,10 +183,10 @@ def test_small_compile_times_are_shown_in_ms(tmp_path: Path) -> None:
         header = EntryHeader("jax", f"jax/{name}-1", name=name, compile_time_s=seconds)
         assert cache.save(header, b"payload" * 50, compress=False)
         cache.stats.add(f"fn.jax.{name}.compile_time_s", seconds)
-    store.add_stats(cache.stats.snapshot())
+    store.counters.add(cache.stats.snapshot())
     now = time.time()
-    store.add_history(history.MISS, _miss("jit_tiny", "new function", now - 5, 0.035))
-    store.add_history(history.RUN, {"time": now - 5, "run": "r1", "hits": 0, "misses": 2})
+    store.history.add(history.MISS, _miss("jit_tiny", "new function", now - 5, 0.035))
+    store.history.add(history.RUN, {"time": now - 5, "run": "r1", "hits": 0, "misses": 2})
     store.close()
 
     page = _page(root, tmp_path)
@@ -211,10 +211,10 @@ def test_repeated_misses_are_grouped_with_count_first_and_last(tmp_path: Path) -
     flags = "XLA flags changed: --xla_cpu_enable_fast_math=true added"
     # Recorded the way the runtime records them: one history record per miss, oldest first.
     for i in range(6):  # the same function, the same reason, six runs in a row
-        store.add_history(history.MISS, _miss("jit_step", flags, start + 60 * i, 0.02))
+        store.history.add(history.MISS, _miss("jit_step", flags, start + 60 * i, 0.02))
     for i in range(2):  # the same function for another reason
-        store.add_history(history.MISS, _miss("jit_step", "new function", start + 30 * i, 0.5))
-    store.add_history(history.MISS, _miss("jit_loss", flags, start + 10, 2.0))
+        store.history.add(history.MISS, _miss("jit_step", "new function", start + 30 * i, 0.5))
+    store.history.add(history.MISS, _miss("jit_loss", flags, start + 10, 2.0))
     store.close()
 
     page = _page(root, tmp_path)
@@ -248,7 +248,7 @@ def test_runs_in_the_same_minute_get_distinct_labels(tmp_path: Path) -> None:
     store = LocalStore(root)
     minute = (time.time() // 60 - 5) * 60  # the start of a minute, five minutes ago
     for run, offset, hits in (("job-a", 5.0, 3), ("job-b", 41.0, 7)):
-        store.add_history(
+        store.history.add(
             history.RUN,
             {
                 "time": minute + offset,

@@ -105,7 +105,7 @@ def test_run_persists_stats_for_the_stats_command(tmp_path: Path) -> None:
     for _ in range(2):
         assert cc_run(["--", sys.executable, PROGRAM, "plain"], env).returncode == 0
     s = LocalStore(store)
-    persisted = s.read_stats()
+    persisted = s.counters.read()
     entries = len(list(s.scan()))
     s.close()
     assert persisted["writes"] == entries and persisted["hits"] == entries

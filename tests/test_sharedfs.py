@@ -26,6 +26,8 @@ from tests.stores.conformance import StoreConformance
 
 
 class TestSharedFSStore(StoreConformance):
+    CAPABILITIES = frozenset({"counters", "leases"})
+
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[Store]:
         s = SharedFSStore(tmp_path / "cache")
@@ -152,12 +154,12 @@ def test_stats_from_several_processes_add_up(tmp_path: Path) -> None:
     a = SharedFSStore(tmp_path / "c")
     b = SharedFSStore(tmp_path / "c")
     b._ident = "otherhost-123"
-    a.add_stats({"hits": 2})
-    a.add_stats({"hits": 1, "misses": 1})
-    b.add_stats({"hits": 10})
-    assert a.read_stats() == {"hits": 13.0, "misses": 1.0}
-    b.zero_stats()
-    assert a.read_stats() == {}
+    a.counters.add({"hits": 2})
+    a.counters.add({"hits": 1, "misses": 1})
+    b.counters.add({"hits": 10})
+    assert a.counters.read() == {"hits": 13.0, "misses": 1.0}
+    b.counters.zero()
+    assert a.counters.read() == {}
 
 
 # -- leases (their shared behaviour is tested on every store in test_singleflight.py) ------------
@@ -171,7 +173,7 @@ def test_lease_files_are_invisible_to_scan_prune_verify_and_clear(
     for i in range(3):
         header = EntryHeader(framework="jax", key=f"jax/e{i}", name=f"jit_e{i}")
         store.put(header.key, entry.encode(header, b"x" * 1000))
-    token = store.acquire_lease("jax/compiling", 60)
+    token = store.leases.acquire("jax/compiling", 60)
     assert token
     assert {i.key for i in store.scan()} == {"jax/e0", "jax/e1", "jax/e2"}
     assert main(["verify", "--url", url]) == 0
@@ -181,9 +183,9 @@ def test_lease_files_are_invisible_to_scan_prune_verify_and_clear(
     assert list(store.scan()) == [] and store.total_size() == 0
     store.evict(0)  # the eviction pass, with its housekeeping of stale files
     # The lease of the compile in progress is untouched by all of it.
-    assert store.acquire_lease("jax/compiling", 60) is None
-    assert store.renew_lease("jax/compiling", token, 60)
-    store.release_lease("jax/compiling", token)
+    assert store.leases.acquire("jax/compiling", 60) is None
+    assert store.leases.renew("jax/compiling", token, 60)
+    store.leases.release("jax/compiling", token)
     assert list((tmp_path / "c" / "leases").iterdir()) == []
 
 
@@ -194,10 +196,10 @@ def test_a_lease_file_being_created_is_held_for_a_grace_period(tmp_path: Path) -
     path = store._leases.path_of("jax/k")
     path.parent.mkdir()
     path.touch()
-    assert store.acquire_lease("jax/k", 30) is None
+    assert store.leases.acquire("jax/k", 30) is None
     old = time.time() - leasefile.LEASE_CREATE_GRACE - 1
     os.utime(path, (old, old))
-    token = store.acquire_lease("jax/k", 30)
+    token = store.leases.acquire("jax/k", 30)
     assert token and leasefile.read_lease(path)[0] == token
 
 
@@ -218,7 +220,7 @@ def test_a_creator_that_writes_late_keeps_its_lease(tmp_path: Path) -> None:
 
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(os, "rename", rename_then_creator_writes)
-            assert store.acquire_lease("jax/k", 30) is None
+            assert store.leases.acquire("jax/k", 30) is None
     assert leasefile.read_lease(path)[0] == "creator"
 
 
@@ -232,14 +234,14 @@ def test_clock_skew_between_hosts_only_shifts_expiry(
     reader = SharedFSStore(tmp_path / "c")
     now = time.time()
     monkeypatch.setattr(time, "time", lambda: now - 5)  # the holder's clock is behind
-    token = holder.acquire_lease("jax/k", 30)
+    token = holder.leases.acquire("jax/k", 30)
     assert token
     monkeypatch.setattr(time, "time", lambda: now + 5)  # the reader's is ahead
-    assert reader.acquire_lease("jax/k", 30) is None
+    assert reader.leases.acquire("jax/k", 30) is None
     monkeypatch.setattr(time, "time", lambda: now + 40)  # more than the TTL ahead
-    assert reader.acquire_lease("jax/k", 30)
+    assert reader.leases.acquire("jax/k", 30)
     monkeypatch.setattr(time, "time", lambda: now)
-    assert not holder.renew_lease("jax/k", token, 30)  # the holder learns it lost the lease
+    assert not holder.leases.renew("jax/k", token, 30)  # the holder learns it lost the lease
 
 
 def test_stale_lease_leftovers_are_cleaned_by_the_eviction_pass(tmp_path: Path) -> None:
@@ -247,8 +249,8 @@ def test_stale_lease_leftovers_are_cleaned_by_the_eviction_pass(tmp_path: Path) 
     nobody asked for again, leaves files that the eviction pass removes an hour later."""
     store = SharedFSStore(tmp_path / "c")
     leases = tmp_path / "c" / "leases"
-    assert store.acquire_lease("jax/dead", 0.01)
-    assert store.acquire_lease("jax/live", 60)
+    assert store.leases.acquire("jax/dead", 0.01)
+    assert store.leases.acquire("jax/live", 60)
     aside = leases / "0123.lease.abc.stale"
     aside.write_bytes(b"{}")
     recent_aside = leases / "4567.lease.def.release"
@@ -267,8 +269,8 @@ def test_a_stale_handle_on_a_lease_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = SharedFSStore(tmp_path / "c")
-    token = store.acquire_lease("jax/k", 30)
+    token = store.leases.acquire("jax/k", 30)
     assert token
     calls = stale_once(monkeypatch, leasefile, ".lease")
-    assert store.renew_lease("jax/k", token, 30)
+    assert store.leases.renew("jax/k", token, 30)
     assert calls == [".lease", ".lease"]

@@ -25,7 +25,7 @@ from compilecache.runtime.cache import Cache
 from compilecache.runtime.singleflight import SingleFlight
 from compilecache.signing import Signing
 from compilecache.stats import Stats
-from compilecache.stores.base import NO_COORDINATION, Store
+from compilecache.stores.base import Store
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
@@ -49,41 +49,41 @@ redis7_server = servers.redis7_server
 
 
 def test_one_holder_at_a_time(lease_store: Store) -> None:
-    first = lease_store.acquire_lease("jax/jit_f-1", 30)
+    first = lease_store.leases.acquire("jax/jit_f-1", 30)
     assert first
-    assert lease_store.acquire_lease("jax/jit_f-1", 30) is None
+    assert lease_store.leases.acquire("jax/jit_f-1", 30) is None
     # Another key is independent.
-    other = lease_store.acquire_lease("jax/jit_g-2", 30)
+    other = lease_store.leases.acquire("jax/jit_g-2", 30)
     assert other and other != first
     # Releasing with the wrong token leaves the holder's lease alone.
-    lease_store.release_lease("jax/jit_f-1", "not-the-token")
-    assert lease_store.acquire_lease("jax/jit_f-1", 30) is None
-    lease_store.release_lease("jax/jit_f-1", first)
-    again = lease_store.acquire_lease("jax/jit_f-1", 30)
+    lease_store.leases.release("jax/jit_f-1", "not-the-token")
+    assert lease_store.leases.acquire("jax/jit_f-1", 30) is None
+    lease_store.leases.release("jax/jit_f-1", first)
+    again = lease_store.leases.acquire("jax/jit_f-1", 30)
     assert again and again != first
     # A lost lease cannot be renewed.
-    assert not lease_store.renew_lease("jax/jit_f-1", first, 30)
-    assert lease_store.renew_lease("jax/jit_f-1", again, 30)
+    assert not lease_store.leases.renew("jax/jit_f-1", first, 30)
+    assert lease_store.leases.renew("jax/jit_f-1", again, 30)
 
 
 def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(lease_store: Store) -> None:
     # Object store requests are slow on a loaded machine: give them a longer lease.
     ttl = 4.0 if isinstance(lease_store, ObjectStore) else 1.5
     start = time.monotonic()
-    dead = lease_store.acquire_lease("k", ttl)  # a holder that dies: it never renews
-    kept = lease_store.acquire_lease("kept", ttl)
+    dead = lease_store.leases.acquire("k", ttl)  # a holder that dies: it never renews
+    kept = lease_store.leases.acquire("kept", ttl)
     assert dead and kept
-    assert lease_store.renew_lease("kept", kept, 3 * ttl)
-    still_held = lease_store.acquire_lease("k", 5)
+    assert lease_store.leases.renew("kept", kept, 3 * ttl)
+    still_held = lease_store.leases.acquire("k", 5)
     assert time.monotonic() - start < ttl, "too slow to test expiry"
     assert still_held is None
     time.sleep(max(0.0, start + ttl + 0.2 - time.monotonic()))
-    taker = lease_store.acquire_lease("k", 5)
+    taker = lease_store.leases.acquire("k", 5)
     assert taker and taker != dead
-    assert lease_store.acquire_lease("kept", 5) is None  # renewed past its first expiry
+    assert lease_store.leases.acquire("kept", 5) is None  # renewed past its first expiry
     # The dead holder's late release does not remove the new holder's lease.
-    lease_store.release_lease("k", dead)
-    assert lease_store.acquire_lease("k", 5) is None
+    lease_store.leases.release("k", dead)
+    assert lease_store.leases.acquire("k", 5) is None
 
 
 def test_racing_acquirers_get_one_lease(lease_store: Store) -> None:
@@ -92,7 +92,7 @@ def test_racing_acquirers_get_one_lease(lease_store: Store) -> None:
 
     def race() -> None:
         start.wait()
-        token = lease_store.acquire_lease("contended", 30)
+        token = lease_store.leases.acquire("contended", 30)
         if token:
             won.append(token)
 
@@ -107,7 +107,7 @@ def test_racing_acquirers_get_one_lease(lease_store: Store) -> None:
 @pytest.mark.parametrize("query", ["", "?shared=1"], ids=["local", "shared"])
 def test_lease_files_are_not_entries(tmp_path: Path, query: str) -> None:
     store: Any = open_url(f"{tmp_path / 's'}{query}")
-    assert store.acquire_lease("jax/x", 30)
+    assert store.leases.acquire("jax/x", 30)
     assert list(store.scan()) == [] and store.get("jax/x") is None
     assert store.total_size() == 0 and store.evict(0) == 0
     assert len(list((tmp_path / "s" / "leases").iterdir())) == 1
@@ -117,22 +117,22 @@ def test_lease_files_are_not_entries(tmp_path: Path, query: str) -> None:
 def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> None:
     local = LocalStore(tmp_path / "local")
     remote = open_url(f"{redis_server.url}/{namespace()}")
-    assert remote.supports_leases()
+    assert remote.leases is not None
     tiered = Tiered([local, Guarded(remote)])
-    token = tiered.acquire_lease("jax/k", 30)
+    token = tiered.leases.acquire("jax/k", 30)
     assert token
     # The lease lives on the shared (last written) level, so other hosts see it...
-    assert remote.acquire_lease("jax/k", 30) is None
+    assert remote.leases.acquire("jax/k", 30) is None
     # ... and not on this host's disk.
-    assert local.acquire_lease("jax/k", 30)
-    tiered.release_lease("jax/k", token)
-    assert remote.acquire_lease("jax/k", 30)
+    assert local.leases.acquire("jax/k", 30)
+    tiered.leases.release("jax/k", token)
+    assert remote.leases.acquire("jax/k", 30)
     # With writes to the local level only, the local level coordinates.
-    assert Tiered([local, Guarded(remote)], writes="local")._lease_level() is local
+    assert Tiered([local, Guarded(remote)], writes="local").lease_depth == 0
     # Read-only stores and stores without leases cannot lead anything.
-    assert not ReadOnly(local).supports_leases()
-    assert not open_url("memory://no-leases").supports_leases()
-    assert Tiered([ReadOnly(local)]).acquire_lease("x", 1) == NO_COORDINATION
+    assert ReadOnly(local).leases is None
+    assert open_url("memory://no-leases").leases is None
+    assert Tiered([ReadOnly(local)]).leases is None
     local.close()
     remote.close()
 
@@ -140,18 +140,18 @@ def test_wrappers_delegate_leases(tmp_path: Path, redis_server: RedisServer) -> 
 def test_wrappers_delegate_leases_to_a_shared_mount(tmp_path: Path) -> None:
     local = LocalStore(tmp_path / "local")
     shared = open_url(f"{tmp_path / 'mount'}?shared=1")
-    assert shared.supports_leases() and Guarded(shared).supports_leases()
+    assert shared.leases is not None and Guarded(shared).leases is not None
     tiered = Tiered([local, Guarded(shared)])
-    assert tiered.supports_leases() and tiered._lease_level() is not local
-    token = tiered.acquire_lease("jax/k", 30)
+    assert tiered.leases is not None and tiered.lease_depth == 1
+    token = tiered.leases.acquire("jax/k", 30)
     assert token
     # On the mount, where every host sees it; not on this host's disk.
-    assert shared.acquire_lease("jax/k", 30) is None
-    assert local.acquire_lease("jax/k", 30)
-    assert tiered.renew_lease("jax/k", token, 30)
-    tiered.release_lease("jax/k", token)
-    assert shared.acquire_lease("jax/k", 30)
-    assert not ReadOnly(shared).supports_leases()
+    assert shared.leases.acquire("jax/k", 30) is None
+    assert local.leases.acquire("jax/k", 30)
+    assert tiered.leases.renew("jax/k", token, 30)
+    tiered.leases.release("jax/k", token)
+    assert shared.leases.acquire("jax/k", 30)
+    assert not ReadOnly(shared).leases is not None
     local.close()
 
 
@@ -224,7 +224,7 @@ def test_a_leader_that_does_not_write_lets_the_waiters_compile_at_once(tmp_path:
     assert leader.load_or_lead("jax", "jax/w") is None
     leader.save(EntryHeader("jax", "jax/w", "w", compile_time_s=1.0), b"x")
     leader.finish_lead("jax/w")
-    assert late.store.acquire_lease("jax/w#unwritten", 1)  # no mark
+    assert late.store.leases.acquire("jax/w#unwritten", 1)  # no mark
 
 
 def test_a_deferred_lead_is_kept_until_its_write_or_its_grace(tmp_path: Path) -> None:
@@ -245,20 +245,20 @@ def test_a_deferred_lead_is_kept_until_its_write_or_its_grace(tmp_path: Path) ->
         time.sleep(0.05)
     assert flight.held() == []  # the heartbeat ended it at its grace: no backward came
     other = LocalStore(tmp_path)
-    assert other.acquire_lease("torch/aot/b#unwritten", 1) is None  # marked unwritten
-    assert other.acquire_lease("torch/aot/a#unwritten", 1)  # written: not marked
+    assert other.leases.acquire("torch/aot/b#unwritten", 1) is None  # marked unwritten
+    assert other.leases.acquire("torch/aot/a#unwritten", 1)  # written: not marked
 
 
 def test_a_dead_leaders_lease_expires(tmp_path: Path, disk_store: DiskStore) -> None:
     store = disk_store(tmp_path)
-    assert store.acquire_lease("jax/k", 0.8)  # a process that died mid-compile
+    assert store.leases.acquire("jax/k", 0.8)  # a process that died mid-compile
     waiter = Cache(disk_store(tmp_path), lease_ttl=5)
     start = time.monotonic()
     assert waiter.load_or_lead("jax", "jax/k") is None
     assert 0.6 < time.monotonic() - start < 5
     assert waiter.stats.snapshot()["lease_takeovers"] == 1
     waiter.close()
-    assert store.acquire_lease("jax/k", 1)  # close released it
+    assert store.leases.acquire("jax/k", 1)  # close released it
 
 
 def test_the_heartbeat_keeps_a_long_compile_leased(tmp_path: Path, disk_store: DiskStore) -> None:
@@ -266,14 +266,14 @@ def test_the_heartbeat_keeps_a_long_compile_leased(tmp_path: Path, disk_store: D
     assert leader.load_or_lead("jax", "jax/k") is None
     time.sleep(1.5)  # more than twice the TTL: only renewals keep it
     other = disk_store(tmp_path)
-    assert other.acquire_lease("jax/k", 1) is None
+    assert other.leases.acquire("jax/k", 1) is None
     leader.finish_lead("jax/k")
-    assert other.acquire_lease("jax/k", 1)
+    assert other.leases.acquire("jax/k", 1)
 
 
 def test_waiting_is_bounded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = LocalStore(tmp_path)
-    assert store.acquire_lease("jax/a", 60) and store.acquire_lease("jax/b", 60)
+    assert store.leases.acquire("jax/a", 60) and store.leases.acquire("jax/b", 60)
     waiter = Cache(LocalStore(tmp_path), wait_timeout=0.4)
     with caplog.at_level(logging.DEBUG, logger="compilecache"):
         start = time.monotonic()
@@ -290,7 +290,7 @@ def test_a_process_that_will_not_write_never_holds_a_lease(tmp_path: Path) -> No
     cache = Cache(LocalStore(tmp_path))
     assert cache.load_or_lead("jax", "jax/k", lead=False) is None
     assert cache._flight is not None and cache._flight.held() == []
-    assert LocalStore(tmp_path).acquire_lease("jax/k", 1)
+    assert LocalStore(tmp_path).leases.acquire("jax/k", 1)
     assert cache.stats.snapshot()["misses"] == 1
 
 
@@ -316,7 +316,7 @@ def test_a_waiter_never_waits_on_nor_writes_over_an_entry_signed_with_another_ke
     flight = waiter._flight
     assert flight is not None and flight.held() == []  # no lease others would wait on
     other = LocalStore(tmp_path)
-    assert other.acquire_lease("jax/k#unwritten", 1)  # and no unwritten mark
+    assert other.leases.acquire("jax/k#unwritten", 1)  # and no unwritten mark
     raw = other.peek("jax/k")
     assert waiter.save(header("jax/k"), b"S2's executable") is False
     waiter.finish_thread_leads()
@@ -331,12 +331,12 @@ def test_a_waiter_never_waits_on_nor_writes_over_an_entry_signed_with_another_ke
 
 
 def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path: Path) -> None:
-    """The narrow constructor: a store's lease methods, a Stats, a warn function."""
+    """The narrow constructor: a store's leases, a Stats, a warn function."""
     store = LocalStore(tmp_path)
     stats = Stats()
     warned: list[tuple[str, str]] = []
     flight = SingleFlight(
-        store,
+        store.leases,
         stats=stats,
         warn=lambda category, message: warned.append((category, message)),
         lease_ttl=30,
@@ -346,7 +346,7 @@ def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path:
     assert flight.held() == ["jax/a"] and stats.snapshot()["misses"] == 1
     # Another process (another SingleFlight on the store) waits, times out, warns through warn.
     other = SingleFlight(
-        LocalStore(tmp_path),
+        LocalStore(tmp_path).leases,
         stats=stats,
         warn=lambda category, message: warned.append((category, message)),
         lease_ttl=30,
@@ -357,10 +357,10 @@ def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path:
     assert [c for c, _ in warned] == ["wait-timeout"]
     flight.wrote("jax/a")
     flight.finish("jax/a")
-    assert store.acquire_lease("jax/a", 1)
+    assert store.leases.acquire("jax/a", 1)
     # writes(key) false: this process will not save the key, so it never holds its lease.
     quiet = SingleFlight(
-        store,
+        store.leases,
         stats=stats,
         warn=lambda c, m: None,
         lease_ttl=30,
@@ -368,7 +368,7 @@ def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path:
         writes=lambda key: False,
     )
     assert quiet.after_miss("jax", "jax/b", lambda: (None, True)) is None
-    assert quiet.held() == [] and store.acquire_lease("jax/b", 1)
+    assert quiet.held() == [] and store.leases.acquire("jax/b", 1)
 
 
 def test_singleflight_does_not_import_the_cache() -> None:

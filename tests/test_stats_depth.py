@@ -21,7 +21,8 @@ from compilecache.runtime import history
 from compilecache.runtime.cache import Cache
 from compilecache.session import Session, _open
 from compilecache.stats import function_counter, split_counters
-from compilecache.stores.base import HISTORY_LIMIT, EntryMeta
+from compilecache.stores.base import EntryMeta
+from compilecache.stores.capabilities import HISTORY_LIMIT
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
@@ -108,7 +109,7 @@ def test_prometheus_text_format(tmp_path: Path, capsys: pytest.CaptureFixture[st
     weird = EntryHeader("jax", 'jax/jit_"q\\-1', name='jit_"q\\', compile_time_s=1.0)
     assert cache.save(weird, b"x")
     cache.stats.add("waited", 3, framework="torch")  # single-flight counters are exported too
-    store.add_stats(cache.stats.snapshot())
+    store.counters.add(cache.stats.snapshot())
     text = prometheus(StatsReport.of(store))
     families: dict[str, str] = {}
     for line in text.splitlines():
@@ -142,23 +143,23 @@ def test_history_is_capped_and_never_an_entry(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     store.put("jax/jit_a-1", b"v")
     for i in range(HISTORY_LIMIT + 5):
-        store.add_history("miss", {"i": i})
-    store.add_history("run", {"r": 1})
-    misses = store.read_history("miss")
+        store.history.add("miss", {"i": i})
+    store.history.add("run", {"r": 1})
+    misses = store.history.read("miss")
     assert len(misses) == HISTORY_LIMIT and misses[0]["i"] == HISTORY_LIMIT + 4
-    assert store.read_history("miss", 3) == [{"i": HISTORY_LIMIT + 4 - k} for k in range(3)]
-    assert store.read_history("run") == [{"r": 1}]
+    assert store.history.read("miss", 3) == [{"i": HISTORY_LIMIT + 4 - k} for k in range(3)]
+    assert store.history.read("run") == [{"r": 1}]
     assert [i.key for i in store.scan()] == ["jax/jit_a-1"]
     assert store.total_size() == 1
     plan = prune.plan(store, max_size=0)
     assert [info.key for info, _ in plan.victims] == ["jax/jit_a-1"]
-    store.clear_history()
-    assert store.read_history("miss") == []
+    store.history.clear()
+    assert store.history.read("miss") == []
 
     memory = MemoryStore("memory://capped")
     for i in range(HISTORY_LIMIT + 2):
-        memory.add_history("miss", {"i": i})
-    assert len(memory.read_history("miss")) == HISTORY_LIMIT
+        memory.history.add("miss", {"i": i})
+    assert len(memory.history.read("miss")) == HISTORY_LIMIT
     assert list(memory.scan()) == []
 
 
@@ -212,28 +213,37 @@ def test_tiered_history_lives_in_the_first_writable_level(tmp_path: Path) -> Non
     store = _open(cfg)
     assert history.append(store, history.MISS, {"m": 1})
     assert history.read(store, history.MISS) == [{"m": 1}]
-    assert LocalStore(tmp_path / "rw").read_history("miss") == [{"m": 1}]
-    assert LocalStore(tmp_path / "ro").read_history("miss") == []
+    assert LocalStore(tmp_path / "rw").history.read("miss") == [{"m": 1}]
+    assert LocalStore(tmp_path / "ro").history.read("miss") == []
 
 
 def test_no_history_call_while_a_remote_store_is_in_back_off() -> None:
     class Flaky(MemoryStore):
         calls = 0
 
+        def __init__(self, url: str) -> None:
+            super().__init__(url)
+            inner = self.history
+            assert inner is not None
+
+            class Counted(type(inner)):  # type: ignore[misc]
+                def add(self, kind: str, record: Mapping[str, object]) -> None:
+                    Flaky.calls += 1
+                    super().add(kind, record)
+
+            self.history = Counted(self._data)
+
         def get(self, key: str) -> bytes | None:
             raise ConnectionError("down")
-
-        def add_history(self, kind: str, record: Mapping[str, object]) -> None:
-            Flaky.calls += 1
-            super().add_history(kind, record)
 
     guarded = Guarded(Flaky("memory://flaky"), backoff=60)
     assert history.append(guarded, history.MISS, {"a": 1})
     with pytest.raises(StoreUnavailable):
         guarded.get("k")
     assert guarded.down
-    assert not history.append(guarded, history.MISS, {"a": 2})
+    history.append(guarded, history.MISS, {"a": 2})  # skipped: no call, no wait, no error
     assert Flaky.calls == 1
+    assert history.read(guarded, history.MISS) == []  # nor a read while the level is down
 
 
 # -- the statistics record (issue 10) ---------------------------------------------------------
@@ -247,7 +257,7 @@ def test_stats_report_is_a_frozen_record_that_stats_json_prints(
     cache = Cache(store)
     _fill(cache)
     cache.stats.add("foreign", 2, framework="jax")
-    store.add_stats(cache.stats.snapshot())
+    store.counters.add(cache.stats.snapshot())
 
     record = StatsReport.of(store)
     assert (record.hits, record.misses, record.writes, record.count("foreign")) == (2, 1, 2, 2)
@@ -293,7 +303,7 @@ def test_stats_report_follows_the_counters_tuple(
         stats, "COUNTERS", (*stats.COUNTERS, "isa_probe_hits", "probe_time_s", "bytes_probed")
     )
     store = MemoryStore("memory://generic")
-    store.add_stats({"isa_probe_hits": 3.0, "probe_time_s": 0.25, "bytes_probed": 64.0})
+    store.counters.add({"isa_probe_hits": 3.0, "probe_time_s": 0.25, "bytes_probed": 64.0})
     record = StatsReport.of(store)
     assert record.to_json()["isa_probe_hits"] == 3.0 and record.count("isa_probe_hits") == 3
     text = prometheus(record)
@@ -306,7 +316,7 @@ def test_stats_report_follows_the_counters_tuple(
 
 def test_prometheus_exports_every_counter(tmp_path: Path) -> None:
     store = MemoryStore("memory://every")
-    store.add_stats({"foreign": 4.0})
+    store.counters.add({"foreign": 4.0})
     text = prometheus(StatsReport.of(store))
     families = {line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ")}
     for counter in stats.COUNTERS:

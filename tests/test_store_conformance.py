@@ -15,6 +15,8 @@ from tests.stores.conformance import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):
+    CAPABILITIES = frozenset({"counters", "history"})
+
     @pytest.fixture
     def store(self) -> Iterator[Store]:
         s = MemoryStore(f"memory://{uuid.uuid4().hex}")

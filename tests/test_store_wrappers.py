@@ -33,10 +33,12 @@ def _tiers(tmp_path: Path, redis: RedisServer, ns: str, **kwargs: object) -> Sto
 
 
 def _guarded(url: str) -> Iterator[Store]:
-    store = registry.open_store(url)
-    assert isinstance(store, Guarded)
+    """The one level of ``url`` as the registry opens it: guarded."""
+    tiers = registry.open_store(url)
+    (store,) = tiers.levels
+    assert isinstance(store, Guarded) and store.health is not None
     yield store
-    store.close()
+    tiers.close()
 
 
 class TestGuardedRedis(StoreConformance):
@@ -46,12 +48,16 @@ class TestGuardedRedis(StoreConformance):
 
 
 class TestGuardedSharedMount(StoreConformance):
+    CAPABILITIES = frozenset({"counters", "leases"})
+
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[Store]:
         yield from _guarded(f"{tmp_path / 'mount'}?shared=1")
 
 
 class TestGuardedS3(StoreConformance):
+    CAPABILITIES = frozenset({"counters", "leases"})
+
     @pytest.fixture
     def store(self, moto_server: MotoServer) -> Iterator[Store]:
         yield from _guarded(moto_server.url(moto_server.create_bucket()))
@@ -75,12 +81,15 @@ class TestReadOnlyLocalLevel(CapabilityConformance):
         yield s
         s.close()
 
+    CAPABILITIES = frozenset({"counters", "history"})
+
     @pytest.fixture
     def store(self, tmp_path: Path, writer: Store) -> Iterator[Store]:
-        s = registry.open_store(f"{tmp_path / 'ro'}?readonly=1")
-        assert isinstance(s, ReadOnly) and s.read_only
+        tiers = registry.open_store(f"{tmp_path / 'ro'}?readonly=1")
+        (s,) = tiers.levels
+        assert isinstance(s, ReadOnly) and s.read_only and tiers.read_only
         yield s
-        s.close()
+        tiers.close()
 
     def test_writes_are_refused(self, store: Store) -> None:
         with pytest.raises(ReadOnlyStore):
@@ -90,7 +99,10 @@ class TestReadOnlyLocalLevel(CapabilityConformance):
 
 
 class TestReadOnlyTiers(CapabilityConformance):
-    """A read-only session over ``local,redis``: every level read-only, and the tiers too."""
+    """A read-only session over ``local,redis``: every level read-only, and the tiers too;
+    counters and history on the local level (they are not entries), no leases."""
+
+    CAPABILITIES = frozenset({"counters", "history"})
 
     @pytest.fixture
     def writer(self, tmp_path: Path, redis_server: RedisServer) -> Iterator[Store]:
@@ -179,7 +191,7 @@ def test_each_level_is_parsed_once_and_wrapped_in_order(
     store.close()
 
 
-def test_a_third_party_store_without_the_base_gets_safe_defaults() -> None:
+def test_a_third_party_store_without_the_base_has_no_capabilities() -> None:
     class Plain:
         url = "plain://x"
 
@@ -206,5 +218,5 @@ def test_a_third_party_store_without_the_base_gets_safe_defaults() -> None:
     store = registry.open_store(f"{scheme}://x")
     store.put("k", b"v")
     assert store.peek("k") == b"v"
-    assert store.read_stats() == {} and store.read_history("miss") == []
-    assert not store.supports_leases() and store.acquire_lease("k", 1) == ""
+    assert (store.counters, store.history, store.leases) == (None, None, None)
+    assert store.get_with_meta("k") == (b"v", None)  # the conveniences, on its five methods

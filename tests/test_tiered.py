@@ -34,6 +34,8 @@ def mem() -> MemoryStore:
 
 
 class TestTieredMemory(StoreConformance):
+    CAPABILITIES = frozenset({"counters", "history"})
+
     @pytest.fixture
     def store(self) -> Store:
         return Tiered([mem(), mem()])
@@ -170,7 +172,7 @@ def test_second_host_starts_warm_from_the_shared_level(
 def test_persistent_stats_go_to_the_local_level(tmp_path: Path) -> None:
     local = LocalStore(tmp_path / "l")
     tiers = Tiered([local, mem()])
-    tiers.add_stats({"hits": 3})
-    assert local.read_stats() == {"hits": 3.0} == tiers.read_stats()
-    tiers.zero_stats()
-    assert tiers.read_stats() == {}
+    tiers.counters.add({"hits": 3})
+    assert local.counters.read() == {"hits": 3.0} == tiers.counters.read()
+    tiers.counters.zero()
+    assert tiers.counters.read() == {}

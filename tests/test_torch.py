@@ -32,6 +32,7 @@ from compilecache.frameworks import torch_kernels
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
+from compilecache.stores.registry import Adapted
 from tests.conftest import clean_env, last_json, run_python
 from tests.servers import free_port
 
@@ -522,14 +523,18 @@ def test_backend_round_trips_torch_values_byte_for_byte(integration_on_memory: A
 
 
 def test_backend_never_raises_into_torch() -> None:
+    # Loaded by any compile: the FX layer reads the config, torch builds its backend here.
+    import torch._inductor.config
+    import torch._inductor.remote_cache  # noqa: F401
+
     from compilecache.frameworks import torch as integration
 
-    cache = Cache(Failing())  # type: ignore[arg-type]
+    cache = Cache(Adapted(Failing()))  # a store of the plain protocol, as the registry opens it
     integration.install(cache)
     try:
-        backend = integration.StoreBackend("aot")
-        assert backend.get("pt2:autograd-experimental::akey:c1") is None
-        backend.put("pt2:autograd-experimental::akey:c1", b'{"data": "AAAA", "time_taken_ms": 1}')
+        backend = integration.StoreBackend("fx")
+        assert backend.get("pt2:fx-graph-v1::fkey:c1") is None
+        backend.put("pt2:fx-graph-v1::fkey:c1", b'{"data": "AAAA", "time_taken_ms": 1}')
         backend.put("weird key", b"\xff not json")
         assert cache.stats.snapshot()["errors"] == 3
     finally:

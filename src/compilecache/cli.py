@@ -21,6 +21,7 @@ from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
 if TYPE_CHECKING:
     from compilecache.signing import Signing
     from compilecache.stores.base import EntryInfo, Store
+    from compilecache.stores.tiered import Tiered
 
 # The stores, the entry format and the tools are imported by the commands that use them:
 # `compilecache run` (which starts the user's program) imports none of them.
@@ -34,12 +35,12 @@ def _config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Store:
-    from compilecache.stores import registry
-
+def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Tiered:
     """Open ``url`` (default: the configured store) with the configured size and options.
     ``create=False`` for commands that only look at a store: a directory that does not exist is
     an error naming it, not a new, empty store."""
+    from compilecache.stores import registry
+
     return registry.open_store(
         url or cfg.url,
         cfg.max_size,
@@ -49,7 +50,7 @@ def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Store:
     )
 
 
-def _store(args: argparse.Namespace, *, create: bool = True) -> Store:
+def _store(args: argparse.Namespace, *, create: bool = True) -> Tiered:
     return _open(_config(args), create=create)
 
 
@@ -63,7 +64,8 @@ def _print_json(data: Any) -> None:
 def cmd_stats(args: argparse.Namespace) -> int:
     store = _store(args, create=False)
     if args.zero:
-        store.zero_stats()  # nothing, where the store keeps no counters
+        if store.counters is not None:  # nothing, where the store keeps no counters
+            store.counters.zero()
         if args.json:
             _print_json({"zeroed": True, "store": store.url})
         else:
@@ -454,8 +456,10 @@ def cmd_clear(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             return 1
     removed = sum(1 for info in infos if store.delete(info.key))
-    store.zero_stats()
-    store.clear_history()  # explanations name entries that are gone now
+    if store.counters is not None:
+        store.counters.zero()
+    if store.history is not None:
+        store.history.clear()  # explanations name entries that are gone now
     print(f"compilecache: removed {removed} entries")
     return 0
 
@@ -645,12 +649,10 @@ def _import(args: argparse.Namespace) -> Any:
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
-    from compilecache.stores.tiered import Tiered
     from compilecache.tools import bundle
 
     store = _store(args)
-    # The local level: the first of several (fastest first).
-    target = store.levels[0] if isinstance(store, Tiered) else store
+    target = store.levels[0]  # the local level: the first of several (fastest first)
     report = bundle.warm(
         _open(_config(args), args.source, create=False),
         target,

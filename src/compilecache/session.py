@@ -30,6 +30,7 @@ from compilecache.signing import Signing
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
+from compilecache.stores.tiered import Tiered
 
 log = logging.getLogger("compilecache")
 
@@ -39,7 +40,7 @@ _active: Session | None = None
 
 def open_store(
     url: str | None = None, *, max_size: int | str | None = None, create: bool = True
-) -> Store:
+) -> Tiered:
     """Open the storage layer on its own: one URL, or several comma-separated (tiers, fastest
     first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``.
     ``create=False``: only open a store that exists (a missing directory is an error)."""
@@ -47,7 +48,7 @@ def open_store(
     return _open(cfg, create=create)
 
 
-def _open(cfg: Config, *, create: bool = True) -> Store:
+def _open(cfg: Config, *, create: bool = True) -> Tiered:
     return registry.open_store(
         cfg.url,
         cfg.max_size,
@@ -135,8 +136,9 @@ class Session:
         self.installed: set[str] = set()
         # Tiers with a remote level: prefetch the job's manifest now, record it at exit.
         self.manifest: Prefetch | None = None
-        if cfg.prefetch and len(store.levels) > 1:
-            self.manifest = Prefetch(store, cfg, signing)
+        if cfg.prefetch and len(self.store.levels) > 1:
+            self.manifest = Prefetch(self.store, cfg, signing)
+            self.cache.prefetcher = self.manifest.prefetcher
         self._flushed: dict[str, float] = {}
         self._closed = False
         self._run_recorded = False
@@ -147,7 +149,7 @@ class Session:
             self.cache.events = []
 
     @property
-    def store(self) -> Store:
+    def store(self) -> Tiered:
         return self.cache.store
 
     def stats(self) -> dict[str, float]:
@@ -185,10 +187,11 @@ class Session:
         spool = self.config.run_spool
         if spool:
             self._write_spool(Path(spool), current)
-        if not delta:
+        counters = self.store.counters
+        if not delta or counters is None:
             return
         try:
-            self.store.add_stats(delta)
+            counters.add(delta)
         except Exception as exc:
             log.debug("compilecache: could not save stats: %s", exc)
 
@@ -204,7 +207,9 @@ class Session:
             log.debug("compilecache: could not write the run summary: %s", exc)
 
     def _level_counters(self) -> dict[str, float]:
-        """Per-level counters of a tiered store, as ``level.<url>.<counter>``."""
+        """Per-level counters of tiers of several levels, as ``level.<url>.<counter>``."""
+        if len(self.store.levels) < 2:
+            return {}  # one level: its counters are the totals
         return {
             level_counter(url, name): value
             for url, counts in self.store.level_stats().items()
@@ -282,14 +287,14 @@ def enable(
             _active = session
             return session
         session = Session(cfg, store)
-        if any(level.health() for level in store.levels):  # a remote level: flush it early
+        if any(level.health is not None for level in store.levels):  # remote: flush it early
             _register_early_flush()
         for name in cfg.frameworks:
             _install(name, session)
         if session.manifest is not None:
             session.manifest.start()
-        if len(store.levels) > 1 and not session.read_only:
-            store.prepare_stats()  # the shared levels' exit counters, read ahead
+        if len(store.levels) > 1 and not session.read_only and store.counters is not None:
+            store.counters.prepare()  # the shared levels' exit counters, read ahead
         _active = session
         return session
 

@@ -2,8 +2,9 @@
 
 A backend's test module subclasses :class:`StoreConformance` and provides a ``store`` fixture
 that yields a fresh, empty store; every test here then runs against that backend, the optional
-capabilities (:class:`CapabilityConformance`: peek, counters, history, leases) included. A
-wrapper that refuses writes subclasses :class:`CapabilityConformance` alone.
+capabilities (:class:`CapabilityConformance`: peek, counters, history, leases) included, each
+on the backends that have it (``CAPABILITIES`` says which). A wrapper that refuses writes
+subclasses :class:`CapabilityConformance` alone.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import uuid
 
 import pytest
 
-from compilecache.stores.base import NO_COORDINATION, EntryMeta, Store
+from compilecache.stores.base import EntryMeta, Store
 from tests.conftest import in_threads
 
 
 class CapabilityConformance:
-    """The optional capabilities every store answers (counters, history, leases, peek): each
-    either works or answers its safe default. Wrappers that refuse writes (read-only) run this
-    part only, with a ``writer`` fixture that fills the store underneath."""
+    """peek, and each capability object (counters, history, leases) on every backend that has
+    it. Wrappers that refuse writes (read-only) run this part only, with a ``writer`` fixture
+    that fills the store underneath."""
 
     @pytest.fixture
     def writer(self, store: Store) -> Store:
@@ -40,64 +41,85 @@ class CapabilityConformance:
         assert (after.hits, after.accessed) == (before.hits, before.accessed)
         assert store.get("jax/peek-1") == b"peeked value"  # a real read still works after
 
+    # The capabilities the backend under test has: each test below runs where the backend has
+    # its capability, and test_capabilities checks that it has exactly these.
+    CAPABILITIES: frozenset[str] = frozenset({"counters", "history", "leases"})
+
+    def test_capabilities(self, store: Store) -> None:
+        present = {name for name in ("counters", "history", "leases") if getattr(store, name)}
+        assert present == set(self.CAPABILITIES)
+
     def test_counters(self, store: Store) -> None:
-        if not store.keeps_stats():
-            store.add_stats({"hits": 1.0})
-            assert store.read_stats() == {}
-            store.zero_stats()
-            return
-        store.zero_stats()
-        store.add_stats({"hits": 2.0, "misses": 1.0})
-        store.add_stats({"hits": 1.0, "compile_time_saved_s": 0.5})
-        got = store.read_stats()
+        counters = store.counters
+        if counters is None:
+            pytest.skip("no counters on this backend")
+        counters.zero()
+        counters.add({"hits": 2.0, "misses": 1.0})
+        counters.add({"hits": 1.0, "compile_time_saved_s": 0.5})
+        got = counters.read()
         assert got.get("hits") == 3.0 and got.get("misses") == 1.0
         assert got.get("compile_time_saved_s") == pytest.approx(0.5)
-        store.zero_stats()
-        assert not store.read_stats().get("hits")
+        counters.prepare()  # a hint: never blocks, never raises, loses nothing
+        counters.add({"hits": 1.0})
+        assert counters.read().get("hits") == 4.0
+        counters.zero()
+        assert not counters.read().get("hits")
 
     def test_history(self, store: Store) -> None:
-        if not store.keeps_history():
-            store.add_history("miss", {"n": 1})
-            assert store.read_history("miss") == []
-            store.clear_history()
-            return
-        store.clear_history()
-        store.add_history("miss", {"n": 1})
-        store.add_history("miss", {"n": 2})
-        store.add_history("run", {"n": 3})
-        assert [r["n"] for r in store.read_history("miss")] == [2, 1]  # newest first
-        assert [r["n"] for r in store.read_history("miss", limit=1)] == [2]
-        assert [r["n"] for r in store.read_history("run")] == [3]
-        assert store.scan("miss") is not None and all(
-            not i.key.startswith(("miss", "run")) for i in store.scan()
-        )  # history is never an entry
-        store.clear_history()
-        assert store.read_history("miss") == []
+        history = store.history
+        if history is None:
+            pytest.skip("no history on this backend")
+        history.clear()
+        history.add("miss", {"n": 1})
+        history.add("miss", {"n": 2})
+        history.add("run", {"n": 3})
+        assert [r["n"] for r in history.read("miss")] == [2, 1]  # newest first
+        assert [r["n"] for r in history.read("miss", limit=1)] == [2]
+        assert [r["n"] for r in history.read("run")] == [3]
+        assert all(not i.key.startswith(("miss", "run")) for i in store.scan())  # not entries
+        history.clear()
+        assert history.read("miss") == []
 
     def test_leases(self, store: Store) -> None:
+        leases = store.leases
+        if leases is None:
+            pytest.skip("no leases on this backend")
         key = f"jax/lease-{uuid.uuid4().hex[:8]}"
-        if not store.supports_leases():
-            assert store.acquire_lease(key, 30) == NO_COORDINATION
-            assert store.renew_lease(key, "token", 30) is False
-            store.release_lease(key, "token")
-            return
-        token = store.acquire_lease(key, 30)
+        token = leases.acquire(key, 30)
         assert token
-        assert store.acquire_lease(key, 30) is None  # held
-        assert store.renew_lease(key, token, 30) is True
-        assert store.renew_lease(key, "not-the-token", 30) is False
-        store.release_lease(key, "not-the-token")  # never removes another holder's lease
-        assert store.acquire_lease(key, 30) is None
-        store.release_lease(key, token)
-        again = store.acquire_lease(key, 30)
+        assert leases.acquire(key, 30) is None  # held
+        assert leases.renew(key, token, 30) is True
+        assert leases.renew(key, "not-the-token", 30) is False
+        leases.release(key, "not-the-token")  # never removes another holder's lease
+        assert leases.acquire(key, 30) is None
+        assert leases.claim(key, 30).state == "held"
+        leases.release(key, token)
+        claim = leases.claim(key, 30)
+        assert claim.state == "won" and claim.token
+        leases.release(key, claim.token)
+        again = leases.acquire(key, 30)
         assert again
-        store.release_lease(key, again)
+        leases.release(key, again)
 
-    def test_shape(self, store: Store) -> None:
-        assert store.levels and all(isinstance(level, Store) for level in store.levels)
-        assert store.available() is True
-        assert isinstance(store.health(), dict)
-        assert isinstance(store.level_stats(), dict)
+    def test_folded_claim(self, store: Store, writer: Store) -> None:
+        """A read folded with its claim answers as the read and the claim apart would."""
+        leases = store.leases
+        if leases is None:
+            pytest.skip("no leases on this backend")
+        key = f"jax/fold-{uuid.uuid4().hex[:8]}"
+        folded = leases.get_or_claim(key, 30)
+        if folded is None:
+            pytest.skip("this backend reads, then claims")
+        found, claim = folded
+        assert found is None and claim is not None and claim.state == "won" and claim.token
+        leases.release(key, claim.token)
+        writer.put(key, b"there", EntryMeta("jax", "jit_fold", 1.0))
+        again = leases.get_or_claim(key, 30)
+        assert again is not None and again[0] is not None and again[0][0] == b"there"
+
+    def test_facts(self, store: Store) -> None:
+        assert isinstance(store.read_only, bool) and isinstance(store.scans_cheaply, bool)
+        assert store.health is None or isinstance(store.health.stats(), dict)
 
 
 class StoreConformance(CapabilityConformance):

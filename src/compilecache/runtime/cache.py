@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compilecache import entry
 from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
@@ -39,7 +39,12 @@ from compilecache.runtime.background import Background
 from compilecache.runtime.singleflight import SingleFlight
 from compilecache.signing import Signing
 from compilecache.stats import Stats, function_counter
-from compilecache.stores.base import Claim, EntryMeta, Store
+from compilecache.stores.base import EntryMeta, Store, get_or_claim
+from compilecache.stores.capabilities import Claim
+from compilecache.stores.tiered import Tiered
+
+if TYPE_CHECKING:
+    from compilecache.runtime.prefetch import Prefetcher
 
 log = logging.getLogger("compilecache")
 # Per-compile events kept in memory for ``compilecache run`` and ``doctor`` (a bound on a run).
@@ -49,7 +54,8 @@ SETTLE_S = 5.0
 
 
 class Cache:
-    """A store plus the entry format, counters and the never-raise policy."""
+    """A store plus the entry format, counters and the never-raise policy. The store is held as
+    tiers (one level alone is tiers of one level): ``store.levels`` is always there."""
 
     def __init__(
         self,
@@ -63,7 +69,7 @@ class Cache:
         lease_ttl: float = DEFAULT_LEASE_TTL,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
     ) -> None:
-        self.store = store
+        self.store = Tiered.of(store)
         self.stats = stats or Stats()
         self.read_only = read_only
         self.min_compile_time = min_compile_time
@@ -86,26 +92,20 @@ class Cache:
         # Run by the session before its exit writes (integrations publish what they kept
         # locally, e.g. XLA's autotune directory); each must never raise.
         self.finishers: list[Callable[[], None]] = []
+        # Set by the session when it prefetches: told of each lookup before it reads.
+        self.prefetcher: Prefetcher | None = None
         # Single-flight compiles (load_or_lead): only where the store can coordinate.
         self._flight: SingleFlight | None = None
-        if not read_only and wait_timeout > 0 and self._supports_leases():
+        leases = self.store.leases
+        if not read_only and wait_timeout > 0 and leases is not None:
             self._flight = SingleFlight(
-                store,
+                leases,
                 stats=self.stats,
                 warn=self.warn_once,
                 lease_ttl=lease_ttl,
                 wait_timeout=wait_timeout,
                 writes=self.writes,
             )
-
-    def _supports_leases(self) -> bool:
-        """Whether the store can coordinate compiles; a store that cannot even answer (a broken
-        third-party store) cannot, and must not stop the program from starting."""
-        try:
-            return bool(self.store.supports_leases())
-        except Exception as exc:
-            log.debug("compilecache: %s cannot say whether it has leases: %s", self.store.url, exc)
-            return False
 
     def _warn_failure(self, what: str, exc: Exception) -> None:
         """One warning per kind of failure; none for an outage a level's guard reported."""
@@ -126,6 +126,13 @@ class Cache:
         events = self.events
         if events is not None and len(events) < MAX_EVENTS:
             events.append(event)
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes under ``key``, read as a lookup: told to the prefetcher first (recorded for
+        the job's manifest; a key on its way is waited for). Raises what the store raises."""
+        if self.prefetcher is not None:
+            self.prefetcher.before_read(key)
+        return self.store.get(key)
 
     def load(self, framework: str, key: str) -> Entry | None:
         """The verified entry stored under ``key``, or ``None`` (counted as a miss)."""
@@ -170,7 +177,9 @@ class Cache:
 
         def read_or_claim(k: str) -> bytes | None:
             # The read and, on a miss, the lease claim: one round trip where the store can.
-            found, claims[0] = self.store.get_or_claim(k, flight.lease_ttl)
+            if self.prefetcher is not None:
+                self.prefetcher.before_read(k)
+            found, claims[0] = get_or_claim(self.store, k, flight.lease_ttl)
             return found[0] if found is not None else None
 
         found, clean_miss = self._load(framework, key, count_miss=False, read=read_or_claim)
@@ -216,7 +225,7 @@ class Cache:
         read the bytes (default: the store's ``get``)."""
         start = time.perf_counter()
         try:
-            data = (read or self.store.get)(key)
+            data = (read or self.read)(key)
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=False)
             return None, False

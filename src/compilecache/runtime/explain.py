@@ -34,6 +34,7 @@ from compilecache.stores.base import EntryInfo, Store
 
 if TYPE_CHECKING:
     from compilecache.runtime.cache import Cache
+    from compilecache.stores.tiered import Tiered
 
 log = logging.getLogger("compilecache")
 
@@ -453,7 +454,7 @@ def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
 
 
 def nearest_entry(
-    store: Store,
+    store: Tiered,
     *,
     prefix: str,
     name: str,
@@ -467,7 +468,7 @@ def nearest_entry(
     (normally the local disk). A level that can only list by reading every object (an object
     store) is never listed: one explanation would cost a request per stored entry."""
     for level in store.levels:
-        if not level.scans_cheaply():
+        if not level.scans_cheaply:
             continue
         infos = _same_name(level, prefix, name, key)
         if not infos:
@@ -488,7 +489,7 @@ def nearest_entry(
 
 
 def explain(
-    store: Store,
+    store: Tiered,
     *,
     framework: str,
     name: str,
@@ -542,7 +543,7 @@ def _readable(header: EntryHeader) -> dict[str, Any]:
     return dict(readable) if isinstance(readable, Mapping) else {}
 
 
-def explain_stored(store: Store, key: str) -> Explanation | None:
+def explain_stored(store: Tiered, key: str) -> Explanation | None:
     """How the stored entry ``key`` differs from its nearest same-name neighbour (for
     ``compilecache explain KEY`` when no miss of it was recorded)."""
     try:

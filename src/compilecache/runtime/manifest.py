@@ -39,8 +39,10 @@ from collections.abc import Callable, Sequence
 from compilecache import entry
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
+from compilecache.runtime.prefetch import Prefetcher
 from compilecache.signing import Signing
 from compilecache.stores.base import EntryMeta, Store
+from compilecache.stores.tiered import Tiered
 
 log = logging.getLogger("compilecache")
 
@@ -93,7 +95,7 @@ def load(store: Store, key: str, signing: Signing | None) -> list[str]:
     return [k for k in keys if isinstance(k, str) and not k.startswith(PREFIX)][:MAX_KEYS]
 
 
-def local_copy(store: Store, key: str, signing: Signing | None) -> list[str] | None:
+def local_copy(store: Tiered, key: str, signing: Signing | None) -> list[str] | None:
     """The manifest's keys when this host's own level has the list and every entry it names
     (then a start needs nothing from the network); ``None`` otherwise."""
     local = store.levels[0]
@@ -108,7 +110,7 @@ def local_copy(store: Store, key: str, signing: Signing | None) -> list[str] | N
     return None
 
 
-def load_remote(store: Store, key: str, signing: Signing | None) -> list[str]:
+def load_remote(store: Tiered, key: str, signing: Signing | None) -> list[str]:
     """The manifest as the slower levels hold it (the fleet's newest), else the local copy."""
     for level in store.levels[1:]:
         keys = load(level, key, signing)
@@ -117,7 +119,7 @@ def load_remote(store: Store, key: str, signing: Signing | None) -> list[str]:
     return load(store.levels[0], key, signing)
 
 
-def save(store: Store, key: str, job: str, keys: Sequence[str], signing: Signing | None) -> bool:
+def save(store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signing | None) -> bool:
     """Write the manifest of this run, and its pack, into the slower levels of ``store`` (the
     ones a fresh host reads them from), and the manifest alone into the first level, this host's
     own (a start that finds every entry local reads it there). The pack goes first: a reader of
@@ -211,10 +213,12 @@ def unpacker(
 
 class Prefetch:
     """The manifest side of one session: prefetch at start (in the background), record at
-    exit (when this run looked up other keys than the manifest held)."""
+    exit (when this run looked up other keys than the manifest held). ``prefetcher`` is what
+    the session's cache tells of each lookup."""
 
-    def __init__(self, store: Store, cfg: Config, signing: Signing | None) -> None:
+    def __init__(self, store: Tiered, cfg: Config, signing: Signing | None) -> None:
         self.store = store
+        self.prefetcher = Prefetcher(store)
         self.signing = signing  # the session's: what its cache signs with and accepts
         self.job = job_name(cfg)
         self.key = key_of(self.job)
@@ -224,7 +228,7 @@ class Prefetch:
     def start(self) -> None:
         """Read the manifest and start prefetching, on a daemon thread: ``enable()`` never
         waits for the network."""
-        self.store.expect_prefetch()  # before any lookup: they wait for the list, not race it
+        self.prefetcher.expect()  # before any lookup: they wait for the list, not race it
         self._thread = threading.Thread(target=self._run, name="compilecache-manifest", daemon=True)
         self._thread.start()
 
@@ -239,13 +243,13 @@ class Prefetch:
         finally:
             try:  # always: an empty list releases the lookups waiting for it
                 pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.signing))
-                self.store.prefetch(wanted, pack=pack)
+                self.prefetcher.start(wanted, pack=pack)
             except Exception as exc:  # never fail a program for a prefetch
                 log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
 
     def record(self) -> bool:
         """Write this run's lookups as the job's manifest, unless the manifest already says so."""
-        keys = self.store.lookups()  # the manifest itself is read with peek: never among them
+        keys = self.prefetcher.lookups()  # the manifest itself is read with peek: never among them
         if not keys:
             return False
         if self._thread is not None:

@@ -3,7 +3,7 @@ the others wait for its entry instead of compiling the same function N times.
 
 The protocol, per key, after a lookup that found nothing (:meth:`Cache.load_or_lead`):
 
-1. Claim the key's lease in the store (:meth:`~compilecache.stores.base.Store.claim_lease`: an
+1. Claim the key's lease in the store (:meth:`~compilecache.stores.capabilities.Leases.claim`: an
    exclusively created lock file, a Redis ``SET NX PX``, a conditional object create). Redis
    answers the claim in the same round trip as the missing read (``get_or_claim``), and its
    claim also says whether the entry has appeared meanwhile or the key is marked unwritten
@@ -46,10 +46,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from compilecache.stats import Stats
-from compilecache.stores.base import UNWRITTEN_SUFFIX, Claim
+from compilecache.stores.capabilities import UNWRITTEN_SUFFIX, Claim, Leases
 
 if TYPE_CHECKING:
     from compilecache.entry import Entry
@@ -73,18 +73,6 @@ Lookup = Callable[[], "tuple[Entry | None, bool]"]
 Warn = Callable[[str, str], None]
 
 
-class Leases(Protocol):
-    """The lease methods of a store (:class:`~compilecache.stores.base.Store` has them all)."""
-
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None: ...
-
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool: ...
-
-    def release_lease(self, key: str, token: str) -> None: ...
-
-    def claim_lease(self, key: str, ttl_s: float) -> Claim: ...
-
-
 def _always(key: str) -> bool:
     return True
 
@@ -104,7 +92,7 @@ class _Lead:
 class SingleFlight:
     """The leases this process holds, their heartbeat, and the waiting logic.
 
-    It takes only what it uses: the store's lease methods (``leases``), the counters it adds to
+    It takes only what it uses: the store's leases (``leases``), the counters it adds to
     (``stats``), a warn-once function (``warn``), and ``writes(key)``, whether this process will
     save what it compiles for ``key`` (``False``: it never holds that key's lease, since no one
     should wait for an entry that will not come).
@@ -149,7 +137,7 @@ class SingleFlight:
         """Called after a clean miss that was not counted yet. Returns the entry (waited for, a
         hit) or ``None``: the caller compiles, holding the key's lease when it got one (never
         with ``lead=False``: a process that will not save its compile only waits). ``claim``:
-        the lease claim the missing read already made (``Store.get_or_claim``), if any."""
+        the lease claim the missing read already made (``Leases.get_or_claim``), if any."""
         self._check_fork()
         with self._lock:
             ours = key in self._leads
@@ -167,7 +155,7 @@ class SingleFlight:
         while True:
             if claim is None:
                 try:
-                    claim = self.leases.claim_lease(key, self.lease_ttl)
+                    claim = self.leases.claim(key, self.lease_ttl)
                 except Exception as exc:  # a store that cannot coordinate: compile, uncoordinated
                     log.debug("compilecache: no lease for %s: %s", key, exc)
                     self._lead(framework, key, None)
@@ -328,7 +316,7 @@ class SingleFlight:
         """Give a lead's lease up; mark the key unwritten first when no entry was written."""
         if not lead.written:
             try:
-                self.leases.acquire_lease(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
+                self.leases.acquire(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
             except Exception as exc:  # then the others may compile one after another: slower
                 log.debug("compilecache: could not mark %s unwritten: %s", lead.key, exc)
         self._release(lead.key, lead.token)
@@ -336,7 +324,7 @@ class SingleFlight:
     def _marked_unwritten(self, key: str) -> bool:
         """Whether the last compile of ``key`` ended without an entry (its mark is held)."""
         try:
-            probe = self.leases.acquire_lease(key + UNWRITTEN_SUFFIX, self.lease_ttl)
+            probe = self.leases.acquire(key + UNWRITTEN_SUFFIX, self.lease_ttl)
         except Exception as exc:
             log.debug("compilecache: could not read the unwritten mark of %s: %s", key, exc)
             return False
@@ -350,7 +338,7 @@ class SingleFlight:
 
     def _release(self, key: str, token: str) -> None:
         try:
-            self.leases.release_lease(key, token)
+            self.leases.release(key, token)
         except Exception as exc:  # it expires on its own
             log.debug("compilecache: could not release the lease on %s: %s", key, exc)
 
@@ -391,7 +379,7 @@ class SingleFlight:
                     self._drop(lead)
                     continue
                 try:
-                    renewed = self.leases.renew_lease(lead.key, lead.token, self.lease_ttl)
+                    renewed = self.leases.renew(lead.key, lead.token, self.lease_ttl)
                 except Exception as exc:  # transient: try again at the next beat
                     log.debug("compilecache: could not renew the lease on %s: %s", lead.key, exc)
                     continue

@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from compilecache.errors import (
     ConfigError,
@@ -38,9 +38,6 @@ from compilecache.errors import (
     failure_text,
 )
 from compilecache.stores.base import (
-    HISTORY_LIMIT,
-    NO_COORDINATION,
-    Claim,
     EntryInfo,
     EntryMeta,
     Store,
@@ -49,6 +46,7 @@ from compilecache.stores.base import (
     flag,
     is_local,
 )
+from compilecache.stores.capabilities import Counters, Found, Health, History, Leases
 
 log = logging.getLogger("compilecache")
 
@@ -74,17 +72,12 @@ def _warn_once(url: str, message: str) -> None:
     log.log(logging.WARNING if first else logging.DEBUG, "compilecache: %s", message)
 
 
-class Guarded(StoreWrapper):
-    """Wrap ``inner`` so that failures turn into a bounded, backed-off cost.
-
-    Every call that may reach the network goes through :meth:`_call`, capabilities included
-    (counters, history, leases); a capability the inner store lacks answers its safe default
-    without a call.
-    """
+class Guard(Health):
+    """The back-off state of one level, and :meth:`call`, which runs a call under it."""
 
     def __init__(
         self,
-        inner: Store,
+        url: str,
         *,
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
@@ -95,7 +88,7 @@ class Guarded(StoreWrapper):
             raise ConfigError(f"backoff must be 0 <= backoff <= max_backoff, got {backoff}")
         if deadline is not None and deadline <= 0:
             raise ConfigError(f"deadline must be positive, got {deadline}")
-        super().__init__(inner)
+        self.url = url
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.deadline = deadline
@@ -112,12 +105,13 @@ class Guarded(StoreWrapper):
             "recoveries": 0,
         }
 
-    # -- the guard -----------------------------------------------------------------------------
-
     @property
     def down(self) -> bool:
         """Whether calls are being skipped right now."""
         return self._clock() < self._down_until
+
+    def available(self) -> bool:
+        return not self.down
 
     def stats(self) -> dict[str, float]:
         """Counters of this guard, and ``down`` (1.0 while in back-off)."""
@@ -126,7 +120,7 @@ class Guarded(StoreWrapper):
         out["down"] = 1.0 if self.down else 0.0
         return out
 
-    def _call(
+    def call(
         self, what: str, fn: Callable[..., T], *args: Any, miss: Callable[[], T] | None = None
     ) -> T:
         """``fn(*args)`` under the guard; during a back-off ``miss()`` (reads) or LevelSkipped."""
@@ -194,49 +188,76 @@ class Guarded(StoreWrapper):
         failure.reported = True  # warned above (or before, for this URL): not again upstream
         return failure
 
-    def available(self) -> bool:
-        return not self.down
 
-    def health(self) -> dict[str, float]:
-        return self.stats()
+class Guarded(StoreWrapper):
+    """Wrap ``inner`` so that failures turn into a bounded, backed-off cost.
+
+    Every call that may reach the network goes through one :class:`Guard`: the byte operations
+    here, and every method of the inner store's capability objects (counters, history, leases),
+    each object wrapped once by :func:`guarded`. ``health`` is the guard.
+    """
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(inner)
+        self.guard = Guard(
+            inner.url, backoff=backoff, max_backoff=max_backoff, deadline=deadline, clock=clock
+        )
+        self.health = self.guard
+        self.counters = guarded(inner.counters, self.guard)
+        # A level in back-off keeps no history: nothing written, nothing read (an explanation
+        # per miss would otherwise wait for a timeout).
+        self.history = guarded(inner.history, self.guard, misses={"add": _none, "read": list})
+        # A level in back-off cannot coordinate: a claim fails at once (LevelSkipped), and the
+        # single-flight layer compiles without a lease; a folded read is a miss.
+        self.leases = guarded(inner.leases, self.guard, misses={"get_or_claim": _no_read})
+
+    @property
+    def down(self) -> bool:
+        """Whether calls are being skipped right now."""
+        return self.guard.down
+
+    def stats(self) -> dict[str, float]:
+        """Counters of this guard, and ``down`` (1.0 while in back-off)."""
+        return self.guard.stats()
 
     # -- the Store protocol --------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
-        return self._call("get", self.inner.get, key, miss=_none)
+        return self.guard.call("get", self.inner.get, key, miss=_none)
 
     def peek(self, key: str) -> bytes | None:
-        return self._call("get", self.inner.peek, key, miss=_none)
+        return self.guard.call("get", self.inner.peek, key, miss=_none)
 
-    def get_with_meta(self, key: str) -> tuple[bytes, EntryMeta | None] | None:
-        return self._call("get", self.inner.get_with_meta, key, miss=_none)
+    def get_with_meta(self, key: str) -> Found | None:
+        return self.guard.call("get", self.inner.get_with_meta, key, miss=_none)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
-        return self._call("get", self.inner.get_many, keys, miss=dict)
-
-    def get_or_claim(
-        self, key: str, ttl_s: float
-    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
-        if not self.inner.supports_leases():
-            return self.get_with_meta(key), None
-        return self._call("get", self.inner.get_or_claim, key, ttl_s, miss=_no_read)
+    def get_many(self, keys: Sequence[str]) -> dict[str, Found]:
+        return self.guard.call("get", self.inner.get_many, keys, miss=dict)
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
-        self._call("put", self.inner.put, key, value, meta)
+        self.guard.call("put", self.inner.put, key, value, meta)
 
     def put_new(self, key: str, value: bytes, meta: EntryMeta | None = None) -> bool:
-        return self._call("put", self.inner.put_new, key, value, meta)
+        return self.guard.call("put", self.inner.put_new, key, value, meta)
 
     def delete(self, key: str) -> bool:
-        return self._call("delete", self.inner.delete, key)
+        return self.guard.call("delete", self.inner.delete, key)
 
     def stat(self, key: str) -> EntryInfo | None:
-        return self._call("stat", self.inner.stat, key, miss=_none)
+        return self.guard.call("stat", self.inner.stat, key, miss=_none)
 
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
         # Listing is for the CLI (ls, prune, stats): materialise it under the guard so that a
         # failure surfaces here, once, rather than halfway through the caller's loop.
-        return iter(self._call("scan", lambda p: list(self.inner.scan(p)), prefix))
+        return iter(self.guard.call("scan", lambda p: list(self.inner.scan(p)), prefix))
 
     def close(self) -> None:
         try:
@@ -244,54 +265,46 @@ class Guarded(StoreWrapper):
         except Exception as exc:
             log.debug("compilecache: closing %s failed: %s", self.url, exc)
 
-    # -- capabilities: asked of the inner store under the guard, when it has them ---------------
 
-    def add_stats(self, counters: Mapping[str, float]) -> None:
-        if self.inner.keeps_stats():
-            self._call("add_stats", self.inner.add_stats, counters)
+C = TypeVar("C")
 
-    def read_stats(self) -> dict[str, float]:
-        if not self.inner.keeps_stats():
-            return {}
-        return self._call("read_stats", self.inner.read_stats)
 
-    def zero_stats(self) -> None:
-        if self.inner.keeps_stats():
-            self._call("zero_stats", self.inner.zero_stats)
+class _GuardedCapability:
+    """A capability object whose every public method runs under a :class:`Guard`."""
 
-    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
-        if self.inner.keeps_history():
-            self._call("add_history", self.inner.add_history, kind, record)
+    def __init__(
+        self, inner: object, guard: Guard, kind: str, misses: Mapping[str, Callable[[], Any]]
+    ) -> None:
+        self._inner = inner
+        self._guard = guard
+        self._kind = kind
+        self._misses = misses
 
-    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
-        if not self.inner.keeps_history():
-            return []
-        return self._call("read_history", self.inner.read_history, kind, limit)
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        if name.startswith("_") or not callable(method):
+            return method
+        what = f"{self._kind.lower()}.{name}"  # in errors: "s3://b/k: leases.acquire failed"
+        miss = self._misses.get(name)
 
-    def clear_history(self) -> None:
-        if self.inner.keeps_history():
-            self._call("clear_history", self.inner.clear_history)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._guard.call(what, lambda: method(*args, **kwargs), miss=miss)
 
-    # A level in back-off cannot coordinate: acquire fails at once (LevelSkipped), and the
-    # single-flight layer compiles without a lease.
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        if not self.inner.supports_leases():
-            return NO_COORDINATION
-        return self._call("acquire_lease", self.inner.acquire_lease, key, ttl_s)
+        return call
 
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
-        if not self.inner.supports_leases():
-            return False
-        return self._call("renew_lease", self.inner.renew_lease, key, token, ttl_s)
 
-    def release_lease(self, key: str, token: str) -> None:
-        if self.inner.supports_leases():
-            self._call("release_lease", self.inner.release_lease, key, token)
-
-    def claim_lease(self, key: str, ttl_s: float) -> Claim:
-        if not self.inner.supports_leases():
-            return Claim("won", NO_COORDINATION)
-        return self._call("acquire_lease", self.inner.claim_lease, key, ttl_s)
+def guarded(
+    capability: C | None, guard: Guard, *, misses: Mapping[str, Callable[[], Any]] | None = None
+) -> C | None:
+    """``capability`` with every method run under ``guard`` (``None`` stays ``None``).
+    ``misses``: what a method answers during a back-off instead of raising LevelSkipped."""
+    if capability is None:
+        return None
+    kind = next(
+        (c.__name__ for c in type(capability).__mro__ if c in (Counters, History, Leases)), ""
+    )
+    # The proxy answers every method the capability has, so it stands for its type.
+    return cast(C, _GuardedCapability(capability, guard, kind, misses or {}))
 
 
 def _none() -> None:

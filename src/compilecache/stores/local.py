@@ -47,7 +47,8 @@ from compilecache.errors import (
     ReadOnlyStore,
     StoreUnavailable,
 )
-from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, Store, StoreURL
+from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL
+from compilecache.stores.capabilities import HISTORY_LIMIT, Counters, History
 from compilecache.stores.frame import (
     decode_frame,
     directory_and_size,
@@ -58,7 +59,7 @@ from compilecache.stores.frame import (
     read_frame,
     write_atomic,
 )
-from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
+from compilecache.stores.leasefile import LeaseFiles
 
 log = logging.getLogger("compilecache")
 
@@ -207,7 +208,7 @@ def _flush_open_stores() -> None:
             store.flush_access()
 
 
-class LocalStore(LeaseFilesMixin, Store):
+class LocalStore(Store):
     """A bounded, multi-process-safe store in one directory.
 
     On read-only media (a read-only bind mount, an image layer, a directory this user cannot
@@ -231,9 +232,14 @@ class LocalStore(LeaseFilesMixin, Store):
         self._touches: dict[str, _Access] = {}
         self._touch_timer: threading.Timer | None = None
         self._touch_timer_pid = os.getpid()
-        self._leases = LeaseFiles(self.root / "leases", self._write_atomic)
+        self._leases = LeaseFiles(self.root / "leases", self._write_atomic, self.path_of)
         _open_stores.add(self)
         self.writable = _writable_directory(self.root)
+        self.read_only = not self.writable
+        self.counters = _IndexCounters(self)
+        self.history = _IndexHistory(self)
+        # Read-only media lead nothing: a process that cannot write compiles at once.
+        self.leases = self._leases if self.writable else None
         if not self.writable:
             if not self.entries_dir.is_dir():
                 raise StoreUnavailable(f"cannot use {self.root} as a cache directory: read-only")
@@ -247,19 +253,6 @@ class LocalStore(LeaseFilesMixin, Store):
         except OSError as exc:
             raise StoreUnavailable(f"cannot use {self.root} as a cache directory: {exc}") from exc
         self._clean_stale_tmp()
-
-    @property
-    def read_only(self) -> bool:
-        return not self.writable
-
-    def keeps_stats(self) -> bool:
-        return True
-
-    def keeps_history(self) -> bool:
-        return True
-
-    def supports_leases(self) -> bool:
-        return self.writable
 
     # -- the index ---------------------------------------------------------------------------
 
@@ -659,72 +652,6 @@ class LocalStore(LeaseFilesMixin, Store):
                     self.path_of(key).unlink()
                 removed += 1
 
-    @_index_errors
-    def add_stats(self, counters: Mapping[str, float]) -> None:
-        if not self.writable:
-            return  # read-only media keep the counters they were shipped with
-        with self._transaction() as conn:
-            conn.executemany(
-                "INSERT INTO stats VALUES (?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                list(counters.items()),
-            )
-
-    @_index_errors
-    def read_stats(self) -> dict[str, float]:
-        with self._lock:
-            rows = self._db().execute("SELECT name, value FROM stats").fetchall()
-        return {name: value for name, value in rows}
-
-    @_index_errors
-    def zero_stats(self) -> None:
-        self._refuse_writes()
-        with self._transaction() as conn:
-            conn.execute("DELETE FROM stats")
-
-    # -- history (miss explanations, run totals): rows beside the index, never entries ---------
-
-    @_index_errors
-    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
-        if not self.writable:
-            return
-        with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO history (kind, record) VALUES (?, ?)",
-                (kind, json.dumps(record, default=str, separators=(",", ":"))),
-            )
-            # Capped: drop what fell off the end (a walk of the (kind, id) index, bounded).
-            conn.execute(
-                "DELETE FROM history WHERE kind = ? AND id <= (SELECT id FROM history "
-                "WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (kind, kind, HISTORY_LIMIT),
-            )
-
-    @_index_errors
-    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
-        with self._lock:
-            rows = (
-                self._db()
-                .execute(
-                    "SELECT record FROM history WHERE kind = ? ORDER BY id DESC LIMIT ?",
-                    (kind, limit),
-                )
-                .fetchall()
-            )
-        out: list[dict[str, object]] = []
-        for (raw,) in rows:
-            with contextlib.suppress(ValueError):
-                record = json.loads(raw)
-                if isinstance(record, dict):
-                    out.append(record)
-        return out
-
-    @_index_errors
-    def clear_history(self) -> None:
-        self._refuse_writes()
-        with self._transaction() as conn:
-            conn.execute("DELETE FROM history")
-
     def peek(self, key: str) -> bytes | None:
         """The value under ``key`` without counting a hit, refreshing its LRU position or
         repairing anything: a damaged file raises CorruptEntry and stays where it is."""
@@ -816,3 +743,81 @@ def _writable_directory(root: Path) -> bool:
     except OSError:
         return True  # cannot tell: try, and let the writes report what fails
     return os.access(probe, os.W_OK)
+
+
+class _IndexCounters(Counters):
+    """The counters: rows of the index's ``stats`` table."""
+
+    def __init__(self, store: LocalStore) -> None:
+        self._store = store
+
+    @_index_errors
+    def add(self, counters: Mapping[str, float]) -> None:
+        if not self._store.writable:
+            return  # read-only media keep the counters they were shipped with
+        with self._store._transaction() as conn:
+            conn.executemany(
+                "INSERT INTO stats VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                list(counters.items()),
+            )
+
+    @_index_errors
+    def read(self) -> dict[str, float]:
+        with self._store._lock:
+            rows = self._store._db().execute("SELECT name, value FROM stats").fetchall()
+        return {name: value for name, value in rows}
+
+    @_index_errors
+    def zero(self) -> None:
+        self._store._refuse_writes()
+        with self._store._transaction() as conn:
+            conn.execute("DELETE FROM stats")
+
+
+class _IndexHistory(History):
+    """History (miss explanations, run totals): rows beside the index, never entries."""
+
+    def __init__(self, store: LocalStore) -> None:
+        self._store = store
+
+    @_index_errors
+    def add(self, kind: str, record: Mapping[str, object]) -> None:
+        if not self._store.writable:
+            return
+        with self._store._transaction() as conn:
+            conn.execute(
+                "INSERT INTO history (kind, record) VALUES (?, ?)",
+                (kind, json.dumps(record, default=str, separators=(",", ":"))),
+            )
+            # Capped: drop what fell off the end (a walk of the (kind, id) index, bounded).
+            conn.execute(
+                "DELETE FROM history WHERE kind = ? AND id <= (SELECT id FROM history "
+                "WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (kind, kind, HISTORY_LIMIT),
+            )
+
+    @_index_errors
+    def read(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        with self._store._lock:
+            rows = (
+                self._store._db()
+                .execute(
+                    "SELECT record FROM history WHERE kind = ? ORDER BY id DESC LIMIT ?",
+                    (kind, limit),
+                )
+                .fetchall()
+            )
+        out: list[dict[str, object]] = []
+        for (raw,) in rows:
+            with contextlib.suppress(ValueError):
+                record = json.loads(raw)
+                if isinstance(record, dict):
+                    out.append(record)
+        return out
+
+    @_index_errors
+    def clear(self) -> None:
+        self._store._refuse_writes()
+        with self._store._transaction() as conn:
+            conn.execute("DELETE FROM history")

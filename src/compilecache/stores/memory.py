@@ -12,7 +12,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from compilecache.stores.base import HISTORY_LIMIT, EntryInfo, EntryMeta, Store, StoreURL
+from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL
+from compilecache.stores.capabilities import HISTORY_LIMIT, Counters, History
 
 _SHARED: dict[str, _MemoryData] = {}
 _SHARED_LOCK = threading.Lock()
@@ -41,12 +42,8 @@ class MemoryStore(Store):
         self.max_size = max_size
         with _SHARED_LOCK:
             self._data = _SHARED.setdefault(url, _MemoryData())
-
-    def keeps_stats(self) -> bool:
-        return True
-
-    def keeps_history(self) -> bool:
-        return True
+        self.counters = _MemoryCounters(self._data)
+        self.history = _MemoryHistory(self._data)
 
     def get(self, key: str) -> bytes | None:
         with self._data.lock:
@@ -99,32 +96,6 @@ class MemoryStore(Store):
             infos = [i for k, i in self._data.infos.items() if k.startswith(prefix)]
         return iter(infos)
 
-    def add_stats(self, counters: Mapping[str, float]) -> None:
-        with self._data.lock:
-            for name, value in counters.items():
-                self._data.stats[name] = self._data.stats.get(name, 0.0) + value
-
-    def read_stats(self) -> dict[str, float]:
-        with self._data.lock:
-            return dict(self._data.stats)
-
-    def zero_stats(self) -> None:
-        with self._data.lock:
-            self._data.stats.clear()
-
-    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
-        with self._data.lock:
-            records = self._data.history.setdefault(kind, deque(maxlen=HISTORY_LIMIT))
-            records.appendleft(dict(record))
-
-    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
-        with self._data.lock:
-            return [dict(r) for r in list(self._data.history.get(kind, ()))[:limit]]
-
-    def clear_history(self) -> None:
-        with self._data.lock:
-            self._data.history.clear()
-
     def peek(self, key: str) -> bytes | None:
         """The value under ``key`` without counting a hit or moving it in the LRU order."""
         with self._data.lock:
@@ -132,6 +103,42 @@ class MemoryStore(Store):
 
     def close(self) -> None:
         pass
+
+
+class _MemoryCounters(Counters):
+    def __init__(self, data: _MemoryData) -> None:
+        self._data = data
+
+    def add(self, counters: Mapping[str, float]) -> None:
+        with self._data.lock:
+            for name, value in counters.items():
+                self._data.stats[name] = self._data.stats.get(name, 0.0) + value
+
+    def read(self) -> dict[str, float]:
+        with self._data.lock:
+            return dict(self._data.stats)
+
+    def zero(self) -> None:
+        with self._data.lock:
+            self._data.stats.clear()
+
+
+class _MemoryHistory(History):
+    def __init__(self, data: _MemoryData) -> None:
+        self._data = data
+
+    def add(self, kind: str, record: Mapping[str, object]) -> None:
+        with self._data.lock:
+            records = self._data.history.setdefault(kind, deque(maxlen=HISTORY_LIMIT))
+            records.appendleft(dict(record))
+
+    def read(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        with self._data.lock:
+            return [dict(r) for r in list(self._data.history.get(kind, ()))[:limit]]
+
+    def clear(self) -> None:
+        with self._data.lock:
+            self._data.history.clear()
 
 
 def from_url(url: StoreURL) -> MemoryStore:

@@ -47,16 +47,21 @@ from compilecache.errors import (
     failure_text,
 )
 from compilecache.stores.base import (
-    NO_COORDINATION,
     OBJECT_PARAMS,
-    UNWRITTEN_SUFFIX,
     WRAPPER_PARAMS,
-    Claim,
     EntryInfo,
     EntryMeta,
     OneReadStore,
     StoreURL,
     flag,
+)
+from compilecache.stores.capabilities import (
+    NO_COORDINATION,
+    UNWRITTEN_SUFFIX,
+    Claim,
+    Counters,
+    Found,
+    Leases,
 )
 from compilecache.stores.frame import (
     decode_frame,
@@ -92,6 +97,10 @@ _OWN_PARAMS = OBJECT_PARAMS | WRAPPER_PARAMS
 class ObjectStore(OneReadStore):
     """Entries as objects under ``root`` on an fsspec filesystem."""
 
+    # Object names are hashes, so a scan reads the head of every object under the prefix (a
+    # request each: 100,000 for a bucket of 100,000 entries).
+    scans_cheaply = False
+
     def __init__(
         self,
         fs: Any,
@@ -113,8 +122,9 @@ class ObjectStore(OneReadStore):
         self.lost_races = 0
         self._requests: concurrent.futures.ThreadPoolExecutor | None = None
         self._requests_pid = 0
-        # This host's counters object as read ahead by prepare_stats: (path, counters, ETag).
-        self._counters_ahead: tuple[str, dict[str, float], str | None] | None = None
+        self.counters = _ObjectCounters(self)
+        # Where conditional writes are off, the store cannot coordinate: every process compiles.
+        self.leases = _ObjectLeases(self) if self.conditional else None
 
     def path_of(self, key: str) -> str:
         return f"{self.root}/{_key_filename(key)}"
@@ -299,11 +309,6 @@ class ObjectStore(OneReadStore):
         size = header.get("size")
         return info_of(header, size if isinstance(size, int) else 0)
 
-    def scans_cheaply(self) -> bool:
-        """No: object names are hashes, so a scan reads the head of every object under the
-        prefix (a request each: 100,000 for a bucket of 100,000 entries)."""
-        return False
-
     def scan(self, prefix: str = "") -> Iterator[EntryInfo]:
         try:
             self.fs.invalidate_cache(self.root)
@@ -329,29 +334,62 @@ class ObjectStore(OneReadStore):
             raise self._unavailable("scan", exc) from exc
         return iter(sorted(infos, key=lambda i: i.key))
 
-    # -- leases (single-flight compiles across every host using this bucket) -------------------
-    #
-    # <root>/leases/<digest>.lease holds {"token", "expires"}. It is taken with a conditional
-    # create (If-None-Match: *): one process wins. An expired lease is replaced with If-Match on
-    # the ETag that was judged expired, so of several processes breaking it one wins. Where
-    # conditional writes are off, the store cannot coordinate and every process compiles.
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            # A forked child inherits the pool but not its threads: it needs its own.
+            if self._requests is None or self._requests_pid != os.getpid():
+                # Three requests per claim, and the leases given back meanwhile.
+                self._requests = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=6, thread_name_prefix="compilecache-claim"
+                )
+                self._requests_pid = os.getpid()
+            return self._requests
+
+    def _cat_with_etag(self, path: str) -> tuple[bytes, str]:
+        """A small object and its ETag: one request with the built-in S3 client, two with
+        fsspec (its info first: if the object changes before the body is read, a write
+        conditional on that ETag fails, whatever the body said)."""
+        if isinstance(self.fs, ObstoreFS):
+            return self.fs.cat_with_etag(path)
+        self.fs.invalidate_cache(path)
+        info = self.fs.info(path)
+        raw = _cat_whole(self.fs, path)
+        return raw, str(info.get("ETag") or info.get("etag") or "")
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._requests = self._requests, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+        if isinstance(self.fs, ObstoreFS):
+            self.fs.close()
+
+    def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(failure_text(self.url, what, exc))
+
+
+class _ObjectLeases(Leases):
+    """Single-flight leases across every host using this bucket. ``<root>/leases/<digest>.lease`` holds {"token", "expires"}. It is taken with a conditional
+    create (If-None-Match: *): one process wins. An expired lease is replaced with If-Match on
+    the ETag that was judged expired, so of several processes breaking it one wins. Where
+    conditional writes are off, the store cannot coordinate and every process compiles."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
 
     def _lease_path(self, key: str) -> str:
         name = _key_filename(key).split("/")[1].replace(".cce", ".lease")
-        return f"{self.root}/leases/{name}"
+        return f"{self._store.root}/leases/{name}"
 
-    def supports_leases(self) -> bool:
-        return self.conditional
-
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
-        if not self.conditional:
+    def acquire(self, key: str, ttl_s: float) -> str | None:
+        if not self._store.conditional:
             return NO_COORDINATION
         path = self._lease_path(key)
         token = uuid.uuid4().hex
         body = _lease_body(token, ttl_s)
         try:
             try:
-                if self._create(path, body):
+                if self._store._create(path, body):
                     return token
             except Exception as exc:
                 if _not_implemented(exc):
@@ -361,11 +399,11 @@ class ObjectStore(OneReadStore):
             if held is None or time.time() < held[1]:
                 return None  # held (or released just now: the caller polls again)
             try:
-                if self._etag_write and held[2]:
-                    self.fs.pipe_file(path, body, IfMatch=held[2])
+                if self._store._etag_write and held[2]:
+                    self._store.fs.pipe_file(path, body, IfMatch=held[2])
                 else:
-                    self._discard(path)
-                    self.fs.pipe_file(path, body, mode="create")
+                    self._store._discard(path)
+                    self._store.fs.pipe_file(path, body, mode="create")
             except Exception as exc:
                 if _precondition_failed(exc):
                     return None  # another process broke it first
@@ -374,65 +412,63 @@ class ObjectStore(OneReadStore):
         except CompileCacheError:
             raise
         except Exception as exc:
-            raise self._unavailable("acquire_lease", exc) from exc
+            raise self._store._unavailable("acquire_lease", exc) from exc
 
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+    def renew(self, key: str, token: str, ttl_s: float) -> bool:
         path = self._lease_path(key)
         try:
             held = self._read_lease(path)
             if held is None or held[0] != token:
                 return False
-            if self._etag_write and held[2]:
-                self.fs.pipe_file(path, _lease_body(token, ttl_s), IfMatch=held[2])
+            if self._store._etag_write and held[2]:
+                self._store.fs.pipe_file(path, _lease_body(token, ttl_s), IfMatch=held[2])
             else:
-                self.fs.pipe_file(path, _lease_body(token, ttl_s))
+                self._store.fs.pipe_file(path, _lease_body(token, ttl_s))
         except Exception as exc:
             if _precondition_failed(exc):
                 return False
-            raise self._unavailable("renew_lease", exc) from exc
+            raise self._store._unavailable("renew_lease", exc) from exc
         return True
 
-    def release_lease(self, key: str, token: str) -> None:
+    def release(self, key: str, token: str) -> None:
         path = self._lease_path(key)
         try:
             held = self._read_lease(path)
             if held is not None and held[0] == token:
-                self.fs.rm_file(path)
+                self._store.fs.rm_file(path)
         except FileNotFoundError:
             pass
         except Exception as exc:
-            raise self._unavailable("release_lease", exc) from exc
+            raise self._store._unavailable("release_lease", exc) from exc
 
-    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+    def claim(self, key: str, ttl_s: float) -> Claim:
         """The lease, the entry and the key's unwritten mark, asked at once (three requests in
         flight together: one round trip, where one after the other took four or more).
 
         The entry is looked for while the lease is taken, not after: an entry published and its
         lease released within that one round trip is missed, and compiled once more here. A
         duplicate compile, never a wrong result (Redis's claim is one atomic script instead)."""
-        if not self.conditional:
-            return super().claim_lease(key, ttl_s)
-        pool = self._pool()
-        lease = pool.submit(self.acquire_lease, key, ttl_s)
+        if not self._store.conditional:
+            return super().claim(key, ttl_s)
+        pool = self._store._pool()
+        lease = pool.submit(self.acquire, key, ttl_s)
         marked = pool.submit(self._marked_unwritten, key)
-        entry = pool.submit(self.stat, key)
+        entry = pool.submit(self._store.stat, key)
         try:
             present = entry.result() is not None
         except Exception as exc:
             self._give_back(key, lease)
-            raise self._unavailable("acquire_lease", exc) from exc
+            raise self._store._unavailable("acquire_lease", exc) from exc
         return self._settle(key, lease, marked, present)
 
-    def get_or_claim(
-        self, key: str, ttl_s: float
-    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+    def get_or_claim(self, key: str, ttl_s: float) -> tuple[Found | None, Claim | None] | None:
         """The read, the lease and the unwritten mark, all in flight at once: a miss costs one
         round trip, like a hit (which gives the lease it took back in the background)."""
-        if not self.conditional:
-            return super().get_or_claim(key, ttl_s)
-        pool = self._pool()
-        read = pool.submit(self._read, key, look_only=False)
-        lease = pool.submit(self.acquire_lease, key, ttl_s)
+        if not self._store.conditional:
+            return None
+        pool = self._store._pool()
+        read = pool.submit(self._store._read, key, look_only=False)
+        lease = pool.submit(self.acquire, key, ttl_s)
         marked = pool.submit(self._marked_unwritten, key)
         try:
             found = read.result()
@@ -476,13 +512,13 @@ class ObjectStore(OneReadStore):
             try:
                 token = done.result()
                 if token:
-                    self.release_lease(key, token)
+                    self.release(key, token)
             except Exception as exc:  # it expires on its own
                 log.debug("compilecache: could not give back the lease on %s: %s", key, exc)
 
         # A callback runs at once in this thread when the lease is already taken: hand the
         # release (three requests) to the pool rather than wait for it here.
-        pool = self._pool()
+        pool = self._store._pool()
 
         def hand_over(done: concurrent.futures.Future[str | None]) -> None:
             # RuntimeError: the store was closed meanwhile; the lease expires on its own.
@@ -495,61 +531,43 @@ class ObjectStore(OneReadStore):
         """Whether ``key``'s unwritten mark is held: one read (a lease's info and body are two,
         and a missing object's info two more)."""
         try:
-            raw = _cat_whole(self.fs, self._lease_path(key + UNWRITTEN_SUFFIX))
+            raw = _cat_whole(self._store.fs, self._lease_path(key + UNWRITTEN_SUFFIX))
         except FileNotFoundError:
             return False
         return time.time() < _lease_fields(raw)[1]
 
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._lock:
-            # A forked child inherits the pool but not its threads: it needs its own.
-            if self._requests is None or self._requests_pid != os.getpid():
-                # Three requests per claim, and the leases given back meanwhile.
-                self._requests = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=6, thread_name_prefix="compilecache-claim"
-                )
-                self._requests_pid = os.getpid()
-            return self._requests
-
     def _read_lease(self, path: str) -> tuple[str, float, str] | None:
         """Token, expiry and ETag of a lease object; ``None`` when there is none."""
         try:
-            raw, etag = self._cat_with_etag(path)
+            raw, etag = self._store._cat_with_etag(path)
         except FileNotFoundError:
             return None
         return (*_lease_fields(raw), etag)
 
-    def _cat_with_etag(self, path: str) -> tuple[bytes, str]:
-        """A small object and its ETag: one request with the built-in S3 client, two with
-        fsspec (its info first: if the object changes before the body is read, a write
-        conditional on that ETag fails, whatever the body said)."""
-        if isinstance(self.fs, ObstoreFS):
-            return self.fs.cat_with_etag(path)
-        self.fs.invalidate_cache(path)
-        info = self.fs.info(path)
-        raw = _cat_whole(self.fs, path)
-        return raw, str(info.get("ETag") or info.get("etag") or "")
 
-    # -- persistent counters: one small object per host and day, summed by read_stats ----------
-    #
-    # <root>/stats/<host>-<YYYYMMDD>.json. Objects have no atomic increment: each host adds to
-    # its own object of the day (read, add, write; conditionally where the store can, so two
-    # processes of one host flushing at once retry instead of losing counts), and readers sum
-    # them all. A day's object stays small and a bucket gains one object per host and day.
+class _ObjectCounters(Counters):
+    """Persistent counters: one small object per host and day,
+    ``<root>/stats/<host>-<YYYYMMDD>.json``, summed by ``read``. Objects have no atomic
+    increment: each host adds to its
+    own object of the day (read, add, write; conditionally where the store can, so two processes
+    of one host flushing at once retry instead of losing counts), and readers sum them all. A
+    day's object stays small and a bucket gains one object per host and day."""
 
-    def keeps_stats(self) -> bool:
-        return True
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        # This host's counters object as read ahead by prepare(): (path, counters, ETag).
+        self._ahead: tuple[str, dict[str, float], str | None] | None = None
 
     def _stats_path(self, day: str | None = None) -> str:
         day = day or time.strftime("%Y%m%d", time.gmtime())
-        return f"{self.root}/stats/{host_label()}-{day}.json"
+        return f"{self._store.root}/stats/{host_label()}-{day}.json"
 
-    def prepare_stats(self) -> None:
+    def prepare(self) -> None:
         """Read this host's counters object now, in the background, so that the exit's
         add_stats is one conditional write (a round trip) instead of a read and a write. Only
         where the write is conditional on the ETag read: a stale read then fails its write and
         is read again, never lost."""
-        if not (self.conditional and self._etag_write):
+        if not (self._store.conditional and self._store._etag_write):
             return
 
         def read_ahead() -> None:
@@ -559,13 +577,13 @@ class ObjectStore(OneReadStore):
             except Exception as exc:  # add_stats reads it then
                 log.debug("compilecache: could not read %s ahead: %s", path, exc)
                 return
-            self._counters_ahead = (path, current, etag)
+            self._ahead = (path, current, etag)
 
         threading.Thread(target=read_ahead, name="compilecache-counters", daemon=True).start()
 
-    def add_stats(self, counters: Mapping[str, float]) -> None:
+    def add(self, counters: Mapping[str, float]) -> None:
         path = self._stats_path()
-        ahead, self._counters_ahead = self._counters_ahead, None
+        ahead, self._ahead = self._ahead, None
         try:
             for _ in range(_STATS_ATTEMPTS):
                 if ahead is not None and ahead[0] == path:
@@ -577,14 +595,14 @@ class ObjectStore(OneReadStore):
                     current[name] = current.get(name, 0.0) + float(value)
                 body = json.dumps(current, sort_keys=True).encode()
                 try:
-                    if self.conditional and etag and self._etag_write:
-                        self.fs.pipe_file(path, body, IfMatch=etag)
-                    elif self.conditional and etag is None:
-                        self.fs.pipe_file(path, body, mode="create")
-                    elif self.atomic_put:
-                        self.fs.pipe_file(path, body)
+                    if self._store.conditional and etag and self._store._etag_write:
+                        self._store.fs.pipe_file(path, body, IfMatch=etag)
+                    elif self._store.conditional and etag is None:
+                        self._store.fs.pipe_file(path, body, mode="create")
+                    elif self._store.atomic_put:
+                        self._store.fs.pipe_file(path, body)
                     else:
-                        self._put_renamed(path, body)
+                        self._store._put_renamed(path, body)
                     return
                 except Exception as exc:
                     if not _precondition_failed(exc):
@@ -593,21 +611,25 @@ class ObjectStore(OneReadStore):
         except CompileCacheError:
             raise
         except Exception as exc:
-            raise self._unavailable("add_stats", exc) from exc
+            raise self._store._unavailable("add_stats", exc) from exc
 
     def _read_counters(self, path: str) -> tuple[dict[str, float], str | None]:
         try:
-            raw, etag = self._cat_with_etag(path)
+            raw, etag = self._store._cat_with_etag(path)
         except FileNotFoundError:
             return {}, None
         return _counters(raw), etag
 
-    def read_stats(self) -> dict[str, float]:
+    def read(self) -> dict[str, float]:
         totals: dict[str, float] = {}
         try:
-            self.fs.invalidate_cache(f"{self.root}/stats")
-            paths = [p for p in self.fs.find(f"{self.root}/stats") if p.endswith(".json")]
-            for raw in self.fs.cat_ranges(paths, 0, None, on_error="return") if paths else []:
+            self._store.fs.invalidate_cache(f"{self._store.root}/stats")
+            paths = [
+                p for p in self._store.fs.find(f"{self._store.root}/stats") if p.endswith(".json")
+            ]
+            for raw in (
+                self._store.fs.cat_ranges(paths, 0, None, on_error="return") if paths else []
+            ):
                 if isinstance(raw, BaseException):
                     continue
                 for name, value in _counters(raw).items():
@@ -615,29 +637,20 @@ class ObjectStore(OneReadStore):
         except FileNotFoundError:
             return {}
         except Exception as exc:
-            raise self._unavailable("read_stats", exc) from exc
+            raise self._store._unavailable("read_stats", exc) from exc
         return totals
 
-    def zero_stats(self) -> None:
+    def zero(self) -> None:
         try:
-            paths = [p for p in self.fs.find(f"{self.root}/stats") if p.endswith(".json")]
+            paths = [
+                p for p in self._store.fs.find(f"{self._store.root}/stats") if p.endswith(".json")
+            ]
             for path in paths:
-                self._discard(path)
+                self._store._discard(path)
         except FileNotFoundError:
             return
         except Exception as exc:
-            raise self._unavailable("zero_stats", exc) from exc
-
-    def close(self) -> None:
-        with self._lock:
-            pool, self._requests = self._requests, None
-        if pool is not None:
-            pool.shutdown(wait=False)
-        if isinstance(self.fs, ObstoreFS):
-            self.fs.close()
-
-    def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
-        return StoreUnavailable(failure_text(self.url, what, exc))
+            raise self._store._unavailable("zero_stats", exc) from exc
 
 
 def _cat_whole(fs: Any, path: str) -> bytes:

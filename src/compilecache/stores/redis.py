@@ -69,16 +69,22 @@ from urllib.parse import quote, urlencode
 from compilecache.config import parse_count, parse_duration, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable, failure_text
 from compilecache.stores.base import (
-    HISTORY_KINDS,
-    HISTORY_LIMIT,
     REDIS_PARAMS,
-    UNWRITTEN_SUFFIX,
     WRAPPER_PARAMS,
-    Claim,
     EntryInfo,
     EntryMeta,
     OneReadStore,
     StoreURL,
+)
+from compilecache.stores.capabilities import (
+    HISTORY_KINDS,
+    HISTORY_LIMIT,
+    UNWRITTEN_SUFFIX,
+    Claim,
+    Counters,
+    Found,
+    History,
+    Leases,
 )
 from compilecache.stores.resp import URL_OPTIONS as BUILTIN_OPTIONS
 from compilecache.stores.resp import RespClient, RespError, ResponseError
@@ -172,7 +178,7 @@ _LEASE_RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# The single-flight step after a miss, in one round trip (Store.claim_lease). KEYS: hash, lease,
+# The single-flight step after a miss, in one round trip (Leases.claim). KEYS: hash, lease,
 # unwritten mark (one hash tag). ARGV: key, token, lease ttl_ms.
 _CLAIM = """
 if redis.call('HGET', KEYS[1], 'key') == ARGV[1] then return 'present' end
@@ -227,6 +233,9 @@ class RedisStore(OneReadStore):
             *(errors or _default_errors(client)),
             RespError,
         )
+        self.counters = _RedisCounters(self)
+        self.history = _RedisHistory(self)
+        self.leases = _RedisLeases(self)
 
     @property
     def client(self) -> Any:
@@ -250,15 +259,6 @@ class RedisStore(OneReadStore):
         return [f"{base}:c:{ver}:{i}" for i in range(n)]
 
     # -- the Store protocol --------------------------------------------------------------------
-
-    def keeps_stats(self) -> bool:
-        return True
-
-    def keeps_history(self) -> bool:
-        return True
-
-    def supports_leases(self) -> bool:
-        return True
 
     def _read(self, key: str, *, look_only: bool) -> tuple[bytes, EntryMeta] | None:
         """Read an entry; unless ``look_only``, count the hit, refresh its access time and TTL,
@@ -448,49 +448,64 @@ class RedisStore(OneReadStore):
             with contextlib.suppress(*self._errors):
                 self._client.close()
 
-    # -- persistent stats ----------------------------------------------------------------------
+    def _unavailable(self, what: str, exc: Exception) -> StoreUnavailable:
+        return StoreUnavailable(failure_text(self.url, what, exc))
 
-    def add_stats(self, counters: Mapping[str, float]) -> None:
-        name = f"{self.namespace}:stats"
+
+class _RedisCounters(Counters):
+    """The counters: one hash, ``<namespace>:stats``, added to with HINCRBYFLOAT."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+
+    def add(self, counters: Mapping[str, float]) -> None:
+        name = f"{self._store.namespace}:stats"
         try:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._store.client.pipeline(transaction=False)
             for counter, value in counters.items():
                 pipe.hincrbyfloat(name, counter, float(value))
             pipe.execute()
-        except self._errors as exc:
-            raise self._unavailable("add_stats", exc) from exc
+        except self._store._errors as exc:
+            raise self._store._unavailable("add_stats", exc) from exc
 
-    def read_stats(self) -> dict[str, float]:
+    def read(self) -> dict[str, float]:
         try:
-            raw = self.client.hgetall(f"{self.namespace}:stats")
-        except self._errors as exc:
-            raise self._unavailable("read_stats", exc) from exc
+            raw = self._store.client.hgetall(f"{self._store.namespace}:stats")
+        except self._store._errors as exc:
+            raise self._store._unavailable("read_stats", exc) from exc
         return {k.decode(): float(v) for k, v in raw.items()}
 
-    def zero_stats(self) -> None:
+    def zero(self) -> None:
         try:
-            self.client.delete(f"{self.namespace}:stats")
-        except self._errors as exc:
-            raise self._unavailable("zero_stats", exc) from exc
+            self._store.client.delete(f"{self._store.namespace}:stats")
+        except self._store._errors as exc:
+            raise self._store._unavailable("zero_stats", exc) from exc
 
-    # -- history (miss explanations, run totals) -------------------------------------------------
 
-    def add_history(self, kind: str, record: Mapping[str, object]) -> None:
-        name = f"{self.namespace}:history:{kind}"
+class _RedisHistory(History):
+    """History: one capped list per kind, ``<namespace>:history:<kind>``."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+
+    def add(self, kind: str, record: Mapping[str, object]) -> None:
+        name = f"{self._store.namespace}:history:{kind}"
         raw = json.dumps(record, default=str, separators=(",", ":"))
         try:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._store.client.pipeline(transaction=False)
             pipe.lpush(name, raw)
             pipe.ltrim(name, 0, HISTORY_LIMIT - 1)
             pipe.execute()
-        except self._errors as exc:
-            raise self._unavailable("add_history", exc) from exc
+        except self._store._errors as exc:
+            raise self._store._unavailable("add_history", exc) from exc
 
-    def read_history(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+    def read(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
         try:
-            raw = self.client.lrange(f"{self.namespace}:history:{kind}", 0, max(limit, 1) - 1)
-        except self._errors as exc:
-            raise self._unavailable("read_history", exc) from exc
+            raw = self._store.client.lrange(
+                f"{self._store.namespace}:history:{kind}", 0, max(limit, 1) - 1
+            )
+        except self._store._errors as exc:
+            raise self._store._unavailable("read_history", exc) from exc
         out: list[dict[str, object]] = []
         for item in raw:
             with contextlib.suppress(ValueError):
@@ -499,71 +514,77 @@ class RedisStore(OneReadStore):
                     out.append(record)
         return out
 
-    def clear_history(self) -> None:
+    def clear(self) -> None:
         try:
             for kind in HISTORY_KINDS:
-                self.client.delete(f"{self.namespace}:history:{kind}")
-        except self._errors as exc:
-            raise self._unavailable("clear_history", exc) from exc
+                self._store.client.delete(f"{self._store.namespace}:history:{kind}")
+        except self._store._errors as exc:
+            raise self._store._unavailable("clear_history", exc) from exc
 
-    # -- leases (single-flight compiles across every host using this Redis) --------------------
+
+class _RedisLeases(Leases):
+    """Single-flight leases across every host using this Redis: ``SET NX PX`` keys beside the
+    entries, and a claim that checks the entry and the unwritten mark in the same script."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
 
     def _lease_name(self, key: str) -> str:
         """The lease of ``key``. A key's unwritten mark (the lease of ``key#unwritten``) sits
         beside it, under the same hash tag: one cluster slot, so one script reads both."""
         if key.endswith(UNWRITTEN_SUFFIX):
-            return self._base(key[: -len(UNWRITTEN_SUFFIX)]) + ":unwritten"
-        return self._base(key) + ":lease"
+            return self._store._base(key[: -len(UNWRITTEN_SUFFIX)]) + ":unwritten"
+        return self._store._base(key) + ":lease"
 
-    def acquire_lease(self, key: str, ttl_s: float) -> str | None:
+    def acquire(self, key: str, ttl_s: float) -> str | None:
         """``SET N:{D}:lease TOKEN NX PX ttl``: one process wins; Redis expires it on its own."""
         token = uuid.uuid4().hex
         try:
-            won = self.client.set(self._lease_name(key), token, nx=True, px=_ms(ttl_s))
-        except self._errors as exc:
-            raise self._unavailable("acquire_lease", exc) from exc
+            won = self._store.client.set(self._lease_name(key), token, nx=True, px=_ms(ttl_s))
+        except self._store._errors as exc:
+            raise self._store._unavailable("acquire_lease", exc) from exc
         return token if won else None
 
-    def renew_lease(self, key: str, token: str, ttl_s: float) -> bool:
+    def renew(self, key: str, token: str, ttl_s: float) -> bool:
         try:
-            renewed = self.client.eval(_LEASE_RENEW, 1, self._lease_name(key), token, _ms(ttl_s))
-        except self._errors as exc:
-            raise self._unavailable("renew_lease", exc) from exc
+            renewed = self._store.client.eval(
+                _LEASE_RENEW, 1, self._lease_name(key), token, _ms(ttl_s)
+            )
+        except self._store._errors as exc:
+            raise self._store._unavailable("renew_lease", exc) from exc
         return bool(renewed)
 
-    def release_lease(self, key: str, token: str) -> None:
+    def release(self, key: str, token: str) -> None:
         try:
-            self.client.eval(_LEASE_RELEASE, 1, self._lease_name(key), token)
-        except self._errors as exc:
-            raise self._unavailable("release_lease", exc) from exc
+            self._store.client.eval(_LEASE_RELEASE, 1, self._lease_name(key), token)
+        except self._store._errors as exc:
+            raise self._store._unavailable("release_lease", exc) from exc
 
     def _claim_args(self, key: str, token: str, ttl_s: float) -> list[Any]:
         names = [
-            self._base(key) + ":m",
+            self._store._base(key) + ":m",
             self._lease_name(key),
             self._lease_name(key + UNWRITTEN_SUFFIX),
         ]
         return [_CLAIM, len(names), *names, key, token, _ms(ttl_s)]
 
-    def claim_lease(self, key: str, ttl_s: float) -> Claim:
+    def claim(self, key: str, ttl_s: float) -> Claim:
         """One script, one round trip: the entry's presence, the unwritten mark and the lease."""
         token = uuid.uuid4().hex
         try:
-            return _claim(self.client.eval(*self._claim_args(key, token, ttl_s)), token)
-        except self._errors as exc:
-            raise self._unavailable("acquire_lease", exc) from exc
+            return _claim(self._store.client.eval(*self._claim_args(key, token, ttl_s)), token)
+        except self._store._errors as exc:
+            raise self._store._unavailable("acquire_lease", exc) from exc
 
-    def get_or_claim(
-        self, key: str, ttl_s: float
-    ) -> tuple[tuple[bytes, EntryMeta | None] | None, Claim | None]:
+    def get_or_claim(self, key: str, ttl_s: float) -> tuple[Found | None, Claim | None] | None:
         """The read and, should it miss, the claim, pipelined: one round trip for either."""
-        if self._factory is not None:  # a cluster: scripts in pipelines are not portable
-            return super().get_or_claim(key, ttl_s)
-        base = self._base(key)
+        if self._store._factory is not None:  # a cluster: scripts in pipelines are not portable
+            return None
+        base = self._store._base(key)
         token = uuid.uuid4().hex
         try:
-            pipe = self.client.pipeline(transaction=False)
-            self._queue_read(pipe, base, repr(time.time()))
+            pipe = self._store.client.pipeline(transaction=False)
+            self._store._queue_read(pipe, base, repr(time.time()))
             # The claim script looks for the entry again: it answers "present", taking nothing,
             # whenever the read above could have found it.
             pipe.execute_command("EVAL", *self._claim_args(key, token, ttl_s))
@@ -571,18 +592,15 @@ class RedisStore(OneReadStore):
             if isinstance(answer, Exception):
                 raise answer
             claim = _claim(answer, token)
-            read = self._finish_read(key, base, fields, look_only=False)
-            found = self._read(key, look_only=False) if isinstance(read, _Again) else read
-        except self._errors as exc:
-            raise self._unavailable("get", exc) from exc
+            read = self._store._finish_read(key, base, fields, look_only=False)
+            found = self._store._read(key, look_only=False) if isinstance(read, _Again) else read
+        except self._store._errors as exc:
+            raise self._store._unavailable("get", exc) from exc
         if found is not None and claim.state == "won":
             # Removed between the read and the claim: the lease is not needed.
-            self.release_lease(key, token)
+            self.release(key, token)
             claim = Claim("present", checked=True)
         return found, claim
-
-    def _unavailable(self, what: str, exc: Exception) -> StoreUnavailable:
-        return StoreUnavailable(failure_text(self.url, what, exc))
 
 
 def _claim(answer: Any, token: str) -> Claim:

@@ -9,7 +9,8 @@ Every store compilecache uses is opened here (the session, the CLI, bundles, ``o
    entry-point group, or among fsspec's protocols;
 4. backend -> :func:`~compilecache.stores.guarded.guard` (remote levels fail open) ->
    :class:`~compilecache.stores.readonly.ReadOnly` (``?readonly=1`` or a read-only session);
-5. several levels -> :class:`~compilecache.stores.tiered.Tiered`.
+5. the levels -> :class:`~compilecache.stores.tiered.Tiered` (one level too: every caller then
+   asks one shape of store, and each capability is placed once, there).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import importlib.util
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from compilecache.config import DEFAULT_COLD_STREAK
@@ -37,9 +38,7 @@ from compilecache.stores.base import (
     is_local,
 )
 from compilecache.stores.readonly import ReadOnly
-
-if TYPE_CHECKING:
-    from compilecache.stores.tiered import Tiered, WritePolicy
+from compilecache.stores.tiered import Tiered, WritePolicy
 
 log = logging.getLogger("compilecache")
 
@@ -334,8 +333,9 @@ def open_store(
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
     private_writes: bool = False,
-) -> Store:
-    """Open ``url``: one level, or several separated by commas (tiers, fastest first).
+) -> Tiered:
+    """Open ``url``: one level, or several separated by commas (tiers, fastest first); one
+    level alone is tiers of one level, so that every caller asks the same questions.
 
     ``read_only`` reaches every level (so that a read-only session does not backfill either).
     ``private_writes``: write only this host's own levels (a local directory or memory in front
@@ -352,8 +352,10 @@ def open_store(
     if private_writes and not has_private_level(url):
         read_only = True
     if len(urls) == 1:
-        return open_level(urls[0], max_size, read_only=read_only, create=create)
-    store: Store = from_urls(
+        level = open_level(urls[0], max_size, read_only=read_only, create=create)
+        return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
+    # Read-only reaches every level (no backfill either), and so the tiers as a whole.
+    return from_urls(
         urls,
         max_size,
         writes=tier_writes,
@@ -362,8 +364,6 @@ def open_store(
         cold_streak=cold_streak,
         private_writes=private_writes,
     )
-    # Read-only reaches every level (no backfill either) and the tiers as a whole.
-    return ReadOnly(store) if read_only else store
 
 
 def shared_levels(url: str) -> list[str]:
@@ -413,8 +413,6 @@ def from_urls(
     if not levels:
         assert first_error is not None
         raise first_error
-    from compilecache.stores.tiered import Tiered
-
     return Tiered(levels, writes=writes, write_behind=behind, cold_streak=cold_streak)
 
 

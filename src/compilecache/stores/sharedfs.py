@@ -41,12 +41,13 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from compilecache.config import DEFAULT_MAX_SIZE, parse_duration
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, OneReadStore, StoreURL, flag
+from compilecache.stores.capabilities import Counters
 from compilecache.stores.frame import (
     directory_and_size,
     encode_frame,
@@ -57,7 +58,7 @@ from compilecache.stores.frame import (
     read_frame,
     write_atomic,
 )
-from compilecache.stores.leasefile import LeaseFiles, LeaseFilesMixin
+from compilecache.stores.leasefile import LeaseFiles
 
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
@@ -74,11 +75,8 @@ CACHEDIR_TAG = (
 # -- the store -------------------------------------------------------------------------------------
 
 
-class SharedFSStore(LeaseFilesMixin, OneReadStore):
+class SharedFSStore(OneReadStore):
     """An index-free store in a directory that several hosts mount."""
-
-    def keeps_stats(self) -> bool:
-        return True
 
     def __init__(
         self,
@@ -104,7 +102,9 @@ class SharedFSStore(LeaseFilesMixin, OneReadStore):
         self._ident = f"{host_label()}-{os.getpid()}"
         self._written_since_evict = 0
         self._next_evict_check = 0.0
-        self._leases = LeaseFiles(self.leases_dir, self._publish, fsync=fsync)
+        self._leases = LeaseFiles(self.leases_dir, self._publish, self.path_of, fsync=fsync)
+        self.leases = self._leases
+        self.counters = _FileCounters(self.stats_dir, self._ident, self._publish)
         try:
             for d in (self.entries_dir, self.tmp_dir, self.stats_dir):
                 d.mkdir(parents=True, exist_ok=True)
@@ -315,29 +315,36 @@ class SharedFSStore(LeaseFilesMixin, OneReadStore):
         # Leases of processes that died long ago, on keys nobody compiled again since.
         self._leases.clean_stale(_STALE_TMP_SECONDS)
 
-    # -- persistent stats: one file per host and process, each with a single writer --------------
 
-    def add_stats(self, counters: Mapping[str, float]) -> None:
-        path = self.stats_dir / f"{self._ident}.json"
-        current = _read_json(path)
+class _FileCounters(Counters):
+    """Persistent counters: one file per host and process under ``stats/``, each with a single
+    writer (no locks on a network filesystem), summed by ``read``."""
+
+    def __init__(self, directory: Path, ident: str, publish: Callable[[Path, bytes], None]) -> None:
+        self._directory = directory
+        self._path = directory / f"{ident}.json"
+        self._publish = publish
+
+    def add(self, counters: Mapping[str, float]) -> None:
+        current = _read_json(self._path)
         for name, value in counters.items():
             current[name] = current.get(name, 0.0) + float(value)
         try:
-            self._publish(path, json.dumps(current).encode())
+            self._publish(self._path, json.dumps(current).encode())
         except OSError as exc:
-            raise StoreUnavailable(f"cannot write {path}: {exc}") from exc
+            raise StoreUnavailable(f"cannot write {self._path}: {exc}") from exc
 
-    def read_stats(self) -> dict[str, float]:
+    def read(self) -> dict[str, float]:
         totals: dict[str, float] = {}
         with contextlib.suppress(OSError):
-            for path in self.stats_dir.glob("*.json"):
+            for path in self._directory.glob("*.json"):
                 for name, value in _read_json(path).items():
                     totals[name] = totals.get(name, 0.0) + value
         return totals
 
-    def zero_stats(self) -> None:
+    def zero(self) -> None:
         with contextlib.suppress(OSError):
-            for path in self.stats_dir.glob("*.json"):
+            for path in self._directory.glob("*.json"):
                 with contextlib.suppress(OSError):
                     path.unlink()
 

@@ -89,7 +89,7 @@ class WriteBehind:
             pending = key in self._running or any(op.key == key for op in self._ops)
             if pending:
                 # Never dropped: a lease left held costs other hosts a wait until it expires.
-                self.call(key, lambda level: level.release_lease(key, token))
+                self.call(key, lambda level: _release(level, key, token))
         return pending
 
     def call(self, key: str, fn: Callable[[Store], None]) -> None:
@@ -217,3 +217,8 @@ class WriteBehind:
                 deadline_s,
             )
         return len(dropped)
+
+
+def _release(level: Store, key: str, token: str) -> None:
+    if level.leases is not None:
+        level.leases.release(key, token)

@@ -454,7 +454,8 @@ def build_html(store: Store, *, now: float | None = None) -> str:
     """The report as one HTML document."""
     now = time.time() if now is None else now
     infos = list(store.scan())
-    report = StatsReport.build(store.url, store.read_stats(), infos)
+    counters = store.counters.read() if store.counters is not None else {}
+    report = StatsReport.build(store.url, counters, infos)
     runs = _runs(history.read(store, history.RUN))
     # The whole capped log: a group's count and first time need every miss, not the newest 50.
     misses = group_misses(history.read(store, history.MISS))

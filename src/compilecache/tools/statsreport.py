@@ -88,7 +88,8 @@ class StatsReport:
     def of(cls, store: Store) -> StatsReport:
         """The report of ``store``: its persistent counters, a scan of its entries and the
         settings its history recorded."""
-        report = cls.build(store.url, store.read_stats(), store.scan())
+        counters = store.counters.read() if store.counters is not None else {}
+        report = cls.build(store.url, counters, store.scan())
         return dataclasses.replace(report, settings=program_settings(store))
 
     @classmethod

@@ -1,0 +1,152 @@
+"""A cold start under compilecache against a cold start under JAX's own cache.
+
+A cold start compiles everything and writes every compile: what compilecache adds to it is the
+bookkeeping of each miss (the lookup and its lease claim, the key's components for ``explain``,
+the entry's encoding and its write). Each round runs, in a fresh process and an empty cache
+directory each, in rotating order:
+
+- ``jax``: JAX's own persistent cache (``JAX_COMPILATION_CACHE_DIR``), with
+  ``jax_persistent_cache_min_compile_time_secs=0`` so that it writes the same compiles
+  compilecache does;
+- ``compilecache``: ``compilecache.enable()`` on a local directory.
+
+Workloads: ``many`` (``compilecache.workloads.jax_many --count 60``: 60 small jitted functions,
+each its own compile, the case where per-miss costs show) and ``step`` (``jax_step --layers 8``).
+Reported per workload: the median of the per-round ratios compilecache / JAX of the whole
+process (wall time seen from the parent) and of the workload's own span (``first_calls_s`` or
+``first_step_s``); both runs of a round must give the same digest.
+
+    python benchmarks/bench_jax_cold.py                  # 9 rounds of each workload
+    python benchmarks/bench_jax_cold.py --rounds 3 --workloads many
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from common import (
+    add_no_write,
+    clean_env,
+    compile_package,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    median,
+    progress,
+    ratio,
+    results_record,
+    rotations,
+    run_json,
+    save_results,
+)
+
+NAME = "bench_jax_cold"
+TARGETS = {"many": 1.03, "step": 1.02}
+WORKLOADS: dict[str, tuple[str, list[str], str]] = {
+    # name: (module, arguments, the workload's own span)
+    "many": ("compilecache.workloads.jax_many", ["--count", "60", "--json"], "first_calls_s"),
+    "step": ("compilecache.workloads.jax_step", ["--layers", "8", "--json"], "first_step_s"),
+}
+# The child: enable compilecache first when asked (its import and enable() are part of what
+# it costs), then run the workload as ``python -m`` would.
+CHILD = r"""
+import runpy, sys
+mode, module, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+if mode == "compilecache":
+    import compilecache
+    compilecache.enable()
+sys.argv = [module, *args]
+runpy.run_module(module, run_name="__main__")
+"""
+
+
+def run_once(mode: str, workload: str, directory: Path) -> dict[str, Any]:
+    module, args, span = WORKLOADS[workload]
+    if mode == "jax":
+        env = clean_env(
+            JAX_COMPILATION_CACHE_DIR=str(directory),
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        )
+    else:
+        env = clean_env(COMPILECACHE_URL=str(directory))
+    result = run_json([sys.executable, "-c", CHILD, mode, module, *args], env)
+    return {"wall_s": result.wall_s, "span_s": float(result.record[span]), **result.record}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--workloads", nargs="+", choices=sorted(WORKLOADS), default=["many", "step"]
+    )
+    add_no_write(parser)
+    args = parser.parse_args()
+    compile_package()
+    rows, data = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-jax-cold-") as tmp:
+        for workload in args.workloads:
+            runs: dict[str, list[dict[str, Any]]] = {"jax": [], "compilecache": []}
+            for n, (r, mode) in enumerate(rotations(list(runs), args.rounds)):
+                if mode == "jax" and r == len(runs["jax"]):
+                    progress(f"{workload}: round {r + 1}/{args.rounds}")
+                runs[mode].append(run_once(mode, workload, Path(tmp) / f"{workload}-{n}"))
+            pairs = list(zip(runs["jax"], runs["compilecache"], strict=True))
+            digests = {(a.get("digest"), b.get("digest")) for a, b in pairs}
+            if any(a != b for a, b in digests):
+                raise SystemExit(f"{workload}: the two caches computed different results")
+            wall = median([ratio(b["wall_s"], a["wall_s"]) for a, b in pairs])
+            span = median([ratio(b["span_s"], a["span_s"]) for a, b in pairs])
+            row = [
+                workload,
+                median([a["wall_s"] for a, _ in pairs]),
+                median([b["wall_s"] for _, b in pairs]),
+                wall,
+                span,
+                TARGETS[workload],
+            ]
+            rows.append(row)
+            data.append(
+                dict(
+                    zip(
+                        (
+                            "workload",
+                            "jax_s",
+                            "compilecache_s",
+                            "ratio_wall",
+                            "ratio_span",
+                            "target",
+                        ),
+                        row,
+                        strict=True,
+                    )
+                )
+            )
+    machine = machine_info()
+    table = markdown_table(
+        [
+            "workload",
+            "JAX's cache s",
+            "compilecache s",
+            "paired ratio (process)",
+            "paired ratio (workload span)",
+            "target",
+        ],
+        rows,
+    )
+    markdown = (
+        "# A cold start: compilecache against JAX's own cache\n\n"
+        f"{machine_markdown(machine)}\n\nMedians of {args.rounds} interleaved pairs, each run a "
+        f"fresh process with an empty cache directory.\n\n{table}\n"
+    )
+    print(markdown)
+    if not args.no_write:
+        save_results(NAME, False, results_record(NAME, machine, False, rows=data), markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
