@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stores.tiered",),
     ("stores.registry", "stores"),
     # the runtime the integrations call
+    ("runtime.reader",),
     (
         "runtime.singleflight",
         "runtime.history",
@@ -277,3 +278,69 @@ def test_no_caller_probes_a_store_for_its_type() -> None:
                 if named & STORE_CLASSES:
                     probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert probes == []
+
+
+def test_entries_are_decoded_only_by_the_reader() -> None:
+    """Stored bytes become an entry in one place, which holds the trust policy (the key check,
+    the accepted signers): a new tool cannot read an entry and forget it."""
+    calls = []
+    for path in PACKAGE.rglob("*.py"):
+        if path in (PACKAGE / "runtime" / "reader.py", PACKAGE / "entry.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("decode", "verify")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "entry"
+            ):
+                calls.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert calls == []
+
+
+def test_integrations_are_handed_the_configuration() -> None:
+    """The integrations get the session's Config at install: none loads it again (config.py is
+    the one reader of compilecache's variables), and none reads a COMPILECACHE_ variable."""
+    found = []
+    for path in (PACKAGE / "frameworks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            loads = (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("config", "config_mod")
+            )
+            reads = (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "getenv")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).startswith("COMPILECACHE_")
+            )
+            if loads or reads:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert found == []
+
+
+def test_framework_words_live_with_their_framework() -> None:
+    """runtime/explain.py is the mechanism only: it names no framework. Each framework's words
+    live in frameworks/<name>_words.py, and JAX's name exactly the steps the integration hashes."""
+    frameworks = {"jax", "torch", "triton", "xla"}
+    named = [
+        f"explain.py:{node.lineno}"
+        for node in ast.walk(ast.parse((PACKAGE / "runtime" / "explain.py").read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value in frameworks or node.value.split("/")[0] in frameworks)
+    ]
+    assert named == []
+
+    from compilecache.frameworks import jax as jax_integration
+    from compilecache.frameworks import jax_words
+    from compilecache.runtime import explain
+
+    assert tuple(jax_words.JAX.labels) == jax_words.STEPS == jax_integration._LAYOUTS[0]
+    assert set(jax_words.JAX.describe) == set(jax_words.STEPS)
+    assert explain.vocabulary("jax") is jax_words.JAX

@@ -80,6 +80,24 @@ def test_show_accepts_a_prefix(store_url: str, capsys: pytest.CaptureFixture[str
     assert run_cli(capsys, "show", "nothing-like-this", "--url", store_url)[0] == 1
 
 
+def test_show_finds_a_key_without_its_framework_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every framework's prefix is tried, Triton's too (a key copied from its cache directory
+    has no ``triton/``): the exact key, not every key it begins."""
+    root = tmp_path / "store"
+    cache = Cache(LocalStore(root))
+    keys = ("triton/kernel/ab12", "triton/kernel/ab12ef", "torch/fxgraph/cd34")
+    for fw, key in zip(("triton", "triton", "torch"), keys, strict=True):
+        assert cache.save(EntryHeader(framework=fw, key=key, name=key.rsplit("/")[-1]), b"v")
+    for text, key in (
+        ("kernel/ab12", "triton/kernel/ab12"),
+        ("fxgraph/cd34", "torch/fxgraph/cd34"),
+    ):
+        status, out = run_cli(capsys, "show", text, "--json", "--url", str(root))
+        assert status == 0 and json.loads(out)["entry"]["key"] == key
+
+
 def test_prune_dry_run_then_real(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     status, out = run_cli(
         capsys, "prune", "--max-size", "3500", "--dry-run", "--json", "--url", store_url

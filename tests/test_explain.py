@@ -19,6 +19,7 @@ import pytest
 
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
+from compilecache.frameworks import jax_words
 from compilecache.runtime import explain, history
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
@@ -278,7 +279,7 @@ def test_wording(framework: str, component: str, before: str, after: str, words:
 
 
 def test_summary_of_a_miss_with_an_unrecorded_component() -> None:
-    differences = explain.diff({"a": "1"}, {"a": "1", "b": "2"}, vocab=explain.JAX)
+    differences = explain.diff({"a": "1"}, {"a": "1", "b": "2"}, vocab=jax_words.JAX)
     assert explain.summarize("f", differences, "k") == "f: b is new in the key"
     assert "components agree" in explain.summarize("f", [], "k")
 
@@ -287,27 +288,52 @@ def test_a_level_that_lists_slowly_in_all_is_no_longer_scanned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each scan is quick, but a cold run's many misses add up (a remote level lists in a round
-    trip or two): once the scans of a level took TOTAL_SCAN_BUDGET_S in all, it is left out."""
+    trip or two): once the scans of a remote level took TOTAL_SCAN_BUDGET_S in all, it is left
+    out. A level on this machine is not timed (its listing is indexed; slow only when busy)."""
     import time
     import uuid
 
     from compilecache.stores.base import StoreWrapper
+    from compilecache.stores.capabilities import Health
 
-    class Remote(StoreWrapper):
+    class Up(Health):
+        def available(self) -> bool:
+            return True
+
+        def stats(self) -> dict[str, float]:
+            return {}
+
+    class Slow(StoreWrapper):
         scans = 0
 
         def scan(self, prefix: str = "") -> Any:
-            Remote.scans += 1
+            type(self).scans += 1
             time.sleep(0.02)
             return self.inner.scan(prefix)
 
+    class Remote(Slow):
+        """Across the network: it has a guard's health."""
+
+        scans = 0
+
+        def __init__(self, inner: MemoryStore) -> None:
+            super().__init__(inner)
+            self.health = Up()
+
+    class Local(Slow):
+        scans = 0
+
     monkeypatch.setattr(explain, "TOTAL_SCAN_BUDGET_S", 0.05)
-    store = Remote(MemoryStore(f"memory://{uuid.uuid4().hex}"))
-    cache = Cache(store)
-    for i in range(10):
-        explain.record_miss(cache, framework="jax", name=f"f{i}", key=f"jax/f{i}-k", components={})
+    for wrapper in (Remote, Local):
+        store = wrapper(MemoryStore(f"memory://{uuid.uuid4().hex}"))
+        cache = Cache(store)
+        for i in range(10):
+            explain.record_miss(
+                cache, framework="jax", name=f"f{i}", key=f"jax/f{i}-k", components={}
+            )
+        assert len(history.read(store, history.MISS)) == 10  # still recorded, as new functions
     assert 3 <= Remote.scans <= 4  # about 0.05 s of scans, then none
-    assert len(history.read(store, history.MISS)) == 10  # still recorded, as new functions
+    assert Local.scans == 10  # this machine's own level is always searched, however busy
 
 
 def test_an_object_store_is_never_listed_for_an_explanation() -> None:

@@ -191,3 +191,44 @@ def test_the_cache_dir_marker_is_a_path_etils_accepts(tmp_path: Path) -> None:
     assert first["v"] == second["v"] == 12.0
     assert first["stats"]["writes"] >= 1 and second["stats"]["hits"] >= 1
     assert second["stats"]["misses"] == 0
+
+
+def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pass: each component's hash is taken as JAX's cache_key.get feeds it, never by
+    running JAX's key steps again after a miss; the hashes are those the steps give alone."""
+    import jax
+    import jax.numpy as jnp
+
+    import compilecache
+    from compilecache.frameworks import jax as integration
+
+    seen: list[tuple[str, tuple[Any, ...], dict[str, str] | None]] = []
+    remember = integration.JaxCacheAdapter.remember_key_args
+
+    def recording(self: Any, key: str, args: tuple[Any, ...], hashes: Any = None) -> None:
+        seen.append((key, args, hashes))
+        remember(self, key, args, hashes)
+
+    def again(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the key steps ran a second time")
+
+    monkeypatch.setattr(integration.JaxCacheAdapter, "remember_key_args", recording)
+    monkeypatch.setattr(integration, "key_components", again)
+    session = compilecache.enable("memory://one-pass", min_compile_time=0)
+    assert session is not None
+    try:
+        jax.jit(lambda x: jnp.sin(x) * 3.0 + 1.0)(jnp.arange(4.0)).block_until_ready()
+        adapter = integration.active_adapter()
+        assert adapter is not None
+        key, args, hashes = seen[-1]
+        data = adapter.cache.store.peek(integration.store_key(key))
+        assert data is not None
+        header = entry.decode(data).header
+    finally:
+        compilecache.disable()
+    assert hashes is not None and list(hashes) == list(integration._STEPS_NEWEST)
+    assert header.components == hashes and header.extra["components_verified"] is True
+    assert header.extra["readable"]["accelerator_config"] == "1 x cpu"
+    monkeypatch.undo()
+    recomputed, _, verified = integration.key_components(key, *args)
+    assert verified and recomputed == hashes

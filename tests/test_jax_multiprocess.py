@@ -15,6 +15,7 @@ import pytest
 from compilecache import config
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
+from compilecache.frameworks import jax_words
 from compilecache.runtime import explain, history
 from compilecache.stores.registry import open_url
 from compilecache.tools import bundle
@@ -149,7 +150,7 @@ def _devices_text(before: str, after: str) -> str:
         {"accelerator_config": "b"},
         {"accelerator_config": before},
         {"accelerator_config": after},
-        explain.JAX,
+        jax_words.JAX,
     )
     return difference.text
 

@@ -220,7 +220,6 @@ def _fill(store: LocalStore, count: int) -> None:
                 "INSERT INTO entries VALUES (?, 100, ?, ?, 0, '', '', 0)",
                 (f"old{i}", now - count + i, now - count + i),
             )
-        conn.execute("UPDATE meta SET value = ? WHERE name = 'total_size'", (100 * count,))
 
 
 def test_eviction_is_amortised_not_a_scan(tmp_path: Path) -> None:
@@ -871,3 +870,29 @@ def test_put_many_keeps_the_bound(tmp_path: Path) -> None:
     store.put_many([(f"jax/k{i}", bytes(4 * KB), None) for i in range(5)])
     assert store.total_size() <= 10 * KB
     assert store.get("jax/k4") == bytes(4 * KB)  # the newest stay
+
+
+def test_the_total_size_is_kept_by_the_index_itself(tmp_path: Path) -> None:
+    """Any statement that changes a row keeps the total, and an index written by an earlier
+    version (a hand-kept 'total_size', no triggers) gets its total counted once on open."""
+    root = tmp_path / "c"
+    store = LocalStore(root)
+    store.put("a", b"a" * 100)
+    store.put("b", b"b" * 50)
+    store.put("a", b"a" * 70)  # a replaced value: the row is updated, not added
+    assert store.total_size() == 120
+    with store._transaction() as conn:  # statements no store method runs
+        conn.execute("UPDATE entries SET size = size + 5 WHERE key = 'b'")
+        conn.execute("DELETE FROM entries WHERE key = 'a'")
+    assert store.total_size() == 55
+    store.close()
+
+    with sqlite3.connect(root / "index.sqlite") as conn:  # back to an earlier version's index
+        for trigger in ("insert", "delete", "update"):
+            conn.execute(f"DROP TRIGGER entries_total_{trigger}")
+        conn.execute("DELETE FROM meta WHERE name = 'total_bytes'")
+        conn.execute("INSERT INTO entries VALUES ('c', 1000, 0, 0, 0, '', '', 0)")
+    reopened = LocalStore(root)
+    assert reopened.total_size() == 1055
+    reopened.put("d", b"d" * 5)
+    assert reopened.total_size() == 1060

@@ -19,6 +19,7 @@ from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime import manifest
 from compilecache.runtime.prefetch import Prefetcher
+from compilecache.runtime.reader import Reader
 from compilecache.signing import Signing
 from compilecache.stats import level_counter
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
@@ -276,16 +277,20 @@ def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
 def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> None:
     store = Tiered([mem(), mem()])
     cfg = Config(url="x", job="train-llm")
-    recorder = manifest.Prefetch(store, cfg, None)
+    recorder = manifest.Prefetch(store, cfg, Reader())
     for key in ("jax/a", "jax/b", "jax/a", "jax/c"):
         recorder.prefetcher.before_read(key)  # what the session's cache does at each lookup
     recorder.known = []
     assert recorder.record()
-    assert manifest.load(store, manifest.key_of("train-llm"), None) == ["jax/a", "jax/b", "jax/c"]
-    again = manifest.Prefetch(store, cfg, None)
+    assert manifest.load(store, manifest.key_of("train-llm"), Reader()) == [
+        "jax/a",
+        "jax/b",
+        "jax/c",
+    ]
+    again = manifest.Prefetch(store, cfg, Reader())
     for key in ("jax/a", "jax/c"):
         again.prefetcher.before_read(key)
-    again.known = manifest.load(store, again.key, None)
+    again.known = manifest.load(store, again.key, Reader())
     assert not again.record()  # nothing new
     other = Config(url="x", job="another-job")
     assert manifest.key_of(manifest.job_name(other)) != again.key
@@ -316,7 +321,7 @@ def test_a_fresh_host_reads_the_pack_instead_of_each_entry() -> None:
     fresh, name = _seeded(keys)
     remote = fresh.levels[1]
     assert isinstance(remote, Slow)
-    pack = (name + manifest.PACK_SUFFIX, manifest.unpacker(name + manifest.PACK_SUFFIX, None))
+    pack = (name + manifest.PACK_SUFFIX, manifest.unpacker(name + manifest.PACK_SUFFIX, Reader()))
     Prefetcher(fresh).start(keys, pack=pack)
     local = fresh.levels[0]
     for key in keys:
@@ -337,7 +342,7 @@ def test_a_damaged_or_foreign_pack_falls_back_to_reading_each_entry() -> None:
     # Another key cannot verify the pack: every entry is read from the remote instead.
     reader = Lookups(fresh)
     reader.prefetcher.start(
-        keys, pack=(pack_name, manifest.unpacker(pack_name, Signing(secret=b"other")))
+        keys, pack=(pack_name, manifest.unpacker(pack_name, Reader(Signing(secret=b"other"))))
     )
     remote = fresh.levels[1]
     assert isinstance(remote, Slow)
@@ -356,7 +361,7 @@ def test_a_pack_entry_under_another_key_is_left_out() -> None:
     for key in keys:
         seed.levels[0].put(key, remote.inner.get("jax/a" if key == "jax/b" else key) or b"")
     assert manifest.save(seed, name, "job", keys, None)
-    unpack = manifest.unpacker(name + manifest.PACK_SUFFIX, None)
+    unpack = manifest.unpacker(name + manifest.PACK_SUFFIX, Reader())
     packed = unpack(remote.inner.get(name + manifest.PACK_SUFFIX) or b"")
     assert sorted(packed) == ["jax/a", "jax/c", "jax/d"]
 
@@ -377,7 +382,7 @@ def test_from_s3_a_fresh_host_sends_one_request_for_the_pack(
     remote.fs.requests = sent
     fresh = Tiered([LocalStore(tmp_path / "fresh"), remote])
     pack_name = name + manifest.PACK_SUFFIX
-    Prefetcher(fresh).start(keys, pack=(pack_name, manifest.unpacker(pack_name, None)))
+    Prefetcher(fresh).start(keys, pack=(pack_name, manifest.unpacker(pack_name, Reader())))
     entries = [method for method, key in sent if "/stats/" not in key]
     assert entries == ["GET"]  # twenty entries, one request
     assert all(fresh.levels[0].get(k) for k in keys)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compilecache.config import WritePlan
 from compilecache.errors import ConfigError, ReadOnlyStore, StoreUnavailable
 from compilecache.stores import registry
 from compilecache.stores.base import EntryMeta, Store
@@ -114,7 +115,8 @@ class TestReadOnlyTiers(CapabilityConformance):
 
     @pytest.fixture
     def store(self, tmp_path: Path, redis_server: RedisServer, writer: Store) -> Iterator[Store]:
-        s = _tiers(tmp_path, redis_server, writer.ns, read_only=True)  # type: ignore[attr-defined]
+        read_only = WritePlan(levels_read_only=True, shared_read_only=True)
+        s = _tiers(tmp_path, redis_server, writer.ns, plan=read_only)  # type: ignore[attr-defined]
         assert s.read_only and all(level.read_only for level in s.levels)
         yield s
         s.close()
@@ -220,3 +222,26 @@ def test_a_third_party_store_without_the_base_has_no_capabilities() -> None:
     assert store.peek("k") == b"v"
     assert (store.counters, store.history, store.leases) == (None, None, None)
     assert store.get_with_meta("k") == (b"v", None)  # the conveniences, on its five methods
+
+
+def test_a_taken_scheme_is_replaced_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As fsspec's register_implementation: a built-in or already registered scheme is refused
+    unless clobber=True, so a plugin cannot silently send every s3:// level elsewhere."""
+    from compilecache.stores.memory import MemoryStore
+
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    first = MemoryStore("memory://first")
+    second = MemoryStore("memory://second")
+
+    def factory(url: object) -> MemoryStore:
+        return first
+
+    with pytest.raises(ConfigError, match="'s3' is already registered; pass clobber=True"):
+        registry.register_scheme("S3", factory)
+    registry.register_scheme("mine", factory)
+    registry.register_scheme("mine", factory)  # the same factory again: nothing to replace
+    with pytest.raises(ConfigError, match="'mine' is already registered"):
+        registry.register_scheme("mine", lambda url: second)
+    assert registry.open_store("mine://x").levels[0].url == "memory://first"
+    registry.register_scheme("mine", lambda url: second, clobber=True)
+    assert registry.open_store("mine://x").levels[0].url == "memory://second"

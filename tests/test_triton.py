@@ -254,3 +254,35 @@ def test_an_unreachable_store_costs_a_warning_and_triton_compiles(tmp_path: Path
     result = machine.run(url)
     assert len(result["ptx"]) == 64 and machine.assemblies() == 1
     assert result["stats"]["errors"] >= 1 and result["stats"].get("triton.hits", 0) == 0
+
+
+@pytest.mark.parametrize("configured", [None, "triton.runtime.cache:FileCacheManager"])
+def test_uninstall_gives_triton_back_its_manager_and_key_function(
+    configured: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manager knob and get_cache_key are patched through one record and undone from it:
+    a knob set in code comes back, one that was unset is unset again."""
+    from triton import knobs
+    from triton.compiler import compiler
+
+    from compilecache.frameworks import triton as integration
+    from compilecache.runtime.cache import Cache
+    from compilecache.stores.memory import MemoryStore
+
+    if configured is not None:
+        monkeypatch.setattr(knobs.cache, "manager_class", configured)
+    before_knob = vars(knobs.cache).get("manager_class", "unset")
+    before_key = compiler.get_cache_key
+    assert integration.install(Cache(MemoryStore("memory://triton-undo")))
+    try:
+        assert knobs.cache.manager_class is integration.StoreCacheManager
+        assert compiler.get_cache_key is not before_key
+        assert integration.hook_status() == {
+            "triton.knobs.cache.manager_class": True,
+            "triton.compiler.compiler.get_cache_key": True,
+        }
+    finally:
+        integration.uninstall()
+    assert vars(knobs.cache).get("manager_class", "unset") == before_knob
+    assert compiler.get_cache_key is before_key
+    assert integration.hook_status() == {}

@@ -488,3 +488,50 @@ def test_keys_without_the_cryptography_package_are_an_error_at_enable(
     ):
         with pytest.raises(ConfigError, match=r"pip install 'compilecache\[signing\]'"):
             config.load({"COMPILECACHE_URL": str(tmp_path / "s"), name: value})
+
+
+# -- the write plan --------------------------------------------------------------------------------
+
+
+def test_who_writes_is_decided_once_and_reaches_the_stores_and_the_cache(
+    tmp_path: Path, keys: dict[str, Key], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compilecache import session as session_mod
+    from compilecache.stores import registry
+
+    a = keys["a"]
+    local, shared = tmp_path / "local", f"{tmp_path / 'shared'}?shared=1"  # an NFS mount
+    reader = {"COMPILECACHE_TRUSTED_KEYS": a.public, "XDG_STATE_HOME": str(tmp_path / "state")}
+    plan = config.WritePlan.of_session
+    assert plan(config.load({}, url=str(shared)), False).saves  # nothing trusted: all write
+    single = plan(config.load(reader, url=str(shared)), False)
+    assert single.reason == config.READER_REASON and single.levels_read_only
+    tiers = plan(config.load(reader, url=f"{local},{shared}"), True)
+    assert tiers.saves and tiers.shared_read_only and not tiers.levels_read_only
+    writer = {**reader, "COMPILECACHE_SIGNING_KEY_FILE": str(a.path)}
+    assert not plan(config.load(writer, url=f"{local},{shared}"), True).shared_read_only
+    ro = plan(config.load({"COMPILECACHE_READ_ONLY": "1"}, url=str(shared)), False)
+    assert ro.levels_read_only and "COMPILECACHE_READ_ONLY" in ro.reason
+
+    # One enable() asks the URL once, and the stores and the cache follow the same plan.
+    calls: list[str] = []
+    real = registry.has_private_level
+
+    def counted(url: str) -> bool:
+        calls.append(url)
+        return real(url)
+
+    monkeypatch.setattr(registry, "has_private_level", counted)
+    for name, value in reader.items():
+        monkeypatch.setenv(name, value)
+    session = session_mod.enable(f"{local},{shared}", frameworks="jax")
+    assert session is not None
+    try:
+        assert len(calls) == 1
+        assert session.plan.shared_read_only and not session.read_only
+        first, second = session.cache.store.levels
+        assert (first.read_only, second.read_only) == (False, True)
+        assert session.cache.signing is session.plan.signing is not None
+        assert session.cache.signing.host  # its local entries: signed with this host's key
+    finally:
+        session_mod.disable()

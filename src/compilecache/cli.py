@@ -19,7 +19,7 @@ from compilecache.config import Config, format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
 
 if TYPE_CHECKING:
-    from compilecache.signing import Signing
+    from compilecache.runtime.reader import Reader
     from compilecache.stores.base import EntryInfo, Store
     from compilecache.stores.tiered import Tiered
 
@@ -44,7 +44,7 @@ def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Tiered
     return registry.open_store(
         url or cfg.url,
         cfg.max_size,
-        read_only=cfg.read_only,
+        plan=config_mod.WritePlan.of_command(cfg),
         tier_writes=cfg.tier_writes,
         create=create,
     )
@@ -153,6 +153,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if not records:
             # No recorded miss: what is stored under it, matched as `show` matches (a name
             # names every entry of that function, one per shape and flags).
+            from compilecache import frameworks
+
+            frameworks.load_vocabularies()
             explained = [explain.explain_stored(store, k) for k in _matching_keys(store, wanted)]
             records = [
                 {**found.to_json(), "stored": True, "recorded": False}
@@ -306,7 +309,7 @@ def _matching_keys(store: Store, text: str) -> list[str]:
     """The keys ``text`` names: a full store key, a framework key without its prefix, else every
     entry of that function name (one function has an entry per shape and flags), else every
     key that starts with ``text`` (with or without its framework prefix)."""
-    for candidate in (text, f"jax/{text}", f"torch/{text}"):
+    for candidate in (text, *(f"{name}/{text}" for name in config_mod.KNOWN_FRAMEWORKS)):
         if store.stat(candidate) is not None:
             return [candidate]
     infos = list(store.scan())
@@ -322,11 +325,9 @@ def _resolve_key(store: Store, key: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _describe(store: Store, key: str, signing: Signing | None) -> dict[str, Any]:
+def _describe(store: Store, key: str, reader: Reader) -> dict[str, Any]:
     """One entry's stored metadata and header, read with ``peek``: looking changes nothing, and
     a damaged entry is reported (``error``), never removed."""
-    from compilecache import entry
-
     info = store.stat(key)
     result: dict[str, Any] = {"store": _info_json(info) if info else {"key": key}}
     try:
@@ -334,7 +335,7 @@ def _describe(store: Store, key: str, signing: Signing | None) -> dict[str, Any]
         if data is None:
             result["error"] = "the entry disappeared while reading it"
             return result
-        found = entry.decode(data, signing=signing, expect_key=key)
+        found = reader.decode(data, key)
     except CorruptEntry as exc:
         result["error"] = f"corrupt: {exc}"
         return result
@@ -367,8 +368,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not keys:
         print(f"compilecache: no entry matches {args.key!r}", file=sys.stderr)
         return 1
-    signing = _config(args).signing
-    results = [_describe(store, key, signing) for key in keys]
+    from compilecache.runtime.reader import Reader
+
+    reader = Reader(_config(args).signing)
+    results = [_describe(store, key, reader) for key in keys]
     if args.json:
         _print_json(results[0] if len(results) == 1 else results)
     else:
@@ -469,19 +472,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     each damaged one. Only ``--fix`` removes, and only damaged entries: an entry signed with
     another key is intact and valid for the hosts that hold that key (removing it is how one
     misconfigured host would empty a fleet's cache), so it is reported and always kept."""
-    from compilecache import entry
+    from compilecache.runtime.reader import Reader
 
     store = _store(args, create=False)
-    signing = _config(args).signing
+    reader = Reader(_config(args).signing)
     checked = 0
     damaged: list[tuple[EntryInfo, str]] = []
     foreign: list[tuple[EntryInfo, str]] = []
     for info in store.scan():
         try:
-            data = store.peek(info.key)
-            if data is None:
+            if reader.peek(store, info.key) is None:
                 continue  # removed since the scan: nothing to check
-            entry.decode(data, signing=signing, expect_key=info.key)
         except CorruptEntry as exc:  # truncated, empty, bit-flipped, another key's data
             damaged.append((info, str(exc)))
         except ForeignEntry as exc:

@@ -12,11 +12,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
 from compilecache.errors import ConfigError
 from compilecache.signing import Signing, parse_public_list, read_private, require_ed25519
+
+_Default = TypeVar("_Default", float, None)
 
 DEFAULT_MAX_SIZE = 10 * 1000**3
 # Single-flight compiles: a compiling process's lease lasts this long unless renewed (it is
@@ -278,8 +280,8 @@ def load(
         log_level=level,
         tier_writes=tier_writes,
         run_spool=env.get("COMPILECACHE_RUN_SPOOL") or None,
-        lease_ttl=_seconds(env, "COMPILECACHE_LEASE_TTL", DEFAULT_LEASE_TTL, positive=True),
-        wait_timeout=_seconds(env, "COMPILECACHE_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT),
+        lease_ttl=parse_seconds(env, "COMPILECACHE_LEASE_TTL", DEFAULT_LEASE_TTL, positive=True),
+        wait_timeout=parse_seconds(env, "COMPILECACHE_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT),
         writers=writers,
         job=env.get("COMPILECACHE_JOB", "").strip(),
         prefetch=_flag(env, "COMPILECACHE_PREFETCH", default=True),
@@ -299,8 +301,12 @@ def parse_count(settings: Mapping[str, str], name: str, default: int, *, minimum
     return int(text)
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:
-    text = env.get(name, "").strip()
+def parse_seconds(
+    settings: Mapping[str, str], name: str, default: _Default, *, positive: bool = False
+) -> float | _Default:
+    """The duration ``settings[name]`` in seconds (``30``, ``1.5s``, ``2m``; an environment, a
+    URL's options), or ``default`` when it is unset or blank: the one reader of durations."""
+    text = (settings.get(name) or "").strip()
     if not text:
         return default
     value = parse_duration(text, name)
@@ -363,3 +369,45 @@ READER_REASON = (
     "this process trusts only signed entries (COMPILECACHE_TRUSTED_KEYS) and holds no signing "
     "key (COMPILECACHE_SIGNING_KEY_FILE), so it writes nothing to the levels other processes read"
 )
+
+READ_ONLY_REASON = "the store is read-only (COMPILECACHE_READ_ONLY)"
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Who writes what: decided once, from the configuration, and handed to the stores (which
+    levels take writes, backfills included) and to the cache (whether it saves, and why not).
+
+    ``levels_read_only``: no level is written. ``shared_read_only``: only this host's own levels
+    (a local directory, memory) are. ``reason``: why the cache saves nothing (``""``: it saves).
+    ``signing``: what saved entries are signed with and read entries are checked against.
+    """
+
+    levels_read_only: bool = False
+    shared_read_only: bool = False
+    reason: str = ""
+    signing: Signing | None = None
+
+    @property
+    def saves(self) -> bool:
+        return not self.reason
+
+    @classmethod
+    def of_session(cls, cfg: Config, has_private_level: bool) -> WritePlan:
+        """A program's session: a process that trusts writers' keys without holding one writes
+        only its host's own level (``has_private_level``: the URL has one in front of shared
+        ones), and with no such level nothing at all."""
+        signing = cfg.signing
+        if cfg.read_only:
+            return cls(True, True, READ_ONLY_REASON, signing)
+        if cfg.shared_writer:
+            return cls(signing=signing)
+        if not has_private_level:
+            return cls(True, True, READER_REASON, signing)
+        return cls(shared_read_only=True, signing=signing)
+
+    @classmethod
+    def of_command(cls, cfg: Config) -> WritePlan:
+        """A command the user runs on a store (import, warm, prune): it writes where it is told
+        to, unless the store is read-only."""
+        return cls(cfg.read_only, cfg.read_only, READ_ONLY_REASON if cfg.read_only else "")

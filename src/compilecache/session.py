@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -22,11 +23,10 @@ from typing import NoReturn
 from compilecache import config as config_mod
 from compilecache import frameworks
 from compilecache import signing as signing_mod
-from compilecache.config import Config
+from compilecache.config import Config, WritePlan
 from compilecache.errors import CompileCacheError, StoreUnavailable
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import Prefetch
-from compilecache.signing import Signing
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
@@ -45,37 +45,32 @@ def open_store(
     first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``.
     ``create=False``: only open a store that exists (a missing directory is an error)."""
     cfg = config_mod.load(url=url, max_size=max_size)
-    return _open(cfg, create=create)
+    return _open(cfg, plan_writes(cfg), create=create)
 
 
-def _open(cfg: Config, *, create: bool = True) -> Tiered:
+def _open(cfg: Config, plan: WritePlan, *, create: bool = True) -> Tiered:
     return registry.open_store(
         cfg.url,
         cfg.max_size,
-        read_only=cfg.read_only,
+        plan=plan,
         tier_writes=cfg.tier_writes,
         create=create,
         cold_streak=cfg.cold_streak,
-        private_writes=not cfg.shared_writer,
     )
 
 
-def _writing(cfg: Config) -> tuple[Signing | None, str]:
-    """What this session signs with, and why it writes nothing (``""``: it writes).
+def plan_writes(cfg: Config) -> WritePlan:
+    """This session's :class:`~compilecache.config.WritePlan`, decided once.
 
     A process that trusts writers' keys but holds none writes only its host's own level, its
     entries signed with a key of this host and user (trusted here, nowhere else); with no such
     level, or no way to keep that key, it writes nothing."""
-    signing = cfg.signing
-    if cfg.read_only:
-        return signing, "the store is read-only (COMPILECACHE_READ_ONLY)"
-    if signing is None or cfg.shared_writer:
-        return signing, ""
-    if not registry.has_private_level(cfg.url):
-        return signing, config_mod.READER_REASON
+    plan = WritePlan.of_session(cfg, registry.has_private_level(cfg.url))
+    if not plan.saves or not plan.shared_read_only or plan.signing is None:
+        return plan
     path = config_mod.host_key_path()
     try:
-        return signing.with_host_key(signing_mod.load_or_create_host_key(path)), ""
+        signing = plan.signing.with_host_key(signing_mod.load_or_create_host_key(path))
     except (OSError, CompileCacheError) as exc:
         log.warning(
             "compilecache: cannot keep this host's key for local entries at %s (%s); this "
@@ -83,7 +78,8 @@ def _writing(cfg: Config) -> tuple[Signing | None, str]:
             path,
             exc,
         )
-        return signing, config_mod.READER_REASON
+        return dataclasses.replace(plan, reason=config_mod.READER_REASON)
+    return dataclasses.replace(plan, signing=signing)
 
 
 class UnavailableStore(Store):
@@ -119,17 +115,17 @@ class UnavailableStore(Store):
 class Session:
     """compilecache enabled in this process."""
 
-    def __init__(self, cfg: Config, store: Store) -> None:
+    def __init__(self, cfg: Config, store: Store, plan: WritePlan) -> None:
         self.config = cfg
-        signing, no_writes = _writing(cfg)
-        self.read_only = bool(no_writes)
+        self.plan = plan
+        self.read_only = not plan.saves
         self.cache = Cache(
             store,
             stats=Stats(),
             read_only=self.read_only,
-            read_only_reason=no_writes,
+            read_only_reason=plan.reason,
             min_compile_time=cfg.min_compile_time,
-            signing=signing,
+            signing=plan.signing,
             lease_ttl=cfg.lease_ttl,
             wait_timeout=cfg.wait_timeout,
         )
@@ -137,7 +133,7 @@ class Session:
         # Tiers with a remote level: prefetch the job's manifest now, record it at exit.
         self.manifest: Prefetch | None = None
         if cfg.prefetch and len(self.store.levels) > 1:
-            self.manifest = Prefetch(self.store, cfg, signing)
+            self.manifest = Prefetch(self.store, cfg, self.cache.reader)
             self.cache.prefetcher = self.manifest.prefetcher
         self._flushed: dict[str, float] = {}
         self._closed = False
@@ -276,17 +272,18 @@ def enable(
             if _active.config == cfg:
                 return _active
             _deactivate()
+        plan = plan_writes(cfg)
         try:
-            store = _open(cfg)
+            store = _open(cfg, plan)
         except StoreUnavailable as exc:
             # Never break the program: it runs uncached. One problem, said once and counted
             # once; no framework is hooked (a lookup per compile would each fail the same way).
             log.warning("compilecache: not enabled: %s", exc)
-            session = Session(cfg, UnavailableStore(cfg.url, str(exc)))
+            session = Session(cfg, UnavailableStore(cfg.url, str(exc)), plan)
             session.cache.stats.add("errors")
             _active = session
             return session
-        session = Session(cfg, store)
+        session = Session(cfg, store, plan)
         if any(level.health is not None for level in store.levels):  # remote: flush it early
             _register_early_flush()
         for name in cfg.frameworks:
@@ -300,7 +297,7 @@ def enable(
 
 
 def _install(name: str, session: Session) -> None:
-    frameworks.install(name, session.cache, session.installed)
+    frameworks.install(name, session.cache, session.installed, session.config)
 
 
 def disable() -> None:

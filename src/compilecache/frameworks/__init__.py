@@ -1,4 +1,6 @@
-"""Framework integrations. Each module exposes ``install(cache) -> bool`` and ``uninstall()``.
+"""Framework integrations. Each module exposes ``install(cache, cfg) -> bool`` and
+``uninstall()``: it gets the session's cache and its configuration, and reads no compilecache
+variable itself.
 
 They are imported only when the framework itself is imported by the user's program.
 """
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from compilecache import _importhook
 
 if TYPE_CHECKING:
+    from compilecache.config import Config
     from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
@@ -37,6 +40,13 @@ INTEGRATIONS = {
 }
 
 
+def load_vocabularies() -> None:
+    """Register every framework's words for its key components with ``explain`` (light modules:
+    no framework is imported), for the commands that explain stored entries."""
+    for framework in INTEGRATIONS:
+        importlib.import_module(f"compilecache.frameworks.{framework}_words")
+
+
 def _integration(framework: str) -> ModuleType | None:
     try:
         return importlib.import_module(INTEGRATIONS[framework][1])
@@ -44,7 +54,7 @@ def _integration(framework: str) -> ModuleType | None:
         return None
 
 
-def install(framework: str, cache: Cache, installed: set[str]) -> None:
+def install(framework: str, cache: Cache, installed: set[str], cfg: Config) -> None:
     """Install ``framework``'s hooks now if it is imported, else as soon as it is."""
     trigger, _ = INTEGRATIONS[framework]
 
@@ -53,7 +63,7 @@ def install(framework: str, cache: Cache, installed: set[str]) -> None:
         if integration is None:
             return
         try:
-            if integration.install(cache):
+            if integration.install(cache, cfg):
                 installed.add(framework)
         except Exception as exc:  # an integration must never break the user's import
             cache.warn_once(f"install:{framework}", f"could not hook into {framework}: {exc}")
@@ -121,6 +131,7 @@ def _triton_facts() -> dict[str, Any]:
     return {
         "version": str(triton.__version__),
         "hooked": integration.installed(),
+        "hooks": integration.hook_status(),
         "chained": integration.chained(),
         "cache_dir": str(sys.modules["triton.knobs"].cache.dir)
         if "triton.knobs" in sys.modules

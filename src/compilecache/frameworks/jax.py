@@ -51,10 +51,10 @@ from typing import Any
 
 import zstandard
 
-from compilecache import entry
+from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry
-from compilecache.frameworks import jax_xla
+from compilecache.frameworks import jax_words, jax_xla
 from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
@@ -69,7 +69,7 @@ log = logging.getLogger("compilecache")
 # ``etils.epath`` where etils is installed, and epath raises on a scheme it does not know
 # (``compilecache://`` failed every compile there: seen on a GPU machine with JAX 0.11.2).
 MARKER_DIR = "/compilecache/jax-cache-routed-through-compilecache"
-FRAMEWORK = "jax"
+FRAMEWORK = jax_words.FRAMEWORK  # importing it registers the vocabulary
 # Keys computed but not yet looked up or written; bounded so a long run cannot leak modules.
 _MAX_PENDING = 256
 _REQUIRED = ("get_file_cache", "get_cache_key", "reset_cache", "_get_cache")
@@ -149,6 +149,10 @@ def module_name(jax_key: str) -> str:
 @dataclass
 class _Pending:
     args: tuple[Any, ...] | None = None
+    # Each key component's hash, taken from JAX's own key computation as it ran (_KeyTap): the
+    # key was their stream's digest. None when the tap saw nothing (the components are then
+    # computed again from ``args``).
+    hashes: dict[str, str] | None = None
     miss_time: float | None = None
     # get() answered a miss for this key (JAX will compile it).
     looked_up: bool = False
@@ -204,8 +208,11 @@ class JaxCacheAdapter:
                     self._pending.popitem(last=False)
             return slot
 
-    def remember_key_args(self, key: str, args: tuple[Any, ...]) -> None:
-        self._slot(key).args = args
+    def remember_key_args(
+        self, key: str, args: tuple[Any, ...], hashes: dict[str, str] | None = None
+    ) -> None:
+        slot = self._slot(key)
+        slot.args, slot.hashes = args, hashes
 
     def get(self, key: str) -> bytes | None:
         if self.check_contents and key not in self._verified:
@@ -290,11 +297,10 @@ class JaxCacheAdapter:
         when they match (nothing to write), JAX's error when they differ, ``None`` when there is
         nothing to compare with (a true miss: stored as usual). An entry signed with another key
         is neither compared nor replaced (``False``)."""
-        data = self.cache.store.peek(store_key(key))
-        if data is None:
-            return None
         try:
-            stored = entry.decode(data, signing=self.cache.signing, expect_key=store_key(key))
+            stored = self.cache.reader.peek(self.cache.store, store_key(key))
+            if stored is None:
+                return None
         except CorruptEntry:
             return None  # a damaged entry is replaced by the fresh compile
         except ForeignEntry:
@@ -377,11 +383,15 @@ def _stored_compile_time(value: bytes) -> float:
 
 
 def _components(key: str, slot: _Pending) -> tuple[dict[str, str], dict[str, str], bool] | None:
-    """:func:`key_components` of a remembered lookup; ``None`` when there is none or it fails
-    (an explanation is a convenience: the entry is written without one)."""
+    """The key components of a remembered lookup: their hashes as JAX's own computation fed
+    them (else :func:`key_components` computes them again) and their readable values; ``None``
+    when there is nothing remembered or it fails (an explanation is a convenience: the entry is
+    written without one)."""
     if slot.args is None:
         return None
     try:
+        if slot.hashes is not None:
+            return slot.hashes, readable_components(*slot.args), True
         return key_components(key, *slot.args)
     except Exception as exc:
         log.debug("compilecache: key components of %s not recorded: %s", key, exc)
@@ -400,16 +410,7 @@ def _executable(compilation_cache: Any, value: bytes) -> bytes:
 # hashes the backend's platform version as a step of its own; 0.4.30 hashes it only inside
 # accelerator_config, when the topology cannot be serialized. Releases between those two were not
 # run here: whichever layout reproduces the key is kept.
-_STEPS_NEWEST = (
-    "computation",
-    "jax_lib version",
-    "backend version",
-    "XLA flags",
-    "compile_options",
-    "accelerator_config",
-    "compression",
-    "custom_hook",
-)
+_STEPS_NEWEST = jax_words.STEPS  # the names explain words (jax_words.JAX)
 _LAYOUTS: tuple[tuple[str, ...], ...] = (
     _STEPS_NEWEST,
     tuple(step for step in _STEPS_NEWEST if step != "backend version"),  # 0.4.30
@@ -428,6 +429,83 @@ class _Recorder:
 
     def data(self) -> bytes:
         return b"".join(self.parts)
+
+
+class _TappedSha256:
+    """The running sha256 of one ``cache_key.get``, which also hashes each step's bytes alone:
+    JAX calls ``_log_cache_key_hash`` after every step, and :class:`_KeyTap` closes the step
+    there. The key is the whole stream's digest, exactly as JAX's own object computes it."""
+
+    def __init__(self) -> None:
+        self._whole = hashlib.sha256()
+        self._step = hashlib.sha256()
+        self.steps: dict[str, str] = {}
+
+    def update(self, data: Any) -> None:
+        self._whole.update(data)
+        self._step.update(data)
+
+    def digest(self) -> bytes:
+        return self._whole.digest()
+
+    def hexdigest(self) -> str:
+        return self._whole.hexdigest()
+
+    def close_step(self, name: str) -> None:
+        self.steps[name] = self._step.hexdigest()
+        self._step = hashlib.sha256()
+
+
+class _KeyTap:
+    """Takes each key component's hash from JAX's own key computation, in the same pass.
+
+    ``cache_key.get`` makes one ``hashlib.sha256()``, feeds it each step and calls
+    ``_log_cache_key_hash(hash_obj, name, hashfn)`` after each. The tap stands in for the
+    module's ``hashlib`` (only its first ``sha256()`` inside :meth:`record`, on this thread, is
+    the tapped one) and for ``_log_cache_key_hash`` (which closes a step, then calls JAX's).
+    Computing the components again after a miss cost a cold compile 0.6 ms: the module was
+    serialised a second time."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def sha256(self, *args: Any, **kwargs: Any) -> Any:
+        tapped = getattr(self._local, "pending", None)
+        if tapped is None or args or kwargs:
+            return hashlib.sha256(*args, **kwargs)
+        self._local.pending = None  # JAX's debug log makes a second one: a plain one
+        return tapped
+
+    def wrap_log(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def log_cache_key_hash(hash_obj: Any, last_serialized: str, hashfn: Any) -> Any:
+            if isinstance(hash_obj, _TappedSha256):
+                hash_obj.close_step(last_serialized)
+            return original(hash_obj, last_serialized, hashfn)
+
+        return log_cache_key_hash
+
+    def record(self, compute: Callable[[], str]) -> tuple[str, dict[str, str] | None]:
+        """``compute()`` (which calls ``cache_key.get``) and the step hashes it fed; ``None``
+        for them when the key is not the tapped stream's digest (JAX computed it otherwise)."""
+        tapped = _TappedSha256()
+        self._local.pending = tapped
+        try:
+            key = compute()
+        finally:
+            self._local.pending = None
+        if not tapped.steps or not key.endswith("-" + tapped.hexdigest()):
+            return key, None
+        return key, tapped.steps
+
+
+class _HashlibWithTap:
+    """``hashlib`` for ``jax._src.cache_key``, whose ``sha256`` is the tap's."""
+
+    def __init__(self, tap: _KeyTap) -> None:
+        self.sha256 = tap.sha256
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(hashlib, name)
 
 
 def _positional(function: Any) -> int:
@@ -517,6 +595,23 @@ def key_components(
             layout, verified = candidate, True
             break
     hashes = {name: hashlib.sha256(fed[name]).hexdigest() for name in layout if name in fed}
+    readable = readable_components(
+        module, devices, compile_options, backend, ignore_callbacks, compression
+    )
+    return hashes, readable, verified
+
+
+def readable_components(
+    module: Any,
+    devices: Any,
+    compile_options: Any,
+    backend: Any,
+    ignore_callbacks: Any,
+    compression: str,
+) -> dict[str, str]:
+    """The readable values of the small key components (what ``explain`` shows beside their
+    hashes); a value this JAX cannot say is left out."""
+    ck = _private("jax._src.cache_key")
     kinds = [str(d.device_kind) for d in devices.flat]
     said: dict[str, Callable[[], str]] = {
         "jax_lib version": lambda: str(ck.jaxlib_version_str),
@@ -537,7 +632,7 @@ def key_components(
             readable[name] = say()
         except Exception as exc:  # one value this JAX cannot say: the others still help
             log.debug("compilecache: readable %s not recorded: %s", name, exc)
-    return hashes, readable, verified
+    return readable
 
 
 def _topology(devices: Any, kinds: list[str]) -> str:
@@ -635,8 +730,9 @@ def directory_note(path: str, url: str) -> str:
     )
 
 
-def install(cache: Cache) -> bool:
-    """Route JAX's persistent cache through ``cache``; ``False`` (with one warning) if impossible."""
+def install(cache: Cache, cfg: Config) -> bool:
+    """Route JAX's persistent cache through ``cache`` (``cfg``: the session's configuration);
+    ``False`` (with one warning) if impossible."""
     global _installed
     jax = _private("jax")
     compilation_cache = _private("jax._src.compilation_cache")
@@ -665,13 +761,17 @@ def install(cache: Cache) -> bool:
 
         return get_file_cache
 
+    tap = _KeyTap()
+
     def get_cache_key(original_key: Callable[..., str]) -> Callable[..., str]:
         def get_cache_key(
             module: Any, devices: Any, compile_options: Any, backend: Any, *args: Any, **kwargs: Any
         ) -> str:
             # XLA's cache paths (jax_xla.py) differ per host: the key is computed without them.
             compile_options = jax_xla.key_options(compile_options)
-            key: str = original_key(module, devices, compile_options, backend, *args, **kwargs)
+            key, hashes = tap.record(
+                lambda: original_key(module, devices, compile_options, backend, *args, **kwargs)
+            )
             try:
                 # JAX 0.4.30 has no IgnoreCallbacks (nor the argument): then it is never used.
                 ignore_type = getattr(_private("jax._src.cache_key"), "IgnoreCallbacks", None)
@@ -681,7 +781,7 @@ def install(cache: Cache) -> bool:
                 if getattr(compilation_cache, "zstd", None) is not None:
                     compression = "zstandard"
                 adapter.remember_key_args(
-                    key, (module, devices, compile_options, backend, ignore, compression)
+                    key, (module, devices, compile_options, backend, ignore, compression), hashes
                 )
             except Exception as exc:
                 log.debug("compilecache: could not record key components: %s", exc)
@@ -702,15 +802,29 @@ def install(cache: Cache) -> bool:
     patches.wrap(jax.config, "update", installed.settings.watch, label="jax.config.update")
     patches.wrap(compilation_cache, "get_file_cache", get_file_cache)
     patches.wrap(compilation_cache, "get_cache_key", get_cache_key)
+    _tap_key_steps(patches, tap)
     # Drop any cache JAX initialised earlier so that the next compile builds ours.
     compilation_cache.reset_cache()
-    installed.writers = _writers()
+    installed.writers = cfg.writers  # COMPILECACHE_WRITERS: all, or first
     _installed = installed
     installed.watches_writes = _watch_cache_writes(installed)
-    installed.xla = _route_xla_caches(cache, installed)
+    installed.xla = _route_xla_caches(cache, installed, cfg)
     _release_leases_after_compiles(cache, installed)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
+
+
+def _tap_key_steps(patches: Patches, tap: _KeyTap) -> None:
+    """Let ``tap`` see ``cache_key.get``'s steps; where this JAX's module lacks the two names,
+    nothing is tapped and the components are computed again after a miss."""
+    ck = _private("jax._src.cache_key")
+    if getattr(ck, "hashlib", None) is not hashlib or not callable(
+        getattr(ck, "_log_cache_key_hash", None)
+    ):
+        log.debug("compilecache: JAX's key steps not tapped: cache_key has changed")
+        return
+    patches.wrap(ck, "_log_cache_key_hash", tap.wrap_log)
+    patches.replace(ck, "hashlib", _HashlibWithTap(tap), label="jax._src.cache_key.hashlib")
 
 
 _VERIFY_HELPERS = ("CacheVerificationError", "decompress_executable", "extract_executable_and_time")
@@ -734,18 +848,6 @@ def _check_contents(cache: Cache) -> bool:
     except Exception as exc:
         log.debug("compilecache: jax_compilation_cache_check_contents not read: %s", exc)
     return False
-
-
-def _writers() -> str:
-    """COMPILECACHE_WRITERS (``all`` or ``first``), read when JAX is hooked; ``enable()`` has
-    already refused a bad value, so a failure here keeps the default."""
-    from compilecache import config
-
-    try:
-        return config.load().writers
-    except Exception as exc:
-        log.debug("compilecache: COMPILECACHE_WRITERS not read: %s", exc)
-        return "all"
 
 
 def _all_write() -> bool:
@@ -877,13 +979,13 @@ def _write_arguments(
     return given
 
 
-def _route_xla_caches(cache: Cache, installed: _Installed) -> jax_xla.XlaCaches | None:
+def _route_xla_caches(cache: Cache, installed: _Installed, cfg: Config) -> jax_xla.XlaCaches | None:
     """Give XLA's caches this host's directories and carry the autotune results (jax_xla.py).
     ``None`` (XLA then gets no cache directories) when this JAX has no place to do it."""
     try:
         compiler = _private("jax._src.compiler")
         caches = jax_xla.XlaCaches(
-            cache, MARKER_DIR, _writes_here, roots=lambda: str(_jax_value(DIR_OPTION) or "")
+            cache, MARKER_DIR, _writes_here, cfg, roots=lambda: str(_jax_value(DIR_OPTION) or "")
         )
         installed.patches.wrap(
             compiler,

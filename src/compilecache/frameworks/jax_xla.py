@@ -37,8 +37,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from compilecache.config import Config
 from compilecache.host import framework_module as _private
 from compilecache.host import jax_versions
+from compilecache.runtime import manifest
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.dircache import SyncedDirectory
 
@@ -97,13 +99,6 @@ def key_options(compile_options: Any) -> Any:
         return compile_options
 
 
-def _job() -> str:
-    from compilecache import config
-    from compilecache.runtime import manifest
-
-    return manifest.job_name(config.load())
-
-
 class XlaCaches:
     """XLA's cache directories for one installed JAX integration."""
 
@@ -112,7 +107,7 @@ class XlaCaches:
         cache: Cache,
         marker: str,
         writes_here: Callable[[], bool],
-        job: str | None = None,
+        cfg: Config,
         roots: Callable[[], str] | None = None,
     ) -> None:
         self.cache = cache
@@ -121,6 +116,7 @@ class XlaCaches:
         # (frameworks.jax), and XLA's caches go to this host's directories all the same.
         self.roots = roots or (lambda: "")
         self.writes_here = writes_here
+        self.cfg = cfg  # the session's: it names the job whose autotune results are carried
         self.directory, why = usable_xla_directory()
         if why:
             log.info("compilecache: XLA's caches use %s (%s)", self.directory, why)
@@ -129,7 +125,7 @@ class XlaCaches:
             framework=FRAMEWORK,
             layer=LAYER,
             directory=os.path.join(self.directory, "per_fusion_autotune"),
-            job=job or "",
+            job="",
         )
         self._restored = threading.Event()
         self._thread: threading.Thread | None = None
@@ -141,7 +137,7 @@ class XlaCaches:
         def restore() -> None:
             try:
                 # Here, not in enable(): naming the job reads the installed versions.
-                self.autotune.job = self.autotune.job or _job()
+                self.autotune.job = self.autotune.job or manifest.job_name(self.cfg)
                 self.autotune.versions = jax_versions()
                 count = self.autotune.restore()
                 if count:

@@ -82,8 +82,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache import _importhook, entry
+from compilecache.config import Config
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import torch_extensions, torch_switches
+from compilecache.frameworks import torch_extensions, torch_switches, torch_words
 from compilecache.frameworks.torch_extensions import ExtensionCache
 from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
@@ -100,7 +101,7 @@ from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counte
 
 log = logging.getLogger("compilecache")
 
-FRAMEWORK = "torch"
+FRAMEWORK = torch_words.FRAMEWORK  # importing it registers the vocabulary
 LAYERS = ("fx", "aot", "autotune", "kernel", "pch", "extension")
 # Layers whose lookups are single-flight and whose misses are explained: one compile each.
 # (Kernels are built inside an FX compile, which its lease already covers; autotune results are
@@ -989,8 +990,9 @@ def _graph_name(layer: str) -> str:
 _installed: Integration | None = None
 
 
-def install(cache: Cache) -> bool:
-    """Route torch.compile's caches through ``cache``; hooks apply as torch's modules load."""
+def install(cache: Cache, cfg: Config | None = None) -> bool:
+    """Route torch.compile's caches through ``cache``; hooks apply as torch's modules load.
+    (``cfg``, the session's configuration, decides nothing here yet.)"""
     global _installed
     torch = _private("torch")
     if not hasattr(torch, "compile"):

@@ -50,6 +50,7 @@ from compilecache.frameworks.torch import (
 )
 from compilecache.host import HostCheck, torch_versions
 from compilecache.host import framework_module as _torch_module
+from compilecache.runtime.reader import Reader
 from compilecache.runtime.transfer import (
     EntryFilter,
     Progress,
@@ -296,13 +297,14 @@ def import_blob(
                 kept.append((kind, artifact))
     planned = _plan(kept)
     host = HostCheck() if check else None
+    reader = Reader(signing)
     progress = Progress(len(planned), "importing")
     try:
         for p in planned:
             progress.advance()
             header = _header(p)
             encoded = entry.encode(header, p.content, signing=signing)
-            admit(target, header.key, encoded, report, signing=signing, host=host)
+            admit(target, header.key, encoded, report, reader=reader, host=host)
     finally:
         progress.close()
     return report
@@ -333,6 +335,7 @@ def export_blob(
         raise nothing_matched(store, select, "torch entry")
     report = Report("export", store.url, str(Path(path)), total=len(infos))
     groups: dict[str, list[tuple[str, bytes]]] = {kind: [] for kind in LAYER_OF}
+    reader = Reader(signing)
     progress = Progress(len(infos), "reading")
     try:
         for info in infos:
@@ -343,7 +346,7 @@ def export_blob(
                     (info.key, _KERNEL_REASON if layer == "kernel" else f"a torch {layer} entry")
                 )
                 continue
-            found, reason = _torch_entry(store, info.key, layer, signing)
+            found, reason = _torch_entry(store, info.key, layer, reader)
             if found is None:
                 report.skipped.append((info.key, reason))
                 continue
@@ -365,14 +368,14 @@ def export_blob(
 
 
 def _torch_entry(
-    store: Store, key: str, layer: str, signing: Signing | None
+    store: Store, key: str, layer: str, reader: Reader
 ) -> tuple[tuple[str, bytes] | None, str]:
     """(torch's key, its pickle) of a stored FX or AOT entry, or None and why not."""
     data = peek_entry(store, key)  # never counts a hit, never removes a damaged entry
     if isinstance(data, str):
         return None, data
     try:
-        found = entry.decode(data, signing=signing, expect_key=key)
+        found = reader.decode(data, key)
     except CorruptEntry as exc:
         return None, f"corrupt: {exc}"
     except ForeignEntry as exc:

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from compilecache.frameworks import torch_words
 from compilecache.frameworks.torch_kernels import (
     command_words,
     cpu_identity,
@@ -52,7 +53,7 @@ from compilecache.runtime.keys import chain, inputs_digest, text_digest
 
 log = logging.getLogger("compilecache")
 
-FRAMEWORK = "torch"
+FRAMEWORK = torch_words.FRAMEWORK  # importing it registers the vocabulary
 LAYER = "extension"
 MODULE = "torch.utils.cpp_extension"
 FUNCTION = "_run_ninja_build"

@@ -64,6 +64,7 @@ from compilecache.frameworks.torch_probes import (
     torch_identity,
 )
 from compilecache.host import framework_module as _private
+from compilecache.patches import Patches
 from compilecache.runtime.dircache import Dependency, dependencies
 
 log = logging.getLogger("compilecache")
@@ -281,8 +282,7 @@ class HeaderHook:
 
     def __init__(self, headers: HeaderCache) -> None:
         self.headers = headers
-        self.original: Any = None
-        self.module: Any = None
+        self.patches = Patches()
 
     def install(self, module: Any) -> None:
         original = getattr(module, FUNCTION, None)
@@ -296,15 +296,11 @@ class HeaderHook:
             return headers.precompile_header(original, header, command, **options)
 
         precompile_header.cache_clear = getattr(original, "cache_clear", lambda: None)  # type: ignore[attr-defined]
-        self.original, self.module = original, module
-        setattr(module, FUNCTION, precompile_header)
+        self.patches.replace(module, FUNCTION, precompile_header, label=f"headers.{FUNCTION}")
 
     def uninstall(self) -> None:
-        if self.module is not None and self.original is not None:
-            setattr(self.module, FUNCTION, self.original)
-        self.original = self.module = None
+        self.patches.undo()
 
     @property
     def live(self) -> bool:
-        current = getattr(self.module, FUNCTION, None) if self.module is not None else None
-        return current is not None and getattr(current, "__wrapped__", None) is self.original
+        return any(self.patches.live().values())

@@ -45,15 +45,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.entry import INTERNAL, EntryHeader
+from compilecache.frameworks import torch_words
 from compilecache.host import framework_module as _private
 from compilecache.host import native_cpu, torch_versions
+from compilecache.patches import Patches
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.dircache import write_file
 from compilecache.runtime.keys import chain, inputs_digest, text_digest
 
 log = logging.getLogger("compilecache")
 
-FRAMEWORK = "torch"
+FRAMEWORK = torch_words.FRAMEWORK  # importing it registers the vocabulary
 LAYER = "kernel"
 PCH_LAYER = "pch"
 PCH_SUFFIX = ".gch"
@@ -382,10 +384,7 @@ class BuildHook:
 
     def __init__(self, kernels: KernelCache) -> None:
         self.kernels = kernels
-        self.original: Callable[[Any], None] | None = None
-        self.wrapper: Callable[[Any], None] | None = None
-        self.original_init: Callable[..., None] | None = None
-        self.wrapper_init: Callable[..., None] | None = None
+        self.patches = Patches()
 
     def install(self) -> bool:
         ok, reason = hook_available()
@@ -416,32 +415,14 @@ class BuildHook:
                 log.debug("compilecache: cache_key_tag not recorded: %s", exc)
 
         init.__wrapped__ = original_init  # type: ignore[attr-defined]
-        builder_cls.build = build
-        builder_cls.__init__ = init
-        self.original, self.wrapper = original, build
-        self.original_init, self.wrapper_init = original_init, init
+        self.patches.replace(builder_cls, "build", build, label="kernel.CppBuilder.build")
+        self.patches.replace(builder_cls, "__init__", init, label="kernel.CppBuilder.__init__")
         return True
 
     def uninstall(self) -> None:
-        if self.original is None:
-            return
-        try:
-            builder_cls = _private("torch._inductor.cpp_builder").CppBuilder
-            if builder_cls.build is self.wrapper:
-                builder_cls.build = self.original
-            if self.original_init is not None and builder_cls.__init__ is self.wrapper_init:
-                builder_cls.__init__ = self.original_init
-        except Exception as exc:
-            log.debug("compilecache: could not restore CppBuilder: %s", exc)
-        self.original = self.wrapper = None
-        self.original_init = self.wrapper_init = None
+        self.patches.undo()
 
     @property
     def live(self) -> bool:
-        if self.wrapper is None:
-            return False
-        try:
-            builder_cls = _private("torch._inductor.cpp_builder").CppBuilder
-            return builder_cls.build is self.wrapper and builder_cls.__init__ is self.wrapper_init
-        except ImportError:
-            return False
+        live = self.patches.live()
+        return bool(live) and all(live.values())

@@ -56,13 +56,15 @@ from typing import Any
 from compilecache import entry, host
 from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
+from compilecache.frameworks import torch_words
+from compilecache.patches import Patches
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.keys import chain, text_digest
 from compilecache.stores.base import EntryMeta
 
 log = logging.getLogger("compilecache")
 
-FRAMEWORK = "torch"
+FRAMEWORK = torch_words.FRAMEWORK  # importing it registers the vocabulary
 LAYER = "probe"
 KEY_VERSION = "compilecache-torch-probe-v1"
 _SMALL_FILE = 64 * 1024  # wrapper scripts: hash their contents too
@@ -211,9 +213,9 @@ class ProbeCache:
         cache = self.cache
         start = time.perf_counter()
         try:
-            data = cache.store.get(key.store_key)
+            data = cache.read(key.store_key)
             if data is not None:
-                found = entry.decode(data, signing=cache.signing, expect_key=key.store_key)
+                found = cache.reader.decode(data, key.store_key)
                 if found.header.framework != FRAMEWORK:
                     raise ValueError(f"entry belongs to {found.header.framework!r}")
                 value = json.loads(found.payload)["answer"]
@@ -408,7 +410,7 @@ class ProbeHooks:
 
     def __init__(self, probes: ProbeCache) -> None:
         self.probes = probes
-        self.saved: dict[tuple[Any, str], Any] = {}
+        self.patches = Patches()
 
     def install_isa(self, module: Any) -> None:
         cls = getattr(module, "VecISA", None)
@@ -422,8 +424,7 @@ class ProbeHooks:
         def check_build(isa: Any, code: str) -> bool:
             return probes.check_build(isa, code, original)
 
-        self.saved.setdefault((cls, "check_build"), original)
-        cls.check_build = check_build
+        self.patches.replace(cls, "check_build", check_build, label="probes.check_build")
 
     def install_compiler(self, module: Any) -> None:
         probes = self.probes
@@ -442,20 +443,10 @@ class ProbeHooks:
 
             wrapper.__wrapped__ = original  # type: ignore[attr-defined]
             wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
-            self.saved.setdefault((module, check), original)
-            setattr(module, check, wrapper)
+            self.patches.replace(module, check, wrapper, label=f"probes.{check}")
 
     def uninstall(self) -> None:
-        for (owner, name), original in self.saved.items():
-            try:
-                setattr(owner, name, original)
-            except Exception as exc:
-                log.debug("compilecache: could not restore %s: %s", name, exc)
-        self.saved.clear()
+        self.patches.undo()
 
     def live(self) -> dict[str, bool]:
-        status: dict[str, bool] = {}
-        for (owner, name), original in self.saved.items():
-            current = getattr(owner, name, None)
-            status[f"probes.{name}"] = getattr(current, "__wrapped__", None) is original
-        return status
+        return self.patches.live()

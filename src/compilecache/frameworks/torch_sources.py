@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.frameworks.torch_probes import ProbeCache, ProbeKey, make_key, torch_identity
+from compilecache.patches import Patches
 
 log = logging.getLogger("compilecache")
 
@@ -163,8 +164,7 @@ class SourceKeyHooks:
 
     def __init__(self, probes: ProbeCache) -> None:
         self.probes = probes
-        self.saved: dict[str, Any] = {}
-        self._module: Any = None
+        self.patches = Patches()
         self._lock = threading.Lock()
         self._known: dict[str, Any] = {}  # answers of this process, by function
 
@@ -174,9 +174,9 @@ class SourceKeyHooks:
             if not callable(original):
                 log.debug("compilecache: no codecache.%s in this torch; left alone", name)
                 continue
-            self.saved.setdefault(name, original)
-            setattr(module, name, self._wrap(name, how, original))
-        self._module = module
+            self.patches.replace(
+                module, name, self._wrap(name, how, original), label=f"sources.{name}"
+            )
 
     def _wrap(self, name: str, how: _Answer, original: Any) -> Callable[[], Any]:
         key_of = functools.cache(lambda: _safe_key(name, how.package))
@@ -218,18 +218,10 @@ class SourceKeyHooks:
         return answer
 
     def uninstall(self) -> None:
-        module, self._module = self._module, None
-        for name, original in self.saved.items():
-            if module is not None:
-                setattr(module, name, original)
-        self.saved.clear()
+        self.patches.undo()
 
     def live(self) -> dict[str, bool]:
-        module = self._module
-        return {
-            f"sources.{name}": getattr(getattr(module, name, None), "__wrapped__", None) is original
-            for name, original in self.saved.items()
-        }
+        return self.patches.live()
 
 
 def _safe_key(function: str, package: str) -> ProbeKey | None:

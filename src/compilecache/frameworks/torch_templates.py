@@ -36,6 +36,7 @@ from compilecache.frameworks.torch_probes import (
     make_key,
     torch_identity,
 )
+from compilecache.patches import Patches
 
 log = logging.getLogger("compilecache")
 
@@ -142,8 +143,7 @@ class TemplateHooks:
 
     def __init__(self, probes: ProbeCache) -> None:
         self.probes = probes
-        self._cls: Any = None
-        self._original: Any = None
+        self.patches = Patches()
         self.bundle: TemplateBundle | None = None
 
     def install(self, module: Any) -> None:
@@ -184,19 +184,17 @@ class TemplateHooks:
             return env.template_class.from_code(env, code, env.make_globals(None), None)
 
         template_from_string.__wrapped__ = function  # type: ignore[attr-defined]
-        self._cls, self._original = cls, original
-        cls._template_from_string = staticmethod(template_from_string)
+        self.patches.replace(
+            cls,
+            "_template_from_string",
+            staticmethod(template_from_string),
+            label="templates.KernelTemplate._template_from_string",
+        )
 
     def uninstall(self) -> None:
         if self.bundle is not None:
             self.bundle.save()
-        if self._cls is not None:
-            self._cls._template_from_string = self._original
-        self._cls = self._original = None
+        self.patches.undo()
 
     def live(self) -> dict[str, bool]:
-        if self._cls is None:
-            return {}
-        current = self._cls.__dict__.get("_template_from_string")
-        wrapped = getattr(getattr(current, "__func__", None), "__wrapped__", None)
-        return {"templates.KernelTemplate._template_from_string": wrapped is not None}
+        return self.patches.live()

@@ -40,9 +40,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compilecache.frameworks import torch_switches
+from compilecache.config import Config
+from compilecache.frameworks import torch_switches, triton_words
 from compilecache.host import framework_module as _private
 from compilecache.host import python_version
+from compilecache.patches import Patches
 from compilecache.runtime import fileset
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.dircache import DirectoryCache, DirKey
@@ -50,7 +52,7 @@ from compilecache.runtime.keys import text_digest
 
 log = logging.getLogger("compilecache")
 
-FRAMEWORK = "triton"
+FRAMEWORK = triton_words.FRAMEWORK  # importing it registers the vocabulary
 KERNEL, AUTOTUNE, FILE = "kernel", "autotune", "file"
 KEY_VERSION = "compilecache-triton-v1"
 AUTOTUNE_SUFFIX = ".autotune.json"
@@ -59,8 +61,7 @@ _MAX_READABLE = 2000
 
 _cache: Cache | None = None
 _inner: Any = None  # the manager class configured before compilecache (chained to)
-_saved_override: tuple[bool, Any] = (False, None)
-_original_get_cache_key: Callable[..., str] | None = None
+_patches = Patches()  # Triton's manager knob and its get_cache_key, undone by uninstall()
 _pending = threading.local()  # get_cache_key's last key and arguments on this thread
 
 
@@ -284,9 +285,10 @@ def versions() -> dict[str, str]:
 # -- install ----------------------------------------------------------------------------------
 
 
-def install(cache: Cache) -> bool:
-    """Make :class:`StoreCacheManager` Triton's cache manager, chained to the one configured."""
-    global _cache, _inner, _saved_override, _original_get_cache_key
+def install(cache: Cache, cfg: Config | None = None) -> bool:
+    """Make :class:`StoreCacheManager` Triton's cache manager, chained to the one configured.
+    (``cfg``, the session's configuration, decides nothing here yet.)"""
+    global _cache, _inner
     try:
         knobs = _private("triton.knobs")
         compiler = _private("triton.compiler.compiler")
@@ -296,44 +298,36 @@ def install(cache: Cache) -> bool:
         return False
     if _cache is not None:
         uninstall()
-    _saved_override = (
-        "manager_class" in vars(knobs.cache),
-        vars(knobs.cache).get("manager_class"),
-    )
     _inner = configured if configured is not StoreCacheManager else None
     _cache = cache
-    knobs.cache.manager_class = StoreCacheManager
+    # The knob's own value (set in code or from TRITON_CACHE_MANAGER) comes back at uninstall;
+    # a knob that had none is deleted again, so that Triton reads its environment as before.
+    _patches.replace(
+        knobs.cache, "manager_class", StoreCacheManager, label="triton.knobs.cache.manager_class"
+    )
     if not hasattr(compiler.get_cache_key, "__wrapped__"):
-        _original_get_cache_key = compiler.get_cache_key
-        compiler.get_cache_key = _tee_get_cache_key(compiler.get_cache_key)
+        _patches.wrap(compiler, "get_cache_key", _tee_get_cache_key)
     log.info("compilecache: Triton %s routed through %s", versions()["triton"], cache.store.url)
     return True
 
 
 def uninstall() -> None:
     """Give Triton back the manager it had, and its ``get_cache_key``."""
-    global _cache, _inner, _original_get_cache_key
+    global _cache, _inner
     if _cache is None:
         return
     _cache = None
-    try:
-        knobs = _private("triton.knobs")
-        had, value = _saved_override
-        if had:
-            knobs.cache.manager_class = value
-        else:
-            del knobs.cache.manager_class
-        compiler = _private("triton.compiler.compiler")
-        if _original_get_cache_key is not None:
-            compiler.get_cache_key = _original_get_cache_key
-    except Exception as exc:
-        log.debug("compilecache: could not restore Triton's cache manager: %s", exc)
+    _patches.undo()
     _inner = None
-    _original_get_cache_key = None
 
 
 def installed() -> bool:
     return _cache is not None
+
+
+def hook_status() -> dict[str, bool]:
+    """Which of Triton's patched names are still ours (by label)."""
+    return _patches.live()
 
 
 def chained() -> str:

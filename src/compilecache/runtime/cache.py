@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compilecache import entry
-from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT
+from compilecache.config import DEFAULT_LEASE_TTL, DEFAULT_WAIT_TIMEOUT, READ_ONLY_REASON
 from compilecache.entry import Entry, EntryHeader
 from compilecache.errors import (
     CorruptEntry,
@@ -36,6 +36,7 @@ from compilecache.errors import (
     StoreUnavailable,
 )
 from compilecache.runtime.background import Background
+from compilecache.runtime.reader import Reader
 from compilecache.runtime.singleflight import SingleFlight
 from compilecache.signing import Signing
 from compilecache.stats import Stats, function_counter
@@ -65,7 +66,7 @@ class Cache:
         read_only: bool = False,
         min_compile_time: float = 0.0,
         signing: Signing | None = None,
-        read_only_reason: str = "the store is read-only (COMPILECACHE_READ_ONLY)",
+        read_only_reason: str = READ_ONLY_REASON,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
     ) -> None:
@@ -73,7 +74,8 @@ class Cache:
         self.stats = stats or Stats()
         self.read_only = read_only
         self.min_compile_time = min_compile_time
-        self.signing = signing
+        self.signing = signing  # what this cache signs its writes with
+        self.reader = Reader(signing)  # and the trust policy it reads with
         self.read_only_reason = read_only_reason
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
@@ -154,7 +156,7 @@ class Cache:
         if data is None:
             return None
         try:
-            found = entry.decode(data, signing=self.signing, expect_key=key)
+            found = self.reader.decode(data, key)
         except Exception as exc:
             log.debug("compilecache: %s not read: %s", key, exc)
             return None
@@ -239,7 +241,7 @@ class Cache:
                 self.stats.add("misses", framework=framework)
             return None, True
         try:
-            found = entry.decode(data, signing=self.signing, expect_key=key)
+            found = self.reader.decode(data, key)
             if found.header.framework != framework:
                 raise CorruptEntry(f"entry belongs to {found.header.framework!r}")
         except CorruptEntry as exc:

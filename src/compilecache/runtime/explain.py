@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,12 +39,12 @@ log = logging.getLogger("compilecache")
 
 # Same-name entries whose headers are read to find the nearest (the newest first).
 MAX_CANDIDATES = 16
-# A level whose prefix scan takes longer than this is not scanned again in this process: a miss
-# must not cost seconds because a shared store is large and cannot list by prefix cheaply.
+# A remote level whose prefix scan takes longer than this is not scanned again in this process:
+# a miss must not cost seconds because a shared store is large and cannot list by prefix cheaply.
 SCAN_BUDGET_S = 0.5
 # Nor one whose scans took this long in all: a remote level lists in a round trip or two, which
 # a cold run of many small compiles would otherwise pay on every miss (25 ms away, a few misses'
-# worth; a local scan takes well under a millisecond, so a local level never reaches it).
+# worth). Levels on this machine are not timed: a local listing is indexed.
 TOTAL_SCAN_BUDGET_S = 0.25
 NEW_FUNCTION = "new function: no earlier entry of that name"
 
@@ -70,6 +69,9 @@ class Vocabulary:
     # one with the fewest differing components, preferring those where these agree: an entry of
     # the same program under other flags explains more than another shape's entry.
     identity: Sequence[str] = ()
+    # The key prefix that all entries of a stored key's function share (JAX: ``jax/<name>-``),
+    # which narrows the scan for its nearest neighbour; None: every entry of the framework.
+    function_prefix: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class Explanation:
 # -- wording helpers ---------------------------------------------------------------------------
 
 
-def _short(value: str | None, limit: int = 120) -> str:
+def short(value: str | None, limit: int = 120) -> str:
     if value is None:
         return "?"
     text = value if value else "''"
@@ -147,7 +149,7 @@ def flag_changes(before: str | None, after: str | None) -> str:
     return ", ".join(parts)
 
 
-def _option_flags(what: str) -> Describe:
+def option_flags(what: str) -> Describe:
     def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
         changes = flag_changes(before, after) if before is not None and after is not None else ""
         return f"{what} changed: {changes}" if changes else f"{what} changed"
@@ -155,199 +157,40 @@ def _option_flags(what: str) -> Describe:
     return describe
 
 
-def _jax_flags(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
-    if before is None or after is None:
-        return "XLA flags changed"
-    changes = flag_changes(before, after)
-    return f"XLA flags changed: {changes}" if changes else "XLA flags changed"
-
-
-# "4 x cpu (1 used)", in a multi-process job "process 1 of 2, local device ids [1]: 2 x cpu".
-_JAX_DEVICES = re.compile(
-    r"^\s*(?:process (\d+) of (\d+), local device ids \[([^\]]*)\]: )?"
-    r"(\d+) x (.+?)(?: \(\d+ used\))?$"
-)
-
-
-def _jax_devices(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
-    old = _JAX_DEVICES.match(before or "")
-    new = _JAX_DEVICES.match(after or "")
-    if old and new:
-        if old[5] != new[5]:
-            return f"device topology changed: {old[4]} x {old[5]} -> {new[4]} x {new[5]}"
-        kind = new[5].upper() if len(new[5]) <= 4 else new[5]
-        if old[4] != new[4]:
-            return f"device topology changed: {old[4]} -> {new[4]} {kind} devices"
-        return _jax_process(old, new, f"the same {new[4]} {kind} devices")
-    return f"device topology changed: {_short(before)} -> {_short(after)}"
-
-
-def _jax_process(old: re.Match[str], new: re.Match[str], same: str) -> str:
-    """The devices agree: the topology fingerprint follows the process of a multi-process job,
-    so name the process index or the local devices that differ."""
-    if old[2] != new[2]:
-        where = f"this is process {new[1]}, local device ids [{new[3]}]; " if new[1] else ""
-        return f"processes changed: {old[2] or 1} -> {new[2] or 1} ({where}{same})"
-    if old[1] != new[1]:
-        return (
-            f"process index changed: {old[1]} -> {new[1]} of {new[2]} "
-            f"(local device ids [{old[3]}] -> [{new[3]}]; {same})"
-        )
-    if old[3] != new[3]:
-        return (
-            f"local device ids changed: [{old[3]}] -> [{new[3]}] "
-            f"(process {new[1]} of {new[2]}; {same})"
-        )
-    return f"device topology fingerprint changed ({same})"
-
-
-def _jax_compile_options(before: str | None, after: str | None, changed: frozenset[str]) -> str:
-    # The readable value holds the jit(compiler_options=...) overrides only.
-    overrides = flag_changes(before, after) if before is not None and after is not None else ""
-    if overrides:
-        return f"compile options changed: {overrides}"
-    if "XLA flags" in changed:
-        return "compile options changed (the XLA flags are part of them)"
-    if "accelerator_config" in changed:
-        return "compile options changed (they follow the devices)"
-    return (
-        "compile options changed (the device assignment, or a path or rank inside the build "
-        "options)"
-    )
-
-
-def _versions(label: str) -> Describe:
+def versions(label: str) -> Describe:
     def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
         if before is None or after is None:
             return f"{label} changed"
-        return f"{label} {_short(before)} -> {_short(after)}"
+        return f"{label} {short(before)} -> {short(after)}"
 
     return describe
 
 
-def _changed(label: str) -> Describe:
+def changed(label: str) -> Describe:
     def describe(before: str | None, after: str | None, _changed: frozenset[str]) -> str:
         if before is None or after is None or before == after:
             return f"{label} changed"
-        return f"{label} changed: {_short(before)} -> {_short(after)}"
+        return f"{label} changed: {short(before)} -> {short(after)}"
 
     return describe
 
 
-JAX = Vocabulary(
-    labels={
-        "computation": "the function body",
-        "jax_lib version": "jaxlib version",
-        "backend version": "backend",
-        "XLA flags": "XLA flags",
-        "compile_options": "compile options",
-        "accelerator_config": "device topology",
-        "compression": "compression",
-        "custom_hook": "jax._src.cache_key.custom_hook()",
-    },
-    describe={
-        "computation": lambda b, a, c: (
-            "the function body changed (or its argument shapes, dtypes or static arguments)"
-        ),
-        "jax_lib version": _versions("jaxlib"),
-        "backend version": _changed("backend"),
-        "XLA flags": _jax_flags,
-        "compile_options": _jax_compile_options,
-        "accelerator_config": _jax_devices,
-        "compression": _changed("compression"),
-        "custom_hook": _changed("jax._src.cache_key.custom_hook()"),
-    },
-    order=(
-        "computation",
-        "jax_lib version",
-        "backend version",
-        "XLA flags",
-        "accelerator_config",
-        "custom_hook",
-        "compression",
-        "compile_options",
-    ),
-    identity=("computation",),
-)
-
-
-def _config_value(what: str) -> Callable[[str, str | None, str | None], str]:
-    def describe(name: str, before: str | None, after: str | None) -> str:
-        if before is None or after is None:
-            return f"{what} {name} changed"
-        return f"{what} {name} {_short(before)} -> {_short(after)}"
-
-    return describe
-
-
-TORCH = Vocabulary(
-    labels={
-        "cpp_runtime_thread_count": "thread count",
-        "torch_version": "torch version (a hash of its sources)",
-        "system_info": "system (device, driver and compiler versions)",
-        "gm": "the graph",
-        "fx_kwargs": "compile arguments",
-        "deterministic_algorithms_settings": "deterministic algorithm settings",
-        "cuda_matmul_settings": "CUDA matmul settings",
-        "post_grad_custom_pre_pass": "custom pre-grad pass",
-        "post_grad_custom_post_pass": "custom post-grad pass",
-    },
-    describe={
-        "cpp_runtime_thread_count": _versions("thread count"),
-        "torch_version": lambda b, a, c: "torch changed (another build or version)",
-        "gm": lambda b, a, c: "the graph changed (the function body or what it calls)",
-        # C++ extensions (frameworks/torch_extensions.py)
-        "flags": _option_flags("extension build flags"),
-        "sources": lambda b, a, c: f"extension sources changed ({a or '?'})",
-        "compiler": _changed("compiler"),
-        "cuda": _changed("CUDA version"),
-    },
-    prefixed=(
-        ("inductor_config[", _config_value("inductor config")),
-        ("inductor_config_comms[", _config_value("inductor comms config")),
-        ("functorch_config[", _config_value("functorch config")),
-        ("fx_kwargs[", _config_value("compile argument")),
-        ("example_inputs[", _config_value("input")),
-    ),
-    prefix="torch: ",
-    order=("gm", "torch_version", "system_info"),
-    identity=("gm",),
-)
-
-
-TRITON = Vocabulary(
-    labels={
-        "source": "the kernel's source",
-        "triton": "Triton (its version or compiler sources)",
-        "backend": "target",
-        "options": "compile options",
-        "env": "Triton's environment variables",
-    },
-    describe={
-        "source": lambda b, a, c: (
-            "the kernel's source changed (or a function it calls, a global it reads, its "
-            "signature or constants)"
-        ),
-        "triton": lambda b, a, c: (
-            f"Triton's compiler sources changed (version {a} both times)"
-            if b == a and a is not None
-            else _versions("Triton")(b, a, c)
-        ),
-        "backend": _changed("target"),
-        "options": _option_flags("compile options"),
-        "env": _changed("Triton's environment variables"),
-    },
-    prefix="triton: ",
-    order=("source", "triton", "backend", "options", "env"),
-    identity=("source",),
-)
-
-VOCABULARIES: dict[str, Vocabulary] = {"jax": JAX, "torch": TORCH, "triton": TRITON}
+# framework -> its vocabulary, registered by the framework's own module (frameworks/*_words.py)
+# when it is imported: the integrations import theirs, and the commands that explain stored
+# entries load them all (frameworks.load_vocabularies).
+_VOCABULARIES: dict[str, Vocabulary] = {}
 _GENERIC = Vocabulary(labels={})
 
 
+def register_vocabulary(framework: str, vocab: Vocabulary) -> Vocabulary:
+    """Make ``vocab`` the words of ``framework``'s key components; returns it."""
+    _VOCABULARIES[framework] = vocab
+    return vocab
+
+
 def vocabulary(framework: str) -> Vocabulary:
-    return VOCABULARIES.get(framework, _GENERIC)
+    """``framework``'s vocabulary, or one that names components as they are stored."""
+    return _VOCABULARIES.get(framework, _GENERIC)
 
 
 # -- diffing -----------------------------------------------------------------------------------
@@ -379,10 +222,10 @@ def diff(
     """The components whose hashes differ, worded by ``vocab``, likeliest causes first."""
     old_values = {str(k): str(v) for k, v in (before_readable or {}).items()}
     new_values = {str(k): str(v) for k, v in (after_readable or {}).items()}
-    changed = frozenset(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    differing = frozenset(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
     rank = {name: i for i, name in enumerate(vocab.order)}
     out: list[Difference] = []
-    for name in sorted(changed, key=lambda n: (rank.get(n, len(rank)), n)):
+    for name in sorted(differing, key=lambda n: (rank.get(n, len(rank)), n)):
         old, new = old_values.get(name), new_values.get(name)
         text = ""
         if name not in before:
@@ -390,14 +233,14 @@ def diff(
         elif name not in after:
             text = f"{vocab.labels.get(name, name)} is no longer in the key"
         elif name in vocab.describe:
-            text = vocab.describe[name](old, new, changed)
+            text = vocab.describe[name](old, new, differing)
         else:
             for prefix, describe in vocab.prefixed:
                 if name.startswith(prefix) and name.endswith("]"):
                     text = describe(name[len(prefix) : -1], old, new)
                     break
         if not text:
-            text = _changed(vocab.labels.get(name, name))(old, new, changed)
+            text = changed(vocab.labels.get(name, name))(old, new, differing)
         out.append(Difference(name, vocab.prefix + text, old, new))
     return out
 
@@ -432,6 +275,10 @@ def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo
         log.debug("compilecache: cannot list %s for an explanation: %s", level.url, exc)
         return []
     elapsed = time.monotonic() - start
+    if level.health is None:
+        # This machine's own disk or memory: an indexed listing, slow only while the machine is
+        # busy; only a level across the network is given up on.
+        return infos
     with _slow_lock:
         spent = _scan_time[level.url] = _scan_time.get(level.url, 0.0) + elapsed
         slow = elapsed > SCAN_BUDGET_S or spent > TOTAL_SCAN_BUDGET_S
@@ -553,9 +400,8 @@ def explain_stored(store: Tiered, key: str) -> Explanation | None:
     if data is None:
         return None
     header = entry.read_header(data)
-    prefix = None
-    if header.framework == "jax":
-        prefix = f"{key.rsplit('-', 1)[0]}-"
+    function_prefix = vocabulary(header.framework).function_prefix
+    prefix = function_prefix(key) if function_prefix is not None else None
     return explain(
         store,
         framework=header.framework,

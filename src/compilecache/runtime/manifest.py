@@ -40,6 +40,7 @@ from compilecache import entry
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.runtime.prefetch import Prefetcher
+from compilecache.runtime.reader import Reader
 from compilecache.signing import Signing
 from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.tiered import Tiered
@@ -77,15 +78,14 @@ def key_of(job: str) -> str:
     return PREFIX + hashlib.sha256(job.encode()).hexdigest()[:32]
 
 
-def load(store: Store, key: str, signing: Signing | None) -> list[str]:
+def load(store: Store, key: str, reader: Reader) -> list[str]:
     """The keys of the manifest under ``key`` (``[]`` when there is none or it is unusable)."""
     try:
         # peek: reading the manifest counts no hit and copies nothing (the remote one is the
         # fleet's newest; each start reads it again, in the background).
-        data = store.peek(key)
-        if data is None:
+        found = reader.peek(store, key)
+        if found is None:
             return []
-        found = entry.decode(data, signing=signing, expect_key=key)
         keys = json.loads(found.payload)
     except Exception as exc:  # a manifest is an optimisation: any problem means no prefetch
         log.debug("compilecache: no usable manifest %s: %s", key, exc)
@@ -95,11 +95,11 @@ def load(store: Store, key: str, signing: Signing | None) -> list[str]:
     return [k for k in keys if isinstance(k, str) and not k.startswith(PREFIX)][:MAX_KEYS]
 
 
-def local_copy(store: Tiered, key: str, signing: Signing | None) -> list[str] | None:
+def local_copy(store: Tiered, key: str, reader: Reader) -> list[str] | None:
     """The manifest's keys when this host's own level has the list and every entry it names
     (then a start needs nothing from the network); ``None`` otherwise."""
     local = store.levels[0]
-    keys = load(local, key, signing)
+    keys = load(local, key, reader)
     if not keys:
         return None
     try:
@@ -110,13 +110,13 @@ def local_copy(store: Tiered, key: str, signing: Signing | None) -> list[str] | 
     return None
 
 
-def load_remote(store: Tiered, key: str, signing: Signing | None) -> list[str]:
+def load_remote(store: Tiered, key: str, reader: Reader) -> list[str]:
     """The manifest as the slower levels hold it (the fleet's newest), else the local copy."""
     for level in store.levels[1:]:
-        keys = load(level, key, signing)
+        keys = load(level, key, reader)
         if keys:
             return keys
-    return load(store.levels[0], key, signing)
+    return load(store.levels[0], key, reader)
 
 
 def save(store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signing | None) -> bool:
@@ -182,15 +182,13 @@ def _pack(level: Store, keys: Sequence[str]) -> bytes:
     return json.dumps(listed).encode() + b"\n" + b"".join(values)
 
 
-def unpacker(
-    key: str, signing: Signing | None
-) -> Callable[[bytes], dict[str, tuple[bytes, EntryMeta]]]:
+def unpacker(key: str, reader: Reader) -> Callable[[bytes], dict[str, tuple[bytes, EntryMeta]]]:
     """What reads the pack stored under ``key``: its entries, each with the metadata its own
     header gives; an entry that names another key than the one it is listed under is left out.
     Raises on a pack that fails its checks (the caller then fetches entry by entry)."""
 
     def unpack(data: bytes) -> dict[str, tuple[bytes, EntryMeta]]:
-        payload = entry.decode(data, signing=signing, expect_key=key).payload
+        payload = reader.decode(data, key).payload
         head, _, body = payload.partition(b"\n")
         found: dict[str, tuple[bytes, EntryMeta]] = {}
         offset = 0
@@ -216,10 +214,10 @@ class Prefetch:
     exit (when this run looked up other keys than the manifest held). ``prefetcher`` is what
     the session's cache tells of each lookup."""
 
-    def __init__(self, store: Tiered, cfg: Config, signing: Signing | None) -> None:
+    def __init__(self, store: Tiered, cfg: Config, reader: Reader) -> None:
         self.store = store
         self.prefetcher = Prefetcher(store)
-        self.signing = signing  # the session's: what its cache signs with and accepts
+        self.reader = reader  # the session's cache's: what it signs with and accepts
         self.job = job_name(cfg)
         self.key = key_of(self.job)
         self.known: list[str] | None = None  # the manifest found at start, once read
@@ -235,14 +233,14 @@ class Prefetch:
     def _run(self) -> None:
         wanted: list[str] = []
         try:
-            local = local_copy(self.store, self.key, self.signing)
+            local = local_copy(self.store, self.key, self.reader)
             if local is not None:
                 self.known = local  # a warm host: nothing to fetch, no network
             else:
-                self.known = wanted = load_remote(self.store, self.key, self.signing)
+                self.known = wanted = load_remote(self.store, self.key, self.reader)
         finally:
             try:  # always: an empty list releases the lookups waiting for it
-                pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.signing))
+                pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.reader))
                 self.prefetcher.start(wanted, pack=pack)
             except Exception as exc:  # never fail a program for a prefetch
                 log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
@@ -257,4 +255,4 @@ class Prefetch:
         if self.known is not None and set(keys) <= set(self.known):
             return False  # nothing new: the manifest stands
         merged = list(dict.fromkeys([*keys, *(self.known or [])]))
-        return save(self.store, self.key, self.job, merged, self.signing)
+        return save(self.store, self.key, self.job, merged, self.reader.signing)

@@ -21,7 +21,7 @@ from compilecache import entry
 from compilecache.config import parse_duration
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck
-from compilecache.signing import Signing
+from compilecache.runtime.reader import Reader
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 # -- selection and reports -----------------------------------------------------------------------
@@ -137,7 +137,7 @@ class Progress:
 # -- reading an entry to move it, and admitting one ------------------------------------------
 
 
-def read_entry(store: Store, key: str, signing: Signing | None) -> tuple[bytes, entry.Entry] | str:
+def read_entry(store: Store, key: str, reader: Reader) -> tuple[bytes, entry.Entry] | str:
     """The bytes under ``key`` and their decoded entry, read with ``peek`` (no hit counted, no
     access time touched, nothing backfilled, nothing repaired); or why there is none. A damaged
     or foreign entry is reported and left where it is: a command that reads a store to copy it
@@ -146,7 +146,7 @@ def read_entry(store: Store, key: str, signing: Signing | None) -> tuple[bytes, 
     if isinstance(data, str):
         return data
     try:
-        return data, entry.decode(data, signing=signing, expect_key=key)
+        return data, reader.decode(data, key)
     except CorruptEntry as exc:
         return f"corrupt (left in the source): {exc}"
     except ForeignEntry as exc:
@@ -169,12 +169,12 @@ def admit(
     data: bytes,
     report: Report,
     *,
-    signing: Signing | None,
+    reader: Reader,
     host: HostCheck | None,
 ) -> bool:
     """Write one entry to ``target`` if it is valid, can run here and is not there already."""
     try:
-        found = entry.decode(data, signing=signing, expect_key=key)
+        found = reader.decode(data, key)
     except (CorruptEntry, ForeignEntry) as exc:
         report.skipped.append((key, f"rejected: {exc}"))
         return False
@@ -183,9 +183,8 @@ def admit(
         report.skipped.append((key, reason))
         return False
     try:
-        existing = target.peek(key)  # a damaged file raises here: it is replaced below
-        if existing is not None:
-            entry.decode(existing, signing=signing, expect_key=key)
+        # A damaged file raises here: it is replaced below.
+        if reader.peek(target, key) is not None:
             report.present.append(key)
             return False  # a good entry is kept as it is
     except ForeignEntry as exc:  # valid for another key's holders: never overwritten

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
+from compilecache.config import parse_seconds
 from compilecache.errors import (
     ConfigError,
     CorruptEntry,
@@ -337,19 +338,10 @@ def guard(store: Store, url: StoreURL) -> Store:
     params = url.params
     if is_local(url) or not flag(params, "guard", default=True):
         return store
-    backoff = _seconds(params, "backoff", DEFAULT_BACKOFF)
+    backoff = parse_seconds(params, "backoff", DEFAULT_BACKOFF)
     return Guarded(
         store,
         backoff=backoff,
-        max_backoff=max(backoff, _seconds(params, "max_backoff", DEFAULT_MAX_BACKOFF)),
-        deadline=_seconds(params, "deadline", None),
+        max_backoff=max(backoff, parse_seconds(params, "max_backoff", DEFAULT_MAX_BACKOFF)),
+        deadline=parse_seconds(params, "deadline", None),
     )
-
-
-def _seconds(params: Mapping[str, str], name: str, default: float | None) -> Any:
-    text = params.get(name)
-    if text is None or not text.strip():
-        return default
-    from compilecache.config import parse_duration
-
-    return parse_duration(text, name)

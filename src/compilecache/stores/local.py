@@ -3,7 +3,7 @@
 Layout of a store directory::
 
     CACHEDIR.TAG                 tells backup tools to skip the directory
-    index.sqlite (-wal, -shm)    key -> size, times, hits, framework, name; running total size;
+    index.sqlite (-wal, -shm)    key -> size, times, hits, framework, name; total size (triggers);
                                  persistent counters; capped miss and run history
     entries/ab/abcdef....cce     one file per key: a small frame (key and metadata) + the value
     tmp/                         files being written; renamed into entries/ when complete
@@ -16,8 +16,8 @@ before the file is unlinked. A file without a row (a writer killed between the t
 adopted on its next read; a row without a file is dropped on its next read. The index is only a
 cache of what the files say: if it is lost or corrupt it is rebuilt from the frames.
 
-``get`` never consults the index to find a value (the path is derived from the key), and ``put``
-keeps a running total instead of summing sizes, so both are O(1) in the number of entries.
+``get`` never consults the index to find a value (the path is derived from the key), and the
+index keeps a running total by triggers instead of summing sizes, so both are O(1) in the number of entries.
 Eviction removes the least recently used rows a few at a time, through an index on ``accessed``.
 """
 
@@ -97,9 +97,25 @@ CREATE TABLE IF NOT EXISTS history (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS history_kind ON history (kind, id);
-INSERT OR IGNORE INTO meta VALUES ('total_size', 0);
 INSERT OR IGNORE INTO meta VALUES ('schema', 1);
+-- The total size is kept by triggers, so no statement that changes a row can forget it
+-- (diskcache keeps its size the same way). 'total_bytes', not the 'total_size' that earlier
+-- versions kept by hand: a store written by both stays right for this version.
+INSERT OR IGNORE INTO meta SELECT 'total_bytes', (SELECT COALESCE(SUM(size), 0) FROM entries)
+    WHERE NOT EXISTS (SELECT 1 FROM meta WHERE name = 'total_bytes');
+CREATE TRIGGER IF NOT EXISTS entries_total_insert AFTER INSERT ON entries BEGIN
+    UPDATE meta SET value = value + NEW.size WHERE name = 'total_bytes';
+END;
+CREATE TRIGGER IF NOT EXISTS entries_total_delete AFTER DELETE ON entries BEGIN
+    UPDATE meta SET value = value - OLD.size WHERE name = 'total_bytes';
+END;
+CREATE TRIGGER IF NOT EXISTS entries_total_update AFTER UPDATE OF size ON entries BEGIN
+    UPDATE meta SET value = value + NEW.size - OLD.size WHERE name = 'total_bytes';
+END;
 """
+
+
+_TOTAL = "SELECT value FROM meta WHERE name = 'total_bytes'"
 
 
 def _frame_from_head(head: bytes, fd: int) -> tuple[dict[str, Any], int]:
@@ -350,29 +366,28 @@ class LocalStore(Store):
     def _upsert_row(
         self, conn: sqlite3.Connection, key: str, size: int, meta: EntryMeta, created: float
     ) -> None:
-        row = conn.execute("SELECT size FROM entries WHERE key = ?", (key,)).fetchone()
-        old = row[0] if row else 0
+        # An upsert, not INSERT OR REPLACE: a replaced row fires no delete trigger.
         conn.execute(
-            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+            "INSERT INTO entries VALUES (?, ?, ?, ?, 0, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+            "size = excluded.size, created = excluded.created, accessed = excluded.accessed, "
+            "hits = 0, framework = excluded.framework, name = excluded.name, "
+            "compile_time = excluded.compile_time",
             (key, size, created, created, meta.framework, meta.name, meta.compile_time_s),
         )
-        conn.execute("UPDATE meta SET value = value + ? WHERE name = 'total_size'", (size - old,))
 
     def _drop_row(self, conn: sqlite3.Connection, key: str) -> bool:
-        row = conn.execute("SELECT size FROM entries WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            return False
-        conn.execute("DELETE FROM entries WHERE key = ?", (key,))
-        conn.execute("UPDATE meta SET value = value - ? WHERE name = 'total_size'", (row[0],))
-        return True
+        return conn.execute("DELETE FROM entries WHERE key = ?", (key,)).rowcount > 0
 
     @_index_errors
     def total_size(self) -> int:
         """Bytes of values the index accounts for (a running total, not a scan)."""
         self.flush_access()
         with self._lock:
-            row = self._db().execute("SELECT value FROM meta WHERE name = 'total_size'").fetchone()
-        return int(row[0]) if row else 0
+            db = self._db()
+            row = db.execute(_TOTAL).fetchone()
+            if row is None:  # an earlier version's index on read-only media: count it once
+                row = db.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
+        return int(row[0])
 
     # -- the Store protocol ------------------------------------------------------------------
 
@@ -484,10 +499,6 @@ class LocalStore(Store):
         # Only the file we read may correct the row: a newer put may have replaced it since.
         if current and row[0] != access.size:
             conn.execute("UPDATE entries SET size = ? WHERE key = ?", (access.size, key))
-            conn.execute(
-                "UPDATE meta SET value = value + ? WHERE name = 'total_size'",
-                (access.size - row[0],),
-            )
 
     def _forget(self, key: str) -> None:
         """A row without a file (the file was removed behind our back): drop the row."""
@@ -520,6 +531,13 @@ class LocalStore(Store):
         transaction (a prefetch backfills a hundred entries; a transaction each cost a commit
         each). A failure part way still indexes the files already published, then raises."""
         self._refuse_writes()
+        # The index first: opened after the files, it would adopt them in directory order and
+        # their upserted rows would keep that order in the LRU's ties.
+        try:
+            with self._lock:
+                self._db()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the index {self.index_path}: {exc}") from exc
         created = time.time()
         rows: list[tuple[str, int, EntryMeta]] = []
         shards: set[Path] = set()
@@ -546,9 +564,7 @@ class LocalStore(Store):
                 with self._transaction() as conn:
                     for key, size, meta in rows:
                         self._upsert_row(conn, key, size, meta, created)
-                    total = conn.execute(
-                        "SELECT value FROM meta WHERE name = 'total_size'"
-                    ).fetchone()
+                    total = conn.execute(_TOTAL).fetchone()
                 if total and total[0] > self.max_size:
                     self.evict(self.max_size)
         except sqlite3.Error as exc:
@@ -628,7 +644,7 @@ class LocalStore(Store):
         removed = 0
         while True:
             with self._transaction() as conn:
-                total = conn.execute("SELECT value FROM meta WHERE name = 'total_size'").fetchone()
+                total = conn.execute(_TOTAL).fetchone()
                 if total is None or total[0] <= target_size:
                     return removed
                 candidates = conn.execute(
@@ -704,9 +720,10 @@ class LocalStore(Store):
         with self._transaction() as conn:
             conn.execute("DELETE FROM entries")
             conn.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            # The triggers kept the total; recounting it also repairs an index edited by hand.
             conn.execute(
                 "UPDATE meta SET value = (SELECT COALESCE(SUM(size), 0) FROM entries) "
-                "WHERE name = 'total_size'"
+                "WHERE name = 'total_bytes'"
             )
         return len(rows)
 

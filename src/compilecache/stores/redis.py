@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from compilecache.config import parse_count, parse_duration, parse_size
+from compilecache.config import parse_count, parse_seconds, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable, failure_text
 from compilecache.stores.base import (
     REDIS_PARAMS,
@@ -674,10 +674,9 @@ def from_url(url: StoreURL) -> RedisStore:
     namespace = namespace or DEFAULT_NAMESPACE
     where = _redacted(url, db, namespace)
     params = url.params
-    timeout = _seconds(params, "timeout", DEFAULT_TIMEOUT)
-    connect_timeout = _seconds(params, "connect_timeout", timeout)
+    timeout = parse_seconds(params, "timeout", DEFAULT_TIMEOUT)
+    connect_timeout = parse_seconds(params, "connect_timeout", timeout)
     max_connections = parse_count(params, "max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1)
-    ttl_text = params.get("ttl")
     chunk_text = params.get("chunk_size")
     choice = params.get("client", "auto").strip().lower()
     if choice not in _CLIENTS:
@@ -718,7 +717,7 @@ def from_url(url: StoreURL) -> RedisStore:
         client_factory=factory,
         url=where,
         namespace=namespace,
-        ttl=parse_duration(ttl_text, "ttl") if ttl_text else None,
+        ttl=parse_seconds(params, "ttl", None),
         chunk_size=parse_size(chunk_text, "chunk_size") if chunk_text else DEFAULT_CHUNK_SIZE,
         errors=errors,
     )
@@ -795,8 +794,3 @@ def _no_setinfo() -> dict[str, None]:
     if importlib.util.find_spec("redis.driver_info") is not None:
         return {"driver_info": None}
     return {"lib_name": None, "lib_version": None}
-
-
-def _seconds(params: Mapping[str, str], name: str, default: float) -> float:
-    text = params.get(name)
-    return parse_duration(text, name) if text else default

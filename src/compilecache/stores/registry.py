@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from compilecache.config import DEFAULT_COLD_STREAK
+from compilecache.config import DEFAULT_COLD_STREAK, WritePlan
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.stores.base import (
     OBJECT_PARAMS,
@@ -118,9 +118,19 @@ _BUILTIN: dict[str, Backend] = {
 _REGISTERED: dict[str, StoreFactory] = {}
 
 
-def register_scheme(scheme: str, factory: StoreFactory) -> None:
-    """Register a store factory for ``scheme`` (for third-party stores and tests)."""
-    _REGISTERED[scheme.lower()] = factory
+def register_scheme(scheme: str, factory: StoreFactory, *, clobber: bool = False) -> None:
+    """Register a store factory for ``scheme`` (for third-party stores and tests).
+
+    A scheme that is already taken (a built-in one, or another factory) is refused unless
+    ``clobber`` says to replace it, as fsspec's ``register_implementation`` does: silently
+    replacing ``s3`` would send every level of that scheme elsewhere."""
+    name = scheme.lower()
+    taken = name in _BUILTIN or _REGISTERED.get(name, factory) is not factory
+    if taken and not clobber:
+        raise ConfigError(
+            f"the store URL scheme {name!r} is already registered; pass clobber=True to replace it"
+        )
+    _REGISTERED[name] = factory
 
 
 def known_schemes() -> list[str]:
@@ -328,18 +338,17 @@ def open_store(
     url: str,
     max_size: int | None = None,
     *,
-    read_only: bool = False,
+    plan: WritePlan | None = None,
     tier_writes: WritePolicy = "all",
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
-    private_writes: bool = False,
 ) -> Tiered:
     """Open ``url``: one level, or several separated by commas (tiers, fastest first); one
     level alone is tiers of one level, so that every caller asks the same questions.
 
-    ``read_only`` reaches every level (so that a read-only session does not backfill either).
-    ``private_writes``: write only this host's own levels (a local directory or memory in front
-    of others); one level alone, or tiers without a local level, are then read-only.
+    ``plan`` (default: every level writable): its ``levels_read_only`` reaches every level (so
+    that a read-only session does not backfill either); its ``shared_read_only`` leaves only
+    this host's own levels (a local directory or memory) writable.
     ``create=False`` is for commands that only read: a local directory that does not exist is
     an error instead of a new, empty store. Of several levels, one that cannot be opened (a
     missing package, an unusable directory) is left out with a warning rather than failing the
@@ -349,8 +358,8 @@ def open_store(
     urls = split_levels(url)
     if not urls:
         raise ConfigError("empty store URL")
-    if private_writes and not has_private_level(url):
-        read_only = True
+    plan = plan or WritePlan()
+    read_only = plan.levels_read_only
     if len(urls) == 1:
         level = open_level(urls[0], max_size, read_only=read_only, create=create)
         return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
@@ -362,7 +371,7 @@ def open_store(
         read_only=read_only,
         create=create,
         cold_streak=cold_streak,
-        private_writes=private_writes,
+        shared_read_only=plan.shared_read_only,
     )
 
 
@@ -388,9 +397,9 @@ def from_urls(
     read_only: bool = False,
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
-    private_writes: bool = False,
+    shared_read_only: bool = False,
 ) -> Tiered:
-    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first (``private_writes``: the levels
+    """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first (``shared_read_only``: the levels
     other than local ones are read-only).
 
     Levels on another machine (not a local directory or memory) are written in the background
@@ -403,7 +412,7 @@ def from_urls(
     for text in urls:
         parsed = parse_url(text, max_size, create=create)
         try:
-            shared = private_writes and not is_local(parsed)
+            shared = shared_read_only and not is_local(parsed)
             levels.append(open_level(parsed, read_only=read_only or shared))
         except StoreUnavailable as exc:
             log.warning("compilecache: level %s left out: %s", text, exc)

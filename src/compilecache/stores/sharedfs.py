@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from compilecache.config import DEFAULT_MAX_SIZE, parse_duration
+from compilecache.config import DEFAULT_MAX_SIZE, parse_seconds
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, OneReadStore, StoreURL, flag
 from compilecache.stores.capabilities import Counters
@@ -365,12 +365,10 @@ def from_url(url: StoreURL) -> SharedFSStore:
     Options: ``max_size``, ``touch_interval`` and ``evict_interval`` (durations), ``fsync=0``.
     """
     path, size = directory_and_size(url)
-    touch = url.params.get("touch_interval")
-    evict = url.params.get("evict_interval")
     return SharedFSStore(
         path,
         max_size=size,
-        touch_interval=parse_duration(touch, "touch_interval") if touch else DEFAULT_TOUCH_INTERVAL,
-        evict_interval=parse_duration(evict, "evict_interval") if evict else DEFAULT_EVICT_INTERVAL,
+        touch_interval=parse_seconds(url.params, "touch_interval", DEFAULT_TOUCH_INTERVAL),
+        evict_interval=parse_seconds(url.params, "evict_interval", DEFAULT_EVICT_INTERVAL),
         fsync=flag(url.params, "fsync", default=True),
     )

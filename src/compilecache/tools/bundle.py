@@ -52,6 +52,7 @@ from compilecache import atomicfile, entry
 from compilecache.errors import BundleError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck, cpu_target, installed_frameworks, installed_version
 from compilecache.host import entry_backend as _backend
+from compilecache.runtime.reader import Reader
 from compilecache.runtime.transfer import (
     EntryFilter,
     Progress,
@@ -137,6 +138,7 @@ def export_bundle(
         raise nothing_matched(store, select)
     report.total = len(infos)
     progress = Progress(len(infos), "reading")
+    reader = Reader(signing)
     records: list[dict[str, Any]] = []
     offsets: list[int] = []
     # Entries are spooled to a temporary file first: the manifest, which lists their checksums,
@@ -144,7 +146,7 @@ def export_bundle(
     with tempfile.TemporaryFile(prefix="compilecache-export-") as spool:
         for info in infos:
             progress.advance()
-            read = read_entry(store, info.key, signing)
+            read = read_entry(store, info.key, reader)
             if isinstance(read, str):
                 report.skipped.append((info.key, read))
                 continue
@@ -341,7 +343,7 @@ def verify_bundle(path: str | os.PathLike[str], signing: Signing | None = None) 
         if record and signing is not None and signing.verifies_writers:
             try:
                 # Signatures only: import's own pass decodes the entries it admits.
-                entry.verify(data, signing=signing, expect_key=record["key"])
+                Reader(signing).verify(data, record["key"])
             except ForeignEntry as exc:
                 untrusted.append((record["key"], str(exc)))
             except CorruptEntry:
@@ -372,9 +374,10 @@ def import_bundle(
     manifest = verify_bundle(source, signing)
     report = Report("import", str(source), target.url, total=len(manifest.records))
     host = HostCheck(manifest.cpu) if check else None
+    reader = Reader(signing)
     for _, record, data in _members(source, "importing"):
         if record:
-            admit(target, record["key"], data, report, signing=signing, host=host)
+            admit(target, record["key"], data, report, reader=reader, host=host)
     return report
 
 
@@ -395,6 +398,7 @@ def warm(
     infos = [i for i in source.scan() if select.matches(i)]
     report = Report("warm", source.url, target.url, total=len(infos))
     host = HostCheck() if check else None
+    reader = Reader(signing)
     progress = Progress(len(infos), "warming")
     try:
         for info in infos:
@@ -403,7 +407,7 @@ def warm(
             if isinstance(data, str):  # damaged there: reported and left in the source
                 report.skipped.append((info.key, data))
                 continue
-            admit(target, info.key, data, report, signing=signing, host=host)
+            admit(target, info.key, data, report, reader=reader, host=host)
     finally:
         progress.close()
     return report

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache import config as config_mod
-from compilecache import unsigned
+from compilecache import frameworks, unsigned
 from compilecache.runtime import explain
 from compilecache.stores import registry
 
@@ -312,6 +312,7 @@ def _unstable(first: RunResult, second: RunResult) -> list[Finding]:
                 )
             )
             continue
+        frameworks.load_vocabularies()
         vocab = explain.vocabulary(framework)
         moved: dict[str, explain.Difference] = {}
         for e in events:

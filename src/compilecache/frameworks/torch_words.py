@@ -1,0 +1,65 @@
+"""torch's key components in words (FX graphs, AOTAutograd, kernels, extensions): how a change
+of each is said by ``explain``; registered with :mod:`compilecache.runtime.explain` when this
+module is imported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from compilecache.runtime.explain import (
+    Vocabulary,
+    changed,
+    option_flags,
+    register_vocabulary,
+    short,
+    versions,
+)
+
+FRAMEWORK = "torch"
+
+
+def _config_value(what: str) -> Callable[[str, str | None, str | None], str]:
+    def describe(name: str, before: str | None, after: str | None) -> str:
+        if before is None or after is None:
+            return f"{what} {name} changed"
+        return f"{what} {name} {short(before)} -> {short(after)}"
+
+    return describe
+
+
+TORCH = register_vocabulary(
+    FRAMEWORK,
+    Vocabulary(
+        labels={
+            "cpp_runtime_thread_count": "thread count",
+            "torch_version": "torch version (a hash of its sources)",
+            "system_info": "system (device, driver and compiler versions)",
+            "gm": "the graph",
+            "fx_kwargs": "compile arguments",
+            "deterministic_algorithms_settings": "deterministic algorithm settings",
+            "cuda_matmul_settings": "CUDA matmul settings",
+            "post_grad_custom_pre_pass": "custom pre-grad pass",
+            "post_grad_custom_post_pass": "custom post-grad pass",
+        },
+        describe={
+            "cpp_runtime_thread_count": versions("thread count"),
+            "torch_version": lambda b, a, c: "torch changed (another build or version)",
+            "gm": lambda b, a, c: "the graph changed (the function body or what it calls)",
+            # C++ extensions (frameworks/torch_extensions.py)
+            "flags": option_flags("extension build flags"),
+            "sources": lambda b, a, c: f"extension sources changed ({a or '?'})",
+            "compiler": changed("compiler"),
+            "cuda": changed("CUDA version"),
+        },
+        prefixed=(
+            ("inductor_config[", _config_value("inductor config")),
+            ("inductor_config_comms[", _config_value("inductor comms config")),
+            ("functorch_config[", _config_value("functorch config")),
+            ("fx_kwargs[", _config_value("compile argument")),
+            ("example_inputs[", _config_value("input")),
+        ),
+        prefix="torch: ",
+        order=("gm", "torch_version", "system_info"),
+        identity=("gm",),
+    ),
+)
