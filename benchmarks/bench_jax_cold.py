@@ -18,6 +18,7 @@ process (wall time seen from the parent) and of the workload's own span (``first
 
     python benchmarks/bench_jax_cold.py                  # 9 rounds of each workload
     python benchmarks/bench_jax_cold.py --rounds 3 --workloads many
+    python benchmarks/bench_jax_cold.py --hooks --rounds 5   # ms inside compilecache per compile
 """
 
 from __future__ import annotations
@@ -62,6 +63,31 @@ if mode == "compilecache":
 sys.argv = [module, *args]
 runpy.run_module(module, run_name="__main__")
 """
+# --hooks: the time spent inside compilecache's JAX cache interface (JaxCacheAdapter.get and
+# .put: the lookup and its claim, the key's components, the entry's encoding and write) per
+# compile, measured in the process; what a whole-process ratio cannot resolve.
+HOOKS_CHILD = r"""
+import contextlib, io, json, runpy, sys, time
+module, args = sys.argv[1], sys.argv[2:]
+import compilecache
+compilecache.enable()
+from compilecache.frameworks import jax as integration
+spent = {"get": 0.0, "put": 0.0, "gets": 0, "puts": 0}
+for name in ("get", "put"):
+    original = getattr(integration.JaxCacheAdapter, name)
+    def timed(self, *a, _original=original, _name=name, **k):
+        start = time.perf_counter()
+        try:
+            return _original(self, *a, **k)
+        finally:
+            spent[_name] += time.perf_counter() - start
+            spent[_name + "s"] += 1
+    setattr(integration.JaxCacheAdapter, name, timed)
+sys.argv = [module, *args]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    runpy.run_module(module, run_name="__main__")
+print(json.dumps(spent))
+"""
 
 
 def run_once(mode: str, workload: str, directory: Path) -> dict[str, Any]:
@@ -83,9 +109,16 @@ def main() -> int:
     parser.add_argument(
         "--workloads", nargs="+", choices=sorted(WORKLOADS), default=["many", "step"]
     )
+    parser.add_argument(
+        "--hooks",
+        action="store_true",
+        help="time compilecache's JAX cache interface per compile, in the process (no pairs)",
+    )
     add_no_write(parser)
     args = parser.parse_args()
     compile_package()
+    if args.hooks:
+        return hooks(args.rounds, args.workloads)
     rows, data = [], []
     with tempfile.TemporaryDirectory(prefix="bench-jax-cold-") as tmp:
         for workload in args.workloads:
@@ -145,6 +178,27 @@ def main() -> int:
     print(markdown)
     if not args.no_write:
         save_results(NAME, False, results_record(NAME, machine, False, rows=data), markdown)
+    return 0
+
+
+def hooks(rounds: int, workloads: list[str]) -> int:
+    """Per compile, the milliseconds spent in JaxCacheAdapter.get and .put (medians of
+    ``rounds`` fresh processes on an empty directory each)."""
+    with tempfile.TemporaryDirectory(prefix="bench-jax-cold-hooks-") as tmp:
+        for workload in workloads:
+            module, arguments, _ = WORKLOADS[workload]
+            per_get, per_put = [], []
+            for r in range(rounds):
+                env = clean_env(COMPILECACHE_URL=str(Path(tmp) / f"{workload}-{r}"))
+                spent = run_json([sys.executable, "-c", HOOKS_CHILD, module, *arguments], env)
+                record = spent.record
+                per_get.append(1000 * record["get"] / max(record["gets"], 1))
+                per_put.append(1000 * record["put"] / max(record["puts"], 1))
+            print(
+                f"{workload}: {record['puts']} compiles; per compile, median of {rounds}: "
+                f"get {median(per_get):.3f} ms, put {median(per_put):.3f} ms, "
+                f"together {median([g + p for g, p in zip(per_get, per_put, strict=True)]):.3f} ms"
+            )
     return 0
 
 

@@ -522,3 +522,30 @@ def test_other_versions_and_flags_are_corrupt() -> None:
         decode(_frame(header_raw, b"abc", flags=entry.FLAG_ZSTD))  # header says "none"
     with pytest.raises(CorruptEntry, match="magic"):
         decode(_frame(header_raw, b"abc", magic=b"\x89CCE\n\n\x1a\n"))
+
+
+def test_the_header_json_is_what_asdict_gives_without_copying() -> None:
+    """to_json writes the fields as they are (no deep copy); the bytes are those of asdict, a
+    dataclass inside ``extra`` included, so entries written before and after read the same."""
+    import dataclasses
+    import json
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: tuple[int, int]
+
+    header = entry.EntryHeader(
+        "jax",
+        "jax/k-1",
+        "k",
+        created=1.5,
+        compile_time_s=0.25,
+        versions={"jax": "0.10.2"},
+        components={"computation": "ab"},
+        extra={"readable": {"XLA flags": "--a"}, "point": Point(1, (2, 3)), "none": None},
+    )
+    expected = json.dumps(dataclasses.asdict(header), sort_keys=True, separators=(",", ":"))
+    assert header.to_json() == expected.encode()
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        dataclasses.replace(header, extra={"bad": {1}}).to_json()
