@@ -391,7 +391,9 @@ def _components(key: str, slot: _Pending) -> tuple[dict[str, str], dict[str, str
         return None
     try:
         if slot.hashes is not None:
-            return slot.hashes, readable_components(*slot.args), True
+            _, devices, compile_options, backend, _, compression = slot.args
+            readable = readable_components(devices, compile_options, backend, compression)
+            return slot.hashes, readable, True
         return key_components(key, *slot.args)
     except Exception as exc:
         log.debug("compilecache: key components of %s not recorded: %s", key, exc)
@@ -595,19 +597,12 @@ def key_components(
             layout, verified = candidate, True
             break
     hashes = {name: hashlib.sha256(fed[name]).hexdigest() for name in layout if name in fed}
-    readable = readable_components(
-        module, devices, compile_options, backend, ignore_callbacks, compression
-    )
+    readable = readable_components(devices, compile_options, backend, compression)
     return hashes, readable, verified
 
 
 def readable_components(
-    module: Any,
-    devices: Any,
-    compile_options: Any,
-    backend: Any,
-    ignore_callbacks: Any,
-    compression: str,
+    devices: Any, compile_options: Any, backend: Any, compression: str
 ) -> dict[str, str]:
     """The readable values of the small key components (what ``explain`` shows beside their
     hashes); a value this JAX cannot say is left out."""
