@@ -524,6 +524,12 @@ def test_who_writes_is_decided_once_and_reaches_the_stores_and_the_cache(
     monkeypatch.setattr(registry, "has_private_level", counted)
     for name, value in reader.items():
         monkeypatch.setenv(name, value)
+    # Opening the store alone follows the plan's levels and makes no host key.
+    opened = session_mod.open_store(f"{local},{shared}")
+    assert [level.read_only for level in opened.levels] == [False, True]
+    opened.close()
+    assert not (tmp_path / "state").exists()
+    calls.clear()
     session = session_mod.enable(f"{local},{shared}", frameworks="jax")
     assert session is not None
     try:

@@ -45,7 +45,9 @@ def open_store(
     first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``.
     ``create=False``: only open a store that exists (a missing directory is an error)."""
     cfg = config_mod.load(url=url, max_size=max_size)
-    return _open(cfg, plan_writes(cfg), create=create)
+    # The levels a session would write; not plan_writes, which also makes a reader's host key.
+    plan = WritePlan.of_session(cfg, registry.has_private_level(cfg.url))
+    return _open(cfg, plan, create=create)
 
 
 def _open(cfg: Config, plan: WritePlan, *, create: bool = True) -> Tiered:
