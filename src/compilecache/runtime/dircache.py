@@ -303,19 +303,23 @@ class SyncedDirectory:
             and os.path.isfile(os.path.join(self.directory, n))
         }
 
-    def _list_locally(self) -> None:
-        """An empty index in the first level of tiers (see ``_listed``). Never raises."""
-        self._listed = True
-        levels = self.cache.store.levels
-        if len(levels) < 2 or levels[0].read_only:
-            return
-        header = EntryHeader(
+    def _index_header(self) -> EntryHeader:
+        """The header of this directory's index entry (the names the store holds)."""
+        return EntryHeader(
             framework=self.framework,
             key=self.index_key,
             name=f"{self.layer} index",
             versions=dict(self.versions),
             extra={"layer": f"{self.layer}-index", INTERNAL: True},
         )
+
+    def _list_locally(self) -> None:
+        """An empty index in the first level of tiers (see ``_listed``). Never raises."""
+        self._listed = True
+        levels = self.cache.store.levels
+        if len(levels) < 2 or levels[0].read_only:
+            return
+        header = self._index_header()
         try:
             data = encode(header, b"[]", compress=False, signing=self.cache.signing)
             levels[0].put(self.index_key, data, EntryMeta(self.framework, header.name, 0.0))
@@ -399,14 +403,7 @@ class SyncedDirectory:
             listed = self._index()
             if not self.known <= listed:
                 names = sorted(self.known | listed)
-                header = EntryHeader(
-                    framework=self.framework,
-                    key=self.index_key,
-                    name=f"{self.layer} index",
-                    versions=dict(self.versions),
-                    extra={"layer": f"{self.layer}-index", INTERNAL: True},
-                )
-                self.cache.save(header, json.dumps(names).encode(), any_time=True)
+                self.cache.save(self._index_header(), json.dumps(names).encode(), any_time=True)
         except Exception as exc:
             self.cache.warn_once(f"{self.layer}:publish", f"{self.directory} not stored: {exc}")
         return stored
