@@ -76,7 +76,7 @@ def test_backoff_skips_then_probes_then_recovers() -> None:
         with pytest.raises(LevelSkipped):
             store.put("k", b"v")
     assert inner.calls == 2
-    assert store.down
+    assert store.guard.down
     clock.now += 10.5  # back-off over: one probe, which fails, doubles the period
     with pytest.raises(StoreUnavailable):
         store.get("k")
@@ -87,8 +87,8 @@ def test_backoff_skips_then_probes_then_recovers() -> None:
     clock.now += 6  # 21s after the second failure: the doubled period (20s) is over
     inner.failing = False
     assert store.get("k") == b"v"
-    assert not store.down
-    stats = store.stats()
+    assert not store.guard.down
+    stats = store.guard.stats()
     assert stats["errors"] == 2 and stats["skipped"] == 151
     assert stats["outages"] == 1 and stats["recoveries"] == 1 and stats["down"] == 0
 
@@ -101,7 +101,7 @@ def test_backoff_is_capped() -> None:
         with pytest.raises(StoreUnavailable):
             store.get("k")
         clock.now += 25.01  # never more than max_backoff between probes
-    assert store.stats()["errors"] == 6
+    assert store.guard.stats()["errors"] == 6
 
 
 def test_policy_errors_are_not_outages() -> None:
@@ -112,8 +112,8 @@ def test_policy_errors_are_not_outages() -> None:
         with pytest.raises(type(error)):
             store.get("k")
     inner.failing = False
-    assert store.get("k") is None and not store.down
-    assert store.stats()["errors"] == 0
+    assert store.get("k") is None and not store.guard.down
+    assert store.guard.stats()["errors"] == 0
 
 
 def test_deadline_bounds_a_hung_call() -> None:
@@ -128,7 +128,7 @@ def test_deadline_bounds_a_hung_call() -> None:
         store.get("k")
     assert store.get("k") is None  # skipped: the hung store is not asked again
     assert time.monotonic() - start < 1.0
-    assert store.stats()["timeouts"] == 1
+    assert store.guard.stats()["timeouts"] == 1
 
 
 @contextlib.contextmanager

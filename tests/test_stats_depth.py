@@ -241,7 +241,7 @@ def test_no_history_call_while_a_remote_store_is_in_back_off() -> None:
     assert history.append(guarded, history.MISS, {"a": 1})
     with pytest.raises(StoreUnavailable):
         guarded.get("k")
-    assert guarded.down
+    assert guarded.guard.down
     history.append(guarded, history.MISS, {"a": 2})  # skipped: no call, no wait, no error
     assert Flaky.calls == 1
     assert history.read(guarded, history.MISS) == []  # nor a read while the level is down

@@ -220,15 +220,6 @@ class Guarded(StoreWrapper):
         # single-flight layer compiles without a lease; a folded read is a miss.
         self.leases = guarded(inner.leases, self.guard, misses={"get_or_claim": _no_read})
 
-    @property
-    def down(self) -> bool:
-        """Whether calls are being skipped right now."""
-        return self.guard.down
-
-    def stats(self) -> dict[str, float]:
-        """Counters of this guard, and ``down`` (1.0 while in back-off)."""
-        return self.guard.stats()
-
     # -- the Store protocol --------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
