@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from compilecache import runner
+from compilecache.frameworks.facts import JaxFacts, ProcessFacts, TorchFacts
 from compilecache.frameworks.jax import MARKER_DIR
 from compilecache.tools import doctor
 from compilecache.tools.doctor import RunResult
@@ -145,7 +147,7 @@ def _miss(name: str, key: str, components: dict[str, str], **extra: Any) -> dict
     }
 
 
-def _jax_facts(**overrides: Any) -> dict[str, Any]:
+def _jax_facts(**overrides: Any) -> ProcessFacts:
     jax = {
         "version": "0.10.2",
         "hooked": True,
@@ -154,7 +156,7 @@ def _jax_facts(**overrides: Any) -> dict[str, Any]:
         "min_compile_time_secs": 0.0,
         "enable_xla_caches": "none",
     }
-    return {"pid": 1, "jax": {**jax, **overrides}}
+    return ProcessFacts.from_json({"pid": 1, "jax": {**jax, **overrides}})
 
 
 def test_custom_hook_with_a_pid_is_unstable() -> None:
@@ -226,7 +228,7 @@ def test_jax_pitfalls() -> None:
 
 
 def test_torch_pitfalls() -> None:
-    facts = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": True}}]
+    facts = [ProcessFacts(torch=TorchFacts("2.13.0", num_threads=2, precompile_headers=True))]
     report = doctor.analyze(
         ["p"], [RunResult(0, facts=facts)], {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
     )
@@ -236,15 +238,49 @@ def test_torch_pitfalls() -> None:
         in by_title["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0 is set"].fix
     )
     assert by_title["OMP_NUM_THREADS is not set"].fix.startswith("export OMP_NUM_THREADS=2")
-    pinned = [{"torch": {"version": "2.13.0", "num_threads": 2, "precompile_headers": True}}]
+    pinned = facts
     assert not doctor.analyze(
         ["p"], [RunResult(0, facts=pinned)], {"OMP_NUM_THREADS": "2"}
     ).findings
-    varying = [{"torch": {"version": "2.13.0", "num_threads": n}} for n in (1, 4)]
+    varying = [ProcessFacts(torch=TorchFacts("2.13.0", num_threads=n)) for n in (1, 4)]
     report = doctor.analyze(["p"], [RunResult(0, facts=varying)], {"OMP_NUM_THREADS": "4"})
     assert [f.title for f in report.findings] == [
         "torch thread counts differ between processes: [1, 4]"
     ]
+
+
+def test_facts_come_back_from_the_spool_as_the_records_written() -> None:
+    """The facts a process writes at exit are read back field by field; a line from another
+    version (a field missing, another type, an unknown framework) gives defaults, not errors."""
+    jax = JaxFacts("0.10.2", hooked=True, min_compile_time_secs=2.0, settings={"a": "1"})
+    written = ProcessFacts(7, "3.11.7", jax=jax, torch=TorchFacts("2.13.0", num_threads=3))
+    line = json.loads(json.dumps({"facts": written.to_json()}))
+    assert ProcessFacts.from_json(line["facts"]) == written
+    odd = {"pid": "x", "jax": {"version": "0.9", "hooked": "yes", "min_compile_time_secs": 1}}
+    read = ProcessFacts.from_json({**odd, "torch": [], "mxnet": {}})
+    assert read.pid == 0 and read.torch is None
+    assert read.jax == JaxFacts("0.9", hooked=False, min_compile_time_secs=1.0)
+    assert ProcessFacts.from_json(None) == ProcessFacts()
+
+
+def test_facts_of_a_real_process_name_its_frameworks(tmp_path: Path) -> None:
+    """A process under compilecache that imported JAX leaves JAX's facts in the run spool."""
+    program = "import jax, jax.numpy as jnp\nprint(jax.jit(lambda x: x + 1)(jnp.ones(2)))\n"
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    env = runner.child_environment(clean_env(), str(spool), {"COMPILECACHE_URL": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    _, facts = doctor.read_spool(spool)
+    (fact,) = facts
+    assert fact.jax is not None and fact.jax.hooked and fact.jax.version
+    assert fact.torch is None and fact.errors == {}
 
 
 def test_disabled_is_reported() -> None:

@@ -25,6 +25,7 @@ from compilecache import frameworks
 from compilecache import signing as signing_mod
 from compilecache.config import Config, WritePlan
 from compilecache.errors import CompileCacheError, StoreUnavailable
+from compilecache.frameworks import facts
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import Prefetch
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
@@ -198,7 +199,7 @@ class Session:
         facts about the process, then one line per compile event (read by ``doctor``)."""
         try:
             (spool / f"{os.getpid()}.json").write_text(json.dumps(current))
-            lines = [json.dumps({"facts": frameworks.facts()}, default=str)]
+            lines = [json.dumps({"facts": facts.collect().to_json()}, default=str)]
             lines += [json.dumps(e, default=str) for e in list(self.cache.events or ())]
             (spool / f"{os.getpid()}.events.jsonl").write_text("\n".join(lines) + "\n")
         except Exception as exc:  # the spool is a report: never fail the program's exit

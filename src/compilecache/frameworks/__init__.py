@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import sys
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from compilecache import _importhook
 
@@ -80,72 +78,3 @@ def uninstall(framework: str) -> None:
             integration.uninstall()
         except Exception as exc:
             log.debug("compilecache: uninstalling %s failed: %s", framework, exc)
-
-
-# -- facts about this process, for `compilecache doctor` (written to the run spool at exit) ----
-
-
-def facts() -> dict[str, Any]:
-    """Framework versions and the settings that decide caching, for frameworks already imported
-    by this process (nothing is imported here). Never raises."""
-    facts: dict[str, Any] = {"pid": os.getpid(), "python": sys.version.split()[0]}
-    if "jax" in sys.modules:
-        try:
-            facts["jax"] = _jax_facts()
-        except Exception as exc:
-            facts["jax"] = {"error": str(exc)}
-    if "torch" in sys.modules:
-        try:
-            facts["torch"] = _torch_facts()
-        except Exception as exc:
-            facts["torch"] = {"error": str(exc)}
-    if "triton" in sys.modules:
-        try:
-            facts["triton"] = _triton_facts()
-        except Exception as exc:
-            facts["triton"] = {"error": str(exc)}
-    return facts
-
-
-def _jax_facts() -> dict[str, Any]:
-    from compilecache.frameworks import jax as integration
-
-    jax: Any = sys.modules["jax"]
-    cfg = jax.config
-    return {
-        "version": str(jax.__version__),
-        "hooked": integration.active_adapter() is not None,
-        "marker": integration.MARKER_DIR,
-        "cache_dir": str(cfg.jax_compilation_cache_dir),
-        # The program's own minimum (0.0: it left JAX's default, and compilecache's applies).
-        "min_compile_time_secs": float(integration.program_min_compile_time() or 0.0),
-        "settings": {k: str(v) for k, v in integration.settings_in_effect().items()},
-        "enable_xla_caches": str(getattr(cfg, "jax_persistent_cache_enable_xla_caches", "")),
-    }
-
-
-def _triton_facts() -> dict[str, Any]:
-    from compilecache.frameworks import triton as integration
-
-    triton: Any = sys.modules["triton"]
-    return {
-        "version": str(triton.__version__),
-        "hooked": integration.installed(),
-        "hooks": integration.hook_status(),
-        "chained": integration.chained(),
-        "cache_dir": str(sys.modules["triton.knobs"].cache.dir)
-        if "triton.knobs" in sys.modules
-        else "",
-    }
-
-
-def _torch_facts() -> dict[str, Any]:
-    torch: Any = sys.modules["torch"]
-    out: dict[str, Any] = {
-        "version": str(torch.__version__),
-        "num_threads": int(torch.get_num_threads()),
-    }
-    inductor: Any = sys.modules.get("torch._inductor.config")
-    if inductor is not None:
-        out["precompile_headers"] = bool(getattr(inductor, "cpp_cache_precompile_headers", False))
-    return out

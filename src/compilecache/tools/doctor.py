@@ -35,6 +35,7 @@ from typing import Any
 
 from compilecache import config as config_mod
 from compilecache import frameworks, unsigned
+from compilecache.frameworks.facts import ProcessFacts
 from compilecache.runtime import explain
 from compilecache.stores import registry
 
@@ -75,7 +76,7 @@ class RunResult:
     returncode: int
     output_tail: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)
-    facts: list[dict[str, Any]] = field(default_factory=list)
+    facts: list[ProcessFacts] = field(default_factory=list)
 
     def count(self, event: str, *, stored: bool | None = None) -> int:
         return sum(
@@ -149,10 +150,10 @@ class DoctorReport:
 # -- running -----------------------------------------------------------------------------------
 
 
-def read_spool(spool: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def read_spool(spool: Path) -> tuple[list[dict[str, Any]], list[ProcessFacts]]:
     """(events, facts) left by every process of one run."""
     events: list[dict[str, Any]] = []
-    facts: list[dict[str, Any]] = []
+    facts: list[ProcessFacts] = []
     for path in sorted(spool.glob("*.events.jsonl")):
         try:
             lines = path.read_text().splitlines()
@@ -166,7 +167,7 @@ def read_spool(spool: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
             if not isinstance(item, dict):
                 continue
             if "facts" in item and isinstance(item["facts"], dict):
-                facts.append(item["facts"])
+                facts.append(ProcessFacts.from_json(item["facts"]))
             else:
                 events.append(item)
     return events, facts
@@ -468,15 +469,14 @@ def _pitfalls(
             "Unset COMPILECACHE_DISABLE.",
         )
     for fact in facts:
-        jax = fact.get("jax")
-        if isinstance(jax, dict) and "version" in jax:
-            hooked = bool(jax.get("hooked"))
-            if not hooked:
+        jax = fact.jax
+        if jax is not None and jax.version:
+            if not jax.hooked:
                 found.setdefault(
                     "jax_unhooked",
                     Finding(
                         "pitfall",
-                        f"JAX {jax['version']} ran without compilecache",
+                        f"JAX {jax.version} ran without compilecache",
                         "The process imported JAX but compilecache's hook was not installed.",
                         "Check COMPILECACHE_FRAMEWORKS (it must include jax) and the warning "
                         "compilecache printed about this JAX version.",
@@ -484,7 +484,7 @@ def _pitfalls(
                     ),
                 )
                 continue
-            minimum = float(jax.get("min_compile_time_secs", 0.0) or 0.0)
+            minimum = jax.min_compile_time_secs
             if minimum > 0:
                 found.setdefault(
                     "jax_min_time",
@@ -499,8 +499,8 @@ def _pitfalls(
                         "jax",
                     ),
                 )
-        torch = fact.get("torch")
-        if isinstance(torch, dict) and "version" in torch:
+        torch = fact.torch
+        if torch is not None and torch.version:
             if env.get("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "").strip() in (
                 "0",
                 "false",
@@ -521,15 +521,15 @@ def _pitfalls(
                     ),
                 )
             if not env.get("OMP_NUM_THREADS", "").strip():
-                threads = torch.get("num_threads")
+                count = torch.num_threads
                 found.setdefault(
                     "torch_threads",
                     Finding(
                         "advice",
                         "OMP_NUM_THREADS is not set",
-                        f"torch.compile keys include the thread count ({threads} here, from "
+                        f"torch.compile keys include the thread count ({count} here, from "
                         "this host's cores): hosts with other core counts never share entries.",
-                        f"export OMP_NUM_THREADS={threads} (the same value on every host).",
+                        f"export OMP_NUM_THREADS={count} (the same value on every host).",
                         "torch",
                     ),
                 )
@@ -551,11 +551,7 @@ def _pitfalls(
                     framework,
                 ),
             )
-    threads = {
-        int(f["torch"]["num_threads"])
-        for f in facts
-        if isinstance(f.get("torch"), dict) and "num_threads" in f["torch"]
-    }
+    threads = {f.torch.num_threads for f in facts if f.torch is not None and f.torch.num_threads}
     if len(threads) > 1:
         found["torch_threads_vary"] = Finding(
             "pitfall",
