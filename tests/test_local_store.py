@@ -414,6 +414,23 @@ def test_row_without_file_becomes_a_miss(tmp_path: Path) -> None:
     assert store.delete("gone") is False
 
 
+def test_a_miss_queries_no_index_and_a_file_written_since_keeps_its_row(tmp_path: Path) -> None:
+    """A cold lookup is one failed open: rows of missing files are dropped in the batched
+    flush, which leaves the row of an entry put between the miss and the flush."""
+    store = LocalStore(tmp_path / "c")
+    store.put("back", b"b" * 100)
+    store.path_of("back").unlink()
+    statements: list[str] = []
+    store._db().set_trace_callback(statements.append)
+    assert store.get("back") is None and store.get("never") is None
+    assert statements == []
+    store.put("back", b"B" * 200)  # written again before the flush
+    info = store.stat("back")
+    assert info is not None and info.size == 200
+    assert store.get("back") == b"B" * 200
+    assert store.total_size() == 200
+
+
 def test_scan_prefixes_with_odd_characters(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "c")
     keys = ["a", "a\x00", "a\x00b", "a\x01", "ab", "b", "Ä", "Äb", "\U0001f600x", "", "\x00"]
