@@ -430,13 +430,16 @@ def record_miss(
     reason: str = "",
     background: bool = False,
     internal: bool = False,
+    why: str = "",
 ) -> Explanation | None:
     """After a miss's compile: count it for its function, explain it, and remember it in the
     store's history and the run's events. ``background``: explain and remember it on the cache's
     background thread (the integrations do, so that listing a remote level never holds up the
     program) and return ``None``. ``internal``: an entry compilecache keeps for a framework
     (a kernel binary, a probe's answer), not a function of the program: not counted per
-    function, and grouped apart by ``explain``. Never raises."""
+    function, and grouped apart by ``explain``. ``why``: the integration knows the cause (its
+    own entry was there and could not be used here), said instead of a nearest entry's
+    differences. Never raises."""
     try:
         if not internal:
             cache.stats.add(function_counter(framework, name, "misses"))
@@ -447,7 +450,9 @@ def record_miss(
     def remember() -> Explanation | None:
         try:
             damaged = cache.damaged.get(key)
-            if damaged is not None:
+            if why:
+                explanation = Explanation(framework, name, key, None, (), f"{name}: {why}")
+            elif damaged is not None:
                 # Its own entry was there but unusable: that is why, not another entry's flags.
                 summary = (
                     f"{name or '(unnamed)'}: the stored entry was damaged ({damaged}) and "
