@@ -185,6 +185,9 @@ class Config:
     # After this many new, quick compiles in a row, lookups stop waiting for the remote levels'
     # "nothing here" (COMPILECACHE_COLD_STREAK; 0: always wait).
     cold_streak: int = DEFAULT_COLD_STREAK
+    # torch: serve Dynamo's own output (its transformed bytecode and guards) from the store, so a
+    # warm start does not trace the program again (COMPILECACHE_TORCH_PRECOMPILE; off by default).
+    torch_precompile: bool = False
 
     @property
     def signing(self) -> Signing | None:
@@ -286,6 +289,7 @@ def load(
         job=env.get("COMPILECACHE_JOB", "").strip(),
         prefetch=_flag(env, "COMPILECACHE_PREFETCH", default=True),
         cold_streak=parse_count(env, "COMPILECACHE_COLD_STREAK", DEFAULT_COLD_STREAK),
+        torch_precompile=_flag(env, "COMPILECACHE_TORCH_PRECOMPILE"),
     )
 
 

@@ -84,7 +84,8 @@ from typing import Any
 from compilecache import _importhook, entry
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import torch_extensions, torch_switches, torch_words
+from compilecache.frameworks import torch_dynamo, torch_extensions, torch_switches, torch_words
+from compilecache.frameworks.torch_dynamo import DynamoPackages
 from compilecache.frameworks.torch_extensions import ExtensionCache
 from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
 from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
@@ -183,6 +184,7 @@ HOOKED_MODULES = (
     COMPILE_FX,
     CODEGEN_COMMON,
     CPP_EXTENSION,
+    *torch_dynamo.MODULES,
 )
 
 
@@ -299,11 +301,13 @@ class BackendFactory:
 class Integration:
     """Everything one ``install`` put in place, and how to take it out again."""
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, *, precompile: bool = False) -> None:
         self.cache = cache
         self.accounting = _Accounting()
         self.pending = _Pending()
         self.patches = Patches()
+        # Dynamo's packages from the store (COMPILECACHE_TORCH_PRECOMPILE), or None.
+        self.dynamo = DynamoPackages(cache, self.patches, self._dynamo_off) if precompile else None
         self.switches = Switches()
         self.switches.owns = self.owns
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
@@ -629,6 +633,16 @@ class Integration:
 
         return wrapper
 
+    def _hook_dynamo(self, module: Any) -> None:
+        if self.dynamo is not None:
+            self.dynamo.apply(module.__name__, module)
+
+    def _dynamo_off(self) -> str:
+        """Why Dynamo's packages are neither served nor written now, or ``""``: torch's
+        switches that turn every layer off, and AOTAutograd's (a package's backend is its
+        AOTAutograd entry)."""
+        return self.off() or self.switches.layer_off(AOT)
+
     def _hook_codecache(self, module: Any) -> None:
         self.patches.wrap(module, "compiled_fx_graph_hash", self._remembering)
         self._count_local_hits(getattr(module, "FxGraphCache", None), FX)
@@ -884,6 +898,7 @@ _APPLY: dict[str, Callable[[Integration, Any], None]] = {
     COMPILE_FX: Integration._hook_compile_fx,
     CODEGEN_COMMON: Integration._hook_codegen_common,
     CPP_EXTENSION: Integration._hook_cpp_extension,
+    **{name: Integration._hook_dynamo for name in torch_dynamo.MODULES},
 }
 
 
@@ -992,7 +1007,7 @@ _installed: Integration | None = None
 
 def install(cache: Cache, cfg: Config | None = None) -> bool:
     """Route torch.compile's caches through ``cache``; hooks apply as torch's modules load.
-    (``cfg``, the session's configuration, decides nothing here yet.)"""
+    ``cfg``, the session's configuration, says whether Dynamo's packages are kept too."""
     global _installed
     torch = _private("torch")
     if not hasattr(torch, "compile"):
@@ -1000,7 +1015,7 @@ def install(cache: Cache, cfg: Config | None = None) -> bool:
         return False
     if _installed is not None:
         uninstall()
-    integration = Integration(cache)
+    integration = Integration(cache, precompile=cfg is not None and cfg.torch_precompile)
     _installed = integration
     torch_switches.activate(integration.switches)
     for name in HOOKED_MODULES:

@@ -40,6 +40,16 @@ TORCH = register_vocabulary(
             "cuda_matmul_settings": "CUDA matmul settings",
             "post_grad_custom_pre_pass": "custom pre-grad pass",
             "post_grad_custom_post_pass": "custom post-grad pass",
+            # Dynamo's packages (frameworks/torch_dynamo.py)
+            "function": "the compiled function",
+            "module_source": "the compiled function's source file",
+            "dynamo_config": "Dynamo's configuration",
+            "inductor_config": "Inductor's configuration",
+            "functorch_config": "functorch's configuration",
+            "grad_enabled": "grad mode",
+            "default_dtype": "the default dtype",
+            "default_device": "the default device",
+            "deterministic": "deterministic algorithms",
         },
         describe={
             "cpp_runtime_thread_count": versions("thread count"),
@@ -50,6 +60,10 @@ TORCH = register_vocabulary(
             "sources": lambda b, a, c: f"extension sources changed ({a or '?'})",
             "compiler": changed("compiler"),
             "cuda": changed("CUDA version"),
+            "module_source": lambda b, a, c: "the compiled function's source file changed",
+            "dynamo_config": changed("Dynamo's configuration"),
+            "inductor_config": changed("Inductor's configuration"),
+            "functorch_config": changed("functorch's configuration"),
         },
         prefixed=(
             ("inductor_config[", _config_value("inductor config")),

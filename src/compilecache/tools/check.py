@@ -48,6 +48,7 @@ SETTINGS = (
     ("wait_timeout", "COMPILECACHE_WAIT_TIMEOUT"),
     ("job", "COMPILECACHE_JOB"),
     ("prefetch", "COMPILECACHE_PREFETCH"),
+    ("torch_precompile", "COMPILECACHE_TORCH_PRECOMPILE"),
     ("cold_streak", "COMPILECACHE_COLD_STREAK"),
 )
 # Secrets: said to be set, never shown.

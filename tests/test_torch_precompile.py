@@ -1,0 +1,212 @@
+"""Dynamo's packages from the store (``COMPILECACHE_TORCH_PRECOMPILE=1``): a warm start that does
+not trace again, and traces whenever what it depends on may have changed.
+
+Real torch compiles in fresh processes (``tests/precompile/precompile_program.py``, copied with
+its helper module into a temporary directory so a test can edit it). Every run is a new machine:
+its own empty ``TORCHINDUCTOR_CACHE_DIR``; only the store is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache import runner
+from compilecache.frameworks import torch_dynamo
+from compilecache.stores.local import LocalStore
+from tests.conftest import TESTS, clean_env
+
+torch = pytest.importorskip("torch")
+
+SOURCE = TESTS / "precompile"
+
+
+def program_dir(tmp_path: Path) -> Path:
+    where = tmp_path / "program"
+    shutil.copytree(SOURCE, where)
+    return where
+
+
+def run(
+    where: Path,
+    machine: str,
+    store: str | None,
+    *,
+    precompile: bool = True,
+    **env: str,
+) -> list[dict[str, Any]]:
+    """One process on a new machine; the JSON line printed per batch size."""
+    base = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(where / "machines" / machine), **env})
+    if store is not None:
+        base["COMPILECACHE_URL"] = store
+        if precompile:
+            base["COMPILECACHE_TORCH_PRECOMPILE"] = "1"
+        base = runner.child_environment(base)
+    proc = subprocess.run(
+        [sys.executable, "precompile_program.py"],
+        cwd=where,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def dynamo_entries(store: Path) -> list[str]:
+    return [info.key for info in LocalStore(store).scan(torch_dynamo.PREFIX)]
+
+
+@pytest.mark.slow
+def test_a_new_machine_runs_the_stored_package_as_torch_own_warm_start(tmp_path: Path) -> None:
+    """The first step on a new machine traces nothing and computes, bit for bit, what torch's
+    own warm start computes; a new shape compiles, and both are kept for the next machine."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    (cold,) = run(where, "a", store)
+    assert cold["frames"] == 1 and cold["ours"] == {"misses": 1.0}
+    assert len(dynamo_entries(tmp_path / "store")) == 1
+    # torch's own warm start: plain torch on the first machine's cache directory.
+    (own,) = run(where, "a", None)
+    assert own["frames"] == 1  # torch traces again (its caches hold the graph, not Dynamo's work)
+    first, second = run(where, "b", store, PRECOMPILE_SHAPES="8,16")
+    assert first["frames"] == 0 and first["ours"] == {"hits": 1.0}
+    assert (first["loss"], first["grads"]) == (own["loss"], own["grads"])
+    assert second["frames"] == 1 and second["matches_eager"]  # a new shape: traced, then kept
+    again = run(where, "c", store, PRECOMPILE_SHAPES="8,16")
+    assert [r["frames"] for r in again] == [0, 0]  # both shapes, no "Backend not found"
+    assert [(r["loss"], r["grads"]) for r in again] == [
+        (first["loss"], first["grads"]),
+        (second["loss"], second["grads"]),
+    ]
+    # Off unless asked for: the same store, without the variable, traces as before.
+    (plain,) = run(where, "d", store, precompile=False)
+    assert plain["frames"] == 1 and plain["ours"] == {}
+
+
+@pytest.mark.slow
+def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None:
+    """A global bound to another function at import, an Inductor setting changed in code, and
+    one line edited in a helper module the model calls: each run traces and computes the new
+    result."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    (cold,) = run(where, "a", store)
+    # ACT = getattr(F, env): the same source, another builtin (a guard torch drops).
+    (relu,) = run(where, "b", store, PRECOMPILE_ACT="relu")
+    assert relu["frames"] == 1 and relu["ours"] == {"stale": 1.0} and relu["matches_eager"]
+    assert relu["loss"] != cold["loss"]
+    (config,) = run(where, "c", store, PRECOMPILE_ACT="relu", PRECOMPILE_EPILOGUE="0")
+    assert config["frames"] == 1 and config["ours"] == {"misses": 1.0}
+    helper = where / "precompile_helper.py"
+    helper.write_text(helper.read_text().replace("SCALE = 1.0", "SCALE = 2.0"))
+    (edited,) = run(where, "d", store, PRECOMPILE_ACT="relu")
+    assert edited["frames"] == 1 and edited["ours"] == {"stale": 1.0}
+    assert edited["matches_eager"] and edited["loss"] != relu["loss"]
+    (warm,) = run(where, "e", store, PRECOMPILE_ACT="relu")
+    assert warm["frames"] == 0 and warm["loss"] == edited["loss"]
+    said = subprocess.run(
+        [sys.executable, "-m", "compilecache", "explain", "--json"],
+        env=clean_env({"COMPILECACHE_URL": store}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    json.loads(said)
+    assert "Dynamo's stored package was not used" in said
+    assert "ACT is another object" in said and "the source of precompile_helper changed" in said
+    assert "Inductor's configuration changed" in said
+
+
+@pytest.mark.slow
+def test_a_damaged_entry_or_a_store_that_is_down_falls_back_to_tracing(tmp_path: Path) -> None:
+    where = program_dir(tmp_path)
+    store = tmp_path / "store"
+    (cold,) = run(where, "a", str(store))
+    (key,) = dynamo_entries(store)
+    path = LocalStore(store).path_of(key)
+    size = path.stat().st_size
+    data = bytearray(path.read_bytes())
+    data[-100:] = bytes(100)  # the payload's last bytes zeroed: the checksum fails
+    path.write_bytes(bytes(data))
+    (damaged,) = run(where, "b", str(store))
+    assert damaged["frames"] == 1 and damaged["matches_eager"]
+    assert (damaged["loss"], damaged["grads"]) == (cold["loss"], cold["grads"])
+    # Written again whole, not grown (pytorch#195911: a failed load made the artifact grow).
+    (again,) = dynamo_entries(store)
+    assert again == key and path.stat().st_size < 1.2 * size
+    (warm,) = run(where, "c", str(store))
+    assert warm["frames"] == 0 and warm["loss"] == cold["loss"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    (down,) = run(where, "d", f"redis://127.0.0.1:{closed}?timeout=0.5")
+    assert down["frames"] == 1 and down["loss"] == cold["loss"]
+    # Where torch cannot save a package (a model class defined in a function: torch raises a
+    # TypeError into the program in this mode), the compile goes on and nothing is stored.
+    (local,) = run(where, "e", str(store), PRECOMPILE_LOCAL_CLASS="1")
+    assert local["frames"] == 1 and local["matches_eager"] and local["loss"] == cold["loss"]
+    assert local["ours"].get("unverifiable") == 1.0 and "errors" not in local["ours"]
+
+
+# -- the checks' parts, without compiling -------------------------------------------------------
+
+
+def test_globals_are_named_the_same_in_every_process() -> None:
+    assert torch_dynamo.identity(json) == "module json"
+    assert torch_dynamo.identity(len) == "builtin builtins.len"
+    assert torch_dynamo.identity(super) == "type builtins.super"
+    assert torch_dynamo.identity(Path) == "type pathlib.Path"
+
+    def f(x: int) -> int:
+        return x + 1
+
+    def g(x: int) -> int:
+        return x + 2
+
+    assert torch_dynamo.identity(f).startswith("function tests.test_torch_precompile.")
+    assert torch_dynamo.identity(f) != torch_dynamo.identity(g)
+    with pytest.raises(torch_dynamo.Unverifiable):
+        torch_dynamo.identity(object())
+    with pytest.raises(torch_dynamo.Unverifiable):
+        torch_dynamo.identity([].append)  # a bound method: its object is not named
+
+
+def test_a_guard_source_is_looked_up_in_globals_and_closure_cells_only() -> None:
+    module = types.SimpleNamespace(act=len, table={"k": [iter]})
+    scope: dict[str, Any] = {"helper": module, "__builtins_dict___0": {"iter": iter}}
+    assert torch_dynamo.resolve("G['helper'].act", scope) is len
+    assert torch_dynamo.resolve("G['__builtins_dict___0']['iter']", scope) is iter
+    assert torch_dynamo.resolve("type(G['helper'])", scope) is types.SimpleNamespace
+    assert torch_dynamo.resolve("dict.__getitem__(G['helper'].table, 'k')[0]", scope) is iter
+    assert torch_dynamo.resolve("func.act", scope, {"func": module}) is len
+    for bad in ("L['self'].x", "args[0]", "G['helper'] or 1", "G['helper'].act + 1"):
+        with pytest.raises(torch_dynamo.Unverifiable):
+            torch_dynamo.resolve(bad, scope)
+    with pytest.raises(torch_dynamo.Unverifiable):
+        torch_dynamo.resolve("__import__('os')", scope)  # no builtins beyond the listed
+
+
+def test_configuration_is_digested_the_same_whatever_the_set_order() -> None:
+    one = {"b": {"x", "y", "z"}, "a": [frozenset({3, 1, 2})]}
+    other = {"a": [frozenset({2, 3, 1})], "b": {"z", "y", "x"}}
+    assert torch_dynamo._canonical(one) == torch_dynamo._canonical(other)
+
+
+def test_a_loaded_package_moves_dynamo_name_counter_past_its_names() -> None:
+    transform = pytest.importorskip("torch._dynamo.bytecode_transformation")
+    saved = transform._unique_id_counter
+    try:
+        torch_dynamo._advance_unique_ids(b"..__resume_at_16_41..__builtins_dict___7..")
+        assert transform.unique_id("__builtins_dict__") == "__builtins_dict___42"
+    finally:
+        transform._unique_id_counter = saved
