@@ -70,6 +70,7 @@ class Model:
         self.precompile_local = fresh_dirs(self.root)
         self.store = str(self.root / "store")
         self.precompile_store = str(self.root / "store-precompile")
+        self.failed: dict[str, str] = {}  # variant -> the error's last line
 
     def _plain(self, dirs: dict[str, str], extra: list[str], **env: str) -> common.ProcessResult:
         child = common.clean_env(**dirs, **env, PYTHONPATH=str(SRC))
@@ -99,13 +100,29 @@ class Model:
                 fresh_dirs(self.root), self.precompile_store, True
             ),
         }
-        walls = {}
+        walls: dict[str, float] = {}
         for name, run in runs.items():
-            walls[name] = run().wall_s
+            try:
+                walls[name] = run().wall_s
+            except RuntimeError as exc:  # torch's own precompile raises on some models
+                self.failed[name] = _last_line(str(exc))
+                common.progress(f"  {self.model:<5} {name:<26} FAILED: {self.failed[name]}")
+                continue
             common.progress(f"  {self.model:<5} {name:<26} wall {walls[name]:7.2f} s")
         return walls
 
-    def run(self, variant: str) -> dict[str, Any]:
+    def run(self, variant: str) -> dict[str, Any] | None:
+        """One run of ``variant``; None when it cannot run (its seeding failed, or it raised)."""
+        if variant == "torch_precompile_local" and "torch_precompile_cold" in self.failed:
+            return None
+        try:
+            return self._run(variant)
+        except RuntimeError as exc:
+            self.failed[variant] = _last_line(str(exc))
+            common.progress(f"  {self.model:<5} {variant:<26} FAILED: {self.failed[variant]}")
+            return None
+
+    def _run(self, variant: str) -> dict[str, Any]:
         if variant == "eager":
             proc = self._plain(fresh_dirs(self.root), ["--eager"])
         elif variant == "torch_warm_local":
@@ -124,7 +141,14 @@ class Model:
         return record
 
 
-def summarize(model: str, runs: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else text[:300]
+
+
+def summarize(
+    model: str, runs: list[dict[str, Any]], rounds: int, failed: dict[str, str]
+) -> dict[str, Any]:
     by_round: dict[int, dict[str, dict[str, Any]]] = {}
     for run in runs:
         by_round.setdefault(run["round"], {})[run["variant"]] = run
@@ -134,6 +158,8 @@ def summarize(model: str, runs: list[dict[str, Any]], rounds: int) -> dict[str, 
         eager = variants["eager"]["wall_s"]
         base = variants["torch_warm_local"]["wall_s"] - eager
         for name in overhead:
+            if name not in variants:
+                continue
             extra = variants[name]["wall_s"] - eager
             overhead[name].append(extra)
             ratios[name].append(common.ratio(extra, base))
@@ -148,6 +174,7 @@ def summarize(model: str, runs: list[dict[str, Any]], rounds: int) -> dict[str, 
             for v in VARIANTS
         },
         "identical": len(digests) == 1,
+        "failed": failed,
     }
 
 
@@ -185,6 +212,8 @@ def markdown(info: dict[str, Any], summaries: list[dict[str, Any]], seeds: dict[
             f"every compiled run: {'yes' if summary['identical'] else 'NO'}. Seeding runs (wall "
             f"s): {', '.join(f'{k} {v:.1f}' for k, v in seeds[model].items())}.",
         ]
+        for variant, error in summary["failed"].items():
+            lines.append(f"- `{variant}` failed: {error}")
     return "\n".join(lines)
 
 
@@ -204,9 +233,10 @@ def main() -> int:
             runs = []
             for number, variant in common.rotations(list(VARIANTS), args.rounds):
                 record = bench.run(variant)
-                record["round"] = number
-                runs.append(record)
-            summaries.append(summarize(model, runs, args.rounds))
+                if record is not None:
+                    record["round"] = number
+                    runs.append(record)
+            summaries.append(summarize(model, runs, args.rounds, bench.failed))
             all_runs += [{"model": model, **r} for r in runs]
     text = markdown(info, summaries, seeds)
     print(text)
