@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from compilecache.entry import EntryHeader
+from compilecache.host import installed_version, torch_versions
 from compilecache.patches import Patches
 from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
@@ -432,7 +433,7 @@ class DynamoPackages:
             framework=FRAMEWORK,
             key=key,
             name=fn.__qualname__,
-            versions=_versions(),
+            versions=_version_components(),
             components=components,
             extra={"layer": LAYER, "sources": sources},
         )
@@ -538,7 +539,7 @@ class DynamoPackages:
         components = {
             "function": f"{fn.__module__}.{fn.__qualname__}:{code.co_firstlineno}",
             "module_source": _source_digest(fn.__module__, self.files),
-            **_versions(),
+            **_version_components(),
             "dynamo_config": _config_digest("torch._dynamo.config"),
             "inductor_config": _config_digest("torch._inductor.config"),
             "functorch_config": _config_digest("torch._functorch.config"),
@@ -585,14 +586,9 @@ def _roots(guards: Iterable[str]) -> Iterable[str]:
             yield root.group(1)
 
 
-def _versions() -> dict[str, str]:
-    torch: Any = sys.modules["torch"]
-    triton = sys.modules.get("triton")
-    return {
-        "torch": str(torch.__version__),
-        "triton": str(getattr(triton, "__version__", "")),
-        "python": sys.version.split()[0],
-    }
+def _version_components() -> dict[str, str]:
+    """torch's (and its git revision), Python's, and Triton's version when it is installed."""
+    return {**torch_versions(), "triton": installed_version("triton") or ""}
 
 
 def _config_digest(module_name: str) -> str:
