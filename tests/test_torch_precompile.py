@@ -151,11 +151,13 @@ def test_a_damaged_entry_or_a_store_that_is_down_falls_back_to_tracing(tmp_path:
         closed = s.getsockname()[1]
     (down,) = run(where, "d", f"redis://127.0.0.1:{closed}?timeout=0.5")
     assert down["frames"] == 1 and down["loss"] == cold["loss"]
-    # Where torch cannot save a package (a model class defined in a function: torch raises a
-    # TypeError into the program in this mode), the compile goes on and nothing is stored.
+    # A model class defined in a function: torch 2.13 raises a TypeError into the program in
+    # this mode (its guards cannot be saved). The compile goes on (2.13: nothing is stored).
     (local,) = run(where, "e", str(store), PRECOMPILE_LOCAL_CLASS="1")
     assert local["frames"] == 1 and local["matches_eager"] and local["loss"] == cold["loss"]
-    assert local["ours"].get("unverifiable") == 1.0 and "errors" not in local["ours"]
+    assert "errors" not in local["ours"]
+    if torch.__version__.startswith("2.13."):
+        assert local["ours"].get("unverifiable") == 1.0
 
 
 # -- the checks' parts, without compiling -------------------------------------------------------
