@@ -19,8 +19,9 @@ A package is served only where torch's own warm start would compute the same thi
   new trace replaces it.
 - **Dropped guards**: under ``caching_precompile`` Dynamo drops the guards on object identity
   (ID_MATCH and what derives from it, CLOSURE_MATCH, WEAKREF_ALIVE, DICT_VERSION), which
-  cannot be serialised. For a global object (a module, a function, a class, a builtin) we
-  record what it is by name (and a function by its code) and check it before serving; a
+  cannot be serialised. For an object reached from a global or from a cell of the function's
+  closure (a module, a function, a class, an enum member, a builtin) we record what it is by
+  name (and a function by its code) and check it before serving; a
   package that dropped a guard we cannot check this way (a local object's identity, a dict's
   version) is not stored. Within the process that compiles, those guards stay dropped: a
   global rebound at run time to another function is not seen (see docs/frameworks.md).
@@ -39,6 +40,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import enum
+import functools
 import hashlib
 import importlib
 import inspect
@@ -488,8 +490,10 @@ class DynamoPackages:
                 self.stale[key] = why
             log.info("compilecache: Dynamo package of %s not used: %s", inner.__qualname__, why)
             return None
+        # Recorded as torch's own load does, so that the package's install finds its backends.
+        context = self.context or importlib.import_module(CONTEXT)
         for backend in entry.backends.values():
-            self.context.PrecompileContext.record_artifact(backend)
+            context.PrecompileContext.record_artifact(backend)
         _advance_unique_ids(found.payload)
         with self.lock:
             self.loaded[key] = dict(stored["guards"])
@@ -508,7 +512,7 @@ class DynamoPackages:
         for code in entry.dynamo.codes:
             # A resume function of another package (or of a compile in this process) under the
             # same name would be replaced by this one's: pytorch#195347 served the wrong code.
-            scope_of = sys.modules[code.python_module].__dict__
+            scope_of = importlib.import_module(code.python_module).__dict__
             names = code.function_names if code.install_to_global else ()
             taken = [name for name in names if name in scope_of]
             if taken:
@@ -588,7 +592,13 @@ def _roots(guards: Iterable[str]) -> Iterable[str]:
 
 def _version_components() -> dict[str, str]:
     """torch's (and its git revision), Python's, and Triton's version when it is installed."""
-    return {**torch_versions(), "triton": installed_version("triton") or ""}
+    return {**torch_versions(), "triton": _triton_version()}
+
+
+@functools.cache
+def _triton_version() -> str:
+    # Read from its metadata once per process: every key computation asks.
+    return installed_version("triton") or ""
 
 
 def _config_digest(module_name: str) -> str:
