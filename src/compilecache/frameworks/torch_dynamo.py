@@ -59,7 +59,7 @@ from typing import Any
 from compilecache.entry import EntryHeader
 from compilecache.host import installed_version, torch_versions
 from compilecache.patches import Patches
-from compilecache.runtime import explain
+from compilecache.runtime import explain, keys
 from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
@@ -97,6 +97,8 @@ _SOURCE_BUILTINS: dict[str, Any] = {
 }
 _BUILTINS_ALIAS = re.compile(r"^__builtins_dict___[0-9]+$")
 _FORMAT = 1
+# Chained into every key: a new recipe for the key components never meets an old entry.
+_KEY_RECIPE = "torch-dynamo-1"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
 # test_torch_precompile.py, on 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.15.")
@@ -553,8 +555,7 @@ class DynamoPackages:
             "deterministic": str(torch.are_deterministic_algorithms_enabled()),
             "cuda": _cuda_facts(torch),
         }
-        joined = "\n".join(f"{k}={v}" for k, v in sorted(components.items()))
-        return f"{PREFIX}{fn.__qualname__}-{_digest(joined.encode())[:32]}", components
+        return f"{PREFIX}{fn.__qualname__}-{keys.chain(_KEY_RECIPE, components)[:32]}", components
 
 
 # The names Dynamo numbers with its per-process counter (``unique_id``) that a loaded package
