@@ -126,13 +126,6 @@ WARM_START_POPULATE = ("cold", "cc_populate", "cc_tl_populate")
 WARM_START_WARM = ("torch_warm_local", "cc_local", "cc_same", "cc_same_tl")
 
 
-def fresh_dirs(root: Path) -> dict[str, str]:
-    base = root / f"dirs-{uuid.uuid4().hex[:8]}"
-    (base / "inductor").mkdir(parents=True)
-    (base / "tmp").mkdir()
-    return {"TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), "TMPDIR": str(base / "tmp")}
-
-
 class Bench:
     def __init__(self, model: str, root: Path, redis_url: str, redis_port: int) -> None:
         self.model = model
@@ -141,13 +134,13 @@ class Bench:
         self.redis_url = redis_url
         self.redis_port = redis_port
         self.salt = f"bench-{uuid.uuid4().hex}"  # torch's remote keys: fresh for this run
-        self.warm_local_dirs = fresh_dirs(self.root)
+        self.warm_local_dirs = common.fresh_torch_dirs(self.root)
         self.mega = self.root / "mega.bin"
         self.cc_store = str(self.root / "cc-store")
         self.cc_pch_store = str(self.root / "cc-store-pch")
         self.cc_tl_store = str(self.root / "cc-store-torch-local")
-        self.cc_dirs = fresh_dirs(self.root)  # compilecache's first run, then cc_same
-        self.cc_tl_dirs = fresh_dirs(self.root)
+        self.cc_dirs = common.fresh_torch_dirs(self.root)  # compilecache's first run, then cc_same
+        self.cc_tl_dirs = common.fresh_torch_dirs(self.root)
         self.cc_redis = f"{redis_url}/cc-{self.model}-{uuid.uuid4().hex[:8]}"
         self.runs: list[dict[str, Any]] = []
 
@@ -178,26 +171,30 @@ class Bench:
         elif scenario == "torch_warm_local":
             proc, counters = self._plain(self.warm_local_dirs, [], {})
         elif scenario in ("torch_remote_populate", "torch_remote"):
-            proc, counters = self._plain(fresh_dirs(self.root), [], redis_env)
+            proc, counters = self._plain(common.fresh_torch_dirs(self.root), [], redis_env)
         elif scenario == "torch_mega":
-            proc, counters = self._plain(fresh_dirs(self.root), ["--load-mega", str(self.mega)], {})
+            proc, counters = self._plain(
+                common.fresh_torch_dirs(self.root), ["--load-mega", str(self.mega)], {}
+            )
         elif scenario in ("cc_populate", "cc_same"):
             proc, counters = self._cc(self.cc_dirs, self.cc_store, pch=True)
         elif scenario in ("cc_tl_populate", "cc_same_tl"):
             proc, counters = self._cc(self.cc_tl_dirs, self.cc_tl_store, True, "torch-local-off")
         elif scenario == "cc_local":
-            proc, counters = self._cc(fresh_dirs(self.root), self.cc_store, pch=True)
+            proc, counters = self._cc(common.fresh_torch_dirs(self.root), self.cc_store, pch=True)
         elif scenario == "cc_redis":
-            proc, counters = self._cc(fresh_dirs(self.root), self.cc_redis, pch=True)
+            proc, counters = self._cc(common.fresh_torch_dirs(self.root), self.cc_redis, pch=True)
         elif scenario in ("cc_pch_populate", "cc_pch"):
-            proc, counters = self._cc(fresh_dirs(self.root), self.cc_pch_store, pch=False)
+            proc, counters = self._cc(
+                common.fresh_torch_dirs(self.root), self.cc_pch_store, pch=False
+            )
         elif scenario == "eager":
-            proc, counters = self._plain(fresh_dirs(self.root), ["--eager"], {})
+            proc, counters = self._plain(common.fresh_torch_dirs(self.root), ["--eager"], {})
         elif scenario == "cold_fresh":
-            proc, counters = self._plain(fresh_dirs(self.root), [], {})
+            proc, counters = self._plain(common.fresh_torch_dirs(self.root), [], {})
         elif scenario == "cc_cold":
             store = str(self.root / f"cc-store-{uuid.uuid4().hex[:8]}")
-            proc, counters = self._cc(fresh_dirs(self.root), store, pch=True)
+            proc, counters = self._cc(common.fresh_torch_dirs(self.root), store, pch=True)
             if not Path(self.cc_store).exists():
                 Path(store).rename(self.cc_store)  # the new-machine runs read the first one
         else:

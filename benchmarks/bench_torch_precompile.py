@@ -51,13 +51,6 @@ VARIANTS = {
 }
 
 
-def fresh_dirs(root: Path) -> dict[str, str]:
-    base = root / f"dirs-{uuid.uuid4().hex[:8]}"
-    (base / "inductor").mkdir(parents=True)
-    (base / "tmp").mkdir()
-    return {"TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), "TMPDIR": str(base / "tmp")}
-
-
 class Model:
     """The directories and stores of one model's runs."""
 
@@ -66,8 +59,8 @@ class Model:
         self.root = root / model
         self.root.mkdir(parents=True)
         self.salt = f"bench-{uuid.uuid4().hex}"
-        self.local = fresh_dirs(self.root)
-        self.precompile_local = fresh_dirs(self.root)
+        self.local = common.fresh_torch_dirs(self.root)
+        self.precompile_local = common.fresh_torch_dirs(self.root)
         self.store = str(self.root / "store")
         self.precompile_store = str(self.root / "store-precompile")
         self.failed: dict[str, str] = {}  # variant -> the error's last line
@@ -95,9 +88,9 @@ class Model:
             "torch_precompile_cold": lambda: self._plain(
                 self.precompile_local, ["--save-mega", mega], TORCH_CACHING_PRECOMPILE="1"
             ),
-            "cc_cold": lambda: self._cc(fresh_dirs(self.root), self.store, False),
+            "cc_cold": lambda: self._cc(common.fresh_torch_dirs(self.root), self.store, False),
             "cc_precompile_cold": lambda: self._cc(
-                fresh_dirs(self.root), self.precompile_store, True
+                common.fresh_torch_dirs(self.root), self.precompile_store, True
             ),
         }
         walls: dict[str, float] = {}
@@ -124,15 +117,15 @@ class Model:
 
     def _run(self, variant: str) -> dict[str, Any]:
         if variant == "eager":
-            proc = self._plain(fresh_dirs(self.root), ["--eager"])
+            proc = self._plain(common.fresh_torch_dirs(self.root), ["--eager"])
         elif variant == "torch_warm_local":
             proc = self._plain(self.local, [])
         elif variant == "torch_precompile_local":
             proc = self._plain(self.precompile_local, [], TORCH_CACHING_PRECOMPILE="1")
         elif variant == "cc_new_machine":
-            proc = self._cc(fresh_dirs(self.root), self.store, False)
+            proc = self._cc(common.fresh_torch_dirs(self.root), self.store, False)
         else:
-            proc = self._cc(fresh_dirs(self.root), self.precompile_store, True)
+            proc = self._cc(common.fresh_torch_dirs(self.root), self.precompile_store, True)
         record = {"variant": variant, "wall_s": proc.wall_s, **proc.record}
         common.progress(
             f"  {self.model:<5} {variant:<26} wall {proc.wall_s:7.2f} s  "

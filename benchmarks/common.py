@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -150,6 +151,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     env.pop("PYTHONPATH", None)
     env.update(extra)
     return env
+
+
+def fresh_torch_dirs(root: Path) -> dict[str, str]:
+    """Empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TMPDIR`` under ``root``: a new machine's."""
+    base = root / f"dirs-{uuid.uuid4().hex[:8]}"
+    (base / "inductor").mkdir(parents=True)
+    (base / "tmp").mkdir()
+    return {"TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), "TMPDIR": str(base / "tmp")}
 
 
 @dataclass(frozen=True)
