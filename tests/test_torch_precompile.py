@@ -8,7 +8,9 @@ its own empty ``TORCHINDUCTOR_CACHE_DIR``; only the store is shared.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 import shutil
 import socket
 import subprocess
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from compilecache import runner
+from compilecache import entry, runner
 from compilecache.frameworks import torch_dynamo
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env
@@ -41,6 +43,7 @@ def run(
     store: str | None,
     *,
     precompile: bool = True,
+    program: str = "precompile_program.py",
     **env: str,
 ) -> list[dict[str, Any]]:
     """One process on a new machine; the JSON line printed per batch size."""
@@ -51,7 +54,7 @@ def run(
             base["COMPILECACHE_TORCH_PRECOMPILE"] = "1"
         base = runner.child_environment(base)
     proc = subprocess.run(
-        [sys.executable, "precompile_program.py"],
+        [sys.executable, program],
         cwd=where,
         env=base,
         capture_output=True,
@@ -160,6 +163,84 @@ def test_a_damaged_entry_or_a_store_that_is_down_falls_back_to_tracing(tmp_path:
         assert local["ours"].get("unverifiable") == 1.0
 
 
+@pytest.mark.slow
+def test_a_global_rebound_or_another_closure_cell_compiles_again(tmp_path: Path) -> None:
+    """The guards torch drops under caching_precompile are put back: a global rebound during
+    the run compiles again, in the process that traced and in one that loaded the package; a
+    cell holding another function or another number is refused or guarded. A guard filter of
+    the program's own still decides what it drops."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+
+    def closure(machine: str, **env: str) -> dict[str, Any]:
+        (line,) = run(where, machine, store, program="closure_program.py", **env)
+        return line
+
+    traced = closure("a")
+    # Each call computes what eager computes; the rebound global made Dynamo compile again.
+    assert [value for value, _ in traced["calls"]] == pytest.approx(traced["eager"])
+    assert [frames for _, frames in traced["calls"]] == [1, 2]
+    # The package holds the first frame only: its second frame was for another ACT.
+    assert traced["ours"] == {"misses": 1.0, "unverifiable": 1.0}
+    loaded = closure("b")
+    assert [frames for _, frames in loaded["calls"]] == [0, 1]  # loaded, then compiled again
+    assert [value for value, _ in loaded["calls"]] == pytest.approx(loaded["eager"])
+    assert loaded["ours"]["hits"] == 1.0
+    # Another function in a cell: the package is refused. Another number: its guard fails.
+    relu = closure("c", CLOSURE_POST="relu")
+    assert relu["ours"]["stale"] == 1.0 and relu["calls"][0][1] == 1
+    assert [value for value, _ in relu["calls"]] == pytest.approx(relu["eager"])
+    tripled = closure("d", CLOSURE_FACTOR="3")
+    assert [value for value, _ in tripled["calls"]] == pytest.approx(tripled["eager"])
+    assert tripled["calls"][0][1] == 1 and tripled["eager"] != traced["eager"]
+    # The program's own filter drops the guards on globals: torch then keeps serving the first
+    # graph after ACT is rebound, and so does the process that traces under compilecache. Its
+    # package is not stored (another program may not filter).
+    (own,) = run(where, "e", None, program="closure_program.py", CLOSURE_FILTER="globals")
+    other = str(tmp_path / "other-store")
+    (ours,) = run(where, "f", other, program="closure_program.py", CLOSURE_FILTER="globals")
+    assert own["calls"][1][1] == 1 and own["calls"][1][0] != pytest.approx(own["eager"][1])
+    assert ours["calls"] == own["calls"] and ours["ours"]["unverifiable"] == 1.0
+    assert dynamo_entries(tmp_path / "other-store") == []
+
+
+@pytest.mark.slow
+def test_a_decorated_forward_whose_property_breaks_the_graph_starts_without_tracing(
+    tmp_path: Path,
+) -> None:
+    """transformers' models made torch's own mode fail where this one is built as they are:
+    a getter torch cannot name (PackageError), a wrapped function its guards read saved as
+    missing, the imports and graphs of a decorated forward installed where its code does not
+    look (NameError). On a new machine it now runs every frame from the package."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    (own,) = run(where, "own", None, program="decorated_program.py")
+    (cold,) = run(where, "a", store, program="decorated_program.py")
+    assert cold["frames"] > 1 and cold["ours"] == {"misses": 1.0}
+    (warm,) = run(where, "b", store, program="decorated_program.py")
+    assert warm["frames"] == 0 and warm["ours"] == {"hits": 1.0}
+    assert warm["digest"] == cold["digest"] == own["digest"]
+
+
+@pytest.mark.slow
+def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> None:
+    """An entry whose guards torch fails to build again (here: their saved state unreadable)
+    is an error counted once; Dynamo traces, the program computes what it computed."""
+    where = program_dir(tmp_path)
+    store = tmp_path / "store"
+    (cold,) = run(where, "a", str(store))
+    (key,) = dynamo_entries(store)
+    local = LocalStore(store)
+    stored = entry.decode(local.get(key))
+    package = pickle.loads(stored.payload)
+    code = package["entry"].dynamo.codes[0]
+    code.guarded_codes[0] = dataclasses.replace(code.guarded_codes[0], guards_state=b"torn")
+    local.put(key, entry.encode(stored.header, pickle.dumps(package)))
+    (broken,) = run(where, "b", str(store))
+    assert broken["frames"] == 1 and broken["ours"]["errors"] == 1.0
+    assert (broken["loss"], broken["grads"]) == (cold["loss"], cold["grads"])
+
+
 # -- the checks' parts, without compiling -------------------------------------------------------
 
 
@@ -212,3 +293,76 @@ def test_a_loaded_package_moves_dynamo_name_counter_past_its_names() -> None:
         assert transform.unique_id("__builtins_dict__") == "__builtins_dict___42"
     finally:
         transform._unique_id_counter = saved
+
+
+def test_a_package_whose_code_reads_a_global_it_does_not_install_is_refused() -> None:
+    def wrapped(*args: Any) -> Any:  # a decorator's wrapper: its globals are this module's
+        return args
+
+    def code(*names: str) -> Any:
+        return types.SimpleNamespace(co_names=names, co_consts=())
+
+    def entry(module: str, reads: Any, **fields: Any) -> Any:
+        guarded = types.SimpleNamespace(dynamo_code=reads)
+        defaults = {"import_sources": {}, "backend_ids": [], "function_names": []}
+        return types.SimpleNamespace(
+            python_module=module,
+            guarded_codes=[guarded],
+            install_to_global=bool(fields.get("function_names")),
+            **{**defaults, **fields},
+        )
+
+    resume = types.CodeType.replace(wrapped.__code__, co_name="resume")
+    reads = code("__compiled_fn_1_x", "__resume_at_4_2", "len", "__builtins_dict___0")
+    nested = types.SimpleNamespace(co_names=(), co_consts=(code("___module_collections_1_c0"),))
+    package = types.SimpleNamespace(
+        _innermost_fn=wrapped,
+        _codes={
+            wrapped.__code__: entry("models", reads, backend_ids=["__compiled_fn_1_x"]),
+            resume: entry(__name__, nested, function_names=["__resume_at_4_2"]),
+        },
+    )
+    # Its own graph and imports are installed where its code looks (its __globals__); the
+    # resume function's code reads a module global that nothing installs.
+    assert torch_dynamo._unprovided(package) == (
+        "its code reads ___module_collections_1_c0, which torch does not save"
+    )
+    package._codes[resume].import_sources["___module_collections_1_c0"] = "collections"
+    assert torch_dynamo._unprovided(package) == ""
+    # The resume function installed into another module than the one the code reads.
+    package._codes[resume].python_module = "elsewhere"
+    assert "__resume_at_4_2" in torch_dynamo._unprovided(package)
+
+
+def test_a_wrapped_function_is_saved_by_the_path_to_it_and_a_getter_by_its_property() -> None:
+    import functools
+
+    def inner(x: int) -> int:
+        return x
+
+    outer = functools.wraps(inner)(lambda x: inner(x))
+    module = types.ModuleType("fake_models")
+    module.inner = outer  # type: ignore[attr-defined]
+    inner.__module__ = outer.__module__ = "fake_models"
+    inner.__qualname__ = outer.__qualname__ = "inner"
+    sys.modules["fake_models"] = module
+    try:
+        assert torch_dynamo._wrapped_path(inner) == ("fake_models", "inner", 1)
+        assert torch_dynamo.unwrapped("fake_models", "inner", 1) is inner
+        assert torch_dynamo._wrapped_path(lambda: 0) is None
+    finally:
+        del sys.modules["fake_models"]
+
+    class Model:
+        @property
+        def loss(self) -> int:
+            return 1
+
+    getter = Model.__dict__["loss"].fget.__code__
+    owner = types.ModuleType("owner")
+    owner.Model = Model  # type: ignore[attr-defined]
+    Model.__qualname__ = "Model"
+    getter = getter.replace(co_qualname="Model.loss")
+    Model.__dict__["loss"].fget.__code__ = getter
+    assert torch_dynamo._property_accessor(owner, getter) == "fget.__code__"
+    assert torch_dynamo._property_accessor(owner, inner.__code__) is None

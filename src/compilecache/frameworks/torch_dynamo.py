@@ -18,13 +18,21 @@ A package is served only where torch's own warm start would compute the same thi
   digest of its file; a package whose files changed is not served (counted ``stale``), and the
   new trace replaces it.
 - **Dropped guards**: under ``caching_precompile`` Dynamo drops the guards on object identity
-  (ID_MATCH and what derives from it, CLOSURE_MATCH, WEAKREF_ALIVE, DICT_VERSION), which
-  cannot be serialised. For an object reached from a global or from a cell of the function's
-  closure (a module, a function, a class, an enum member, a builtin) we record what it is by
-  name (and a function by its code) and check it before serving; a
-  package that dropped a guard we cannot check this way (a local object's identity, a dict's
-  version) is not stored. Within the process that compiles, those guards stay dropped: a
-  global rebound at run time to another function is not seen (see docs/frameworks.md).
+  (ID_MATCH and what derives from it, CLOSURE_MATCH, WEAKREF_ALIVE, DICT_VERSION), which cannot
+  be serialised. In the process that traces, they are put back in memory (the frame keeps the
+  guards torch builds without the mode; only the saved copy leaves them out). For an object
+  reached from a global or from a cell of the function's closure (a module, a function, a
+  class, an enum member, a builtin) the entry records what it is by name (a function also by its
+  code); a load checks each, and puts back a guard (:class:`DroppedGuards`) that they stay those
+  objects. A package that dropped a guard we cannot check this way (a local object's identity,
+  a dict's version) is not stored.
+- **Loadable packages only**: before a package is written its guards are built again from their
+  saved state (as torch's install does) and every global Dynamo made that its code reads must be
+  installed by it where that code looks. Where torch's own mode fails on transformers' models
+  this module names a property's getter, saves a decorated method's inner function by its
+  ``__wrapped__`` path, records modules Dynamo loads through globals of its own, and installs a
+  decorated function's imports and graphs into its ``__globals__``. An install that still fails
+  leaves the package fresh: Dynamo traces.
 - **Complete packages only**: a package is written once every backend it names was recorded
   (the AOTAutograd entry is recorded at the first backward call), and again after a recompile
   added a backend, so an entry never names a backend it lacks (pytorch#194951).
@@ -53,7 +61,8 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from compilecache.entry import EntryHeader
@@ -71,15 +80,18 @@ EVAL_FRAME = "torch._dynamo.eval_frame"
 PACKAGE = "torch._dynamo.package"
 GUARDS = "torch._dynamo.guards"
 CONTEXT = "torch._dynamo.precompile_context"
+OUTPUT = "torch._dynamo.output_graph"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
 # eval_frame is done: they import each other).
-MODULES = (PACKAGE, GUARDS, CONTEXT)
+MODULES = (PACKAGE, GUARDS, CONTEXT, OUTPUT)
 # The guard kinds Dynamo drops under caching_precompile (torch/_dynamo/guards.py).
 DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
 _DERIVED = ("ID_MATCH", "DICT_VERSION")
 # A guard's source as Dynamo names it: a global (G['name']) or a cell of the compiled function's
 # closure (its bare name), then .attr or ['key'] steps.
 _ROOT = re.compile(r"G\['([^'\\]+)'\]")
+# A local of the compiled frame: Dynamo names the cells of the compiled function's closure so.
+_LOCAL = re.compile(r"L\['([^'\\]+)'\]")
 _CELL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)")
 # What wraps a source in Dynamo's names (``type(x)``, ``dict(x)``, ``dict.__getitem__(x, k)``).
 _CALLS_AROUND = re.compile(r"^(?:(?:type|dict|list|dict\.[a-z_]+|list\.[a-z_]+)\()+")
@@ -97,6 +109,9 @@ _SOURCE_BUILTINS: dict[str, Any] = {
 }
 _BUILTINS_ALIAS = re.compile(r"^__builtins_dict___[0-9]+$")
 _FORMAT = 1
+# Set on a CheckFunctionManager while it builds its guards (see DynamoPackages._restore).
+_FULL = "_compilecache_full_build"
+_USER_KEPT = "_compilecache_user_kept"
 # Chained into every key: a new recipe for the key components never meets an old entry.
 _KEY_RECIPE = "torch-dynamo-1"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
@@ -117,9 +132,10 @@ def identity(value: object) -> str:
     if isinstance(value, types.ModuleType):
         return f"module {value.__name__}"
     if isinstance(value, types.FunctionType):
-        code = value.__code__
-        body = code.co_code + repr(code.co_consts).encode() + repr(code.co_names).encode()
-        return f"function {value.__module__}.{value.__qualname__} {_digest(body)[:16]}"
+        digest = _code_digest(value.__code__)
+        return f"function {value.__module__}.{value.__qualname__} {digest}"
+    if isinstance(value, types.CodeType):
+        return f"code {value.co_qualname} {_code_digest(value)}"
     if isinstance(value, enum.Enum):
         kind = type(value)
         return f"enum {kind.__module__}.{kind.__qualname__}.{value.name}"
@@ -136,18 +152,100 @@ def identity(value: object) -> str:
     raise Unverifiable(f"{type(value).__name__} object")
 
 
-def resolve(name: str, scope: dict[str, Any], cells: dict[str, Any] | None = None) -> object:
+def _code_digest(code: types.CodeType) -> str:
+    """A digest of what ``code`` does: its bytecode, names and constants, the same in every
+    process (a nested function's code by its own digest, not its address; sets sorted)."""
+    consts = [
+        f"code {_code_digest(c)}" if isinstance(c, types.CodeType) else _canonical(c)
+        for c in code.co_consts
+    ]
+    body = code.co_code + repr(code.co_names).encode() + _canonical(consts).encode()
+    return _digest(body)[:16]
+
+
+def resolve(name: str, scope: Mapping[str, Any], cells: dict[str, Any] | None = None) -> object:
     """The object a guard's source names, evaluated as Dynamo's own guard code evaluates it:
-    ``G`` is the globals ``scope``, a bare name a cell of the compiled function's closure, and
-    only the builtins Dynamo's sources use (``type``, ``dict``, ``list``...) are there. The
+    ``G`` is the globals ``scope``, ``L['name']`` or a bare name a cell of the compiled
+    function's closure, and only the builtins Dynamo's sources use (``type``, ``dict``, ``list``...) are there. The
     source comes from an entry that passed the store's checks, like the pickle beside it."""
     if not _SOURCE.match(name.replace(", ", ",")):
         raise Unverifiable(f"not a source expression: {name!r}")
-    names = {"G": scope, **(cells or {})}
+    names = {"G": scope, "L": cells or {}, **(cells or {})}
     try:
         return eval(name, {"__builtins__": _SOURCE_BUILTINS}, names)
     except Exception as exc:
         raise Unverifiable(f"{name}: {type(exc).__name__}: {exc}") from exc
+
+
+class DroppedGuards:
+    """The guards Dynamo dropped from a loaded package, put back: one lambda guard in the guard
+    manager of each frame the package installs (:meth:`for_frame`), true while every object its
+    guards name (from the frame's globals, closure cells or arguments: ``self``'s class) is, by
+    name, the one recorded where the frame was traced. A global rebound later in the run makes
+    Dynamo compile again, as in plain torch."""
+
+    def __init__(
+        self,
+        frames: dict[str, tuple[Mapping[str, Any], dict[str, str]]],
+        matched: dict[tuple[str, str], object],
+    ) -> None:
+        self.frames = {
+            frame: (
+                scope,
+                [(_compiled(name), (frame, name), named) for name, named in guards.items()],
+                [f"{name} is {named} (compilecache)" for name, named in guards.items()],
+            )
+            for frame, (scope, guards) in frames.items()
+        }
+        # Per guard, the last object that matched by name: later calls compare identity only.
+        self.matched = matched
+
+    def for_frame(self, code: types.CodeType) -> tuple[Callable[[Any], bool], list[str]] | None:
+        """The lambda guard (and its description) for the guard manager of ``code``'s frame."""
+        found = self.frames.get(frame_key(code))
+        if found is None:
+            return None
+        scope, checks, parts = found
+
+        def check(frame_locals: Any) -> bool:
+            return self._check(scope, frame_locals, checks)
+
+        return check, parts
+
+    def _check(
+        self,
+        scope: Mapping[str, Any],
+        frame_locals: Any,
+        checks: list[tuple[types.CodeType, tuple[str, str], str]],
+    ) -> bool:
+        try:
+            names = {**frame_locals, "G": scope, "L": frame_locals}
+            for code, memo, named in checks:
+                value = eval(code, _EVAL_GLOBALS, names)
+                if value is not self.matched.get(memo, _NOTHING):
+                    if identity(value) != named:
+                        return False
+                    self.matched[memo] = value
+            return True
+        except Exception:  # an emptied cell, a deleted global, an unnamed object: compile again
+            return False
+
+
+_NOTHING = object()
+# The guards a package's frames dropped: a frame's key (frame_key) -> source -> identity().
+Dropped = dict[str, dict[str, str]]
+_EVAL_GLOBALS = {"__builtins__": _SOURCE_BUILTINS}
+
+
+def _compiled(name: str) -> types.CodeType:
+    if not _SOURCE.match(name.replace(", ", ",")):
+        raise Unverifiable(f"not a source expression: {name!r}")
+    return compile(name, "<dropped guard>", "eval")
+
+
+def frame_key(code: Any) -> str:
+    """A frame's code by what survives torch's serialisation and another machine's paths."""
+    return f"{code.co_qualname}:{code.co_firstlineno}"
 
 
 def _source_digest(module_name: str, files: dict[str, str]) -> str:
@@ -194,13 +292,14 @@ class DynamoPackages:
         self.pending: dict[str, Any] = {}
         # Guards dropped while compiling, per thread, until the package is recorded.
         self.local = threading.local()
-        self.dropped: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+        # The guards dropped per package: a frame's key (frame_key) -> source -> identity().
+        self.dropped: weakref.WeakKeyDictionary[Any, Dropped] = weakref.WeakKeyDictionary()
         self.unverifiable: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         # Why the stored package of a key was not used here (said when it is written again).
         self.stale: dict[str, str] = {}
         # The dropped guards of the packages loaded here, by key: a recompile (a new shape)
         # writes the package again, with its loaded frames, whose guards must come along.
-        self.loaded: dict[str, dict[str, str]] = {}
+        self.loaded: dict[str, Dropped] = {}
         # Each package's key, computed where Dynamo compiled it: the write comes later (at the
         # first backward call), where torch runs with its configuration patched.
         self.keys: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, str]]] = (
@@ -211,6 +310,8 @@ class DynamoPackages:
         self.context: Any = importlib.import_module(CONTEXT) if CONTEXT in sys.modules else None
         # Whether the dropped guards are seen: without it no package is written.
         self.watching = False
+        # Whether caching_precompile is on because of us (then Dynamo's guards are put back).
+        self.enabled = False
 
     # -- installing -------------------------------------------------------------------------
 
@@ -223,13 +324,29 @@ class DynamoPackages:
             self.patches.wrap(
                 module, "make_guard_filter_entry", self._watching, label="dynamo.guards"
             )
+            manager = module.CheckFunctionManager
             self.patches.wrap(
-                module.CheckFunctionManager,
-                "serialize_guards",
-                self._serializing,
-                label="dynamo.guards_state",
+                manager, "serialize_guards", self._serializing, label="dynamo.guards_state"
+            )
+            self.patches.wrap(manager, "__init__", self._filtering, label="dynamo.guard_filter")
+            self.patches.wrap(manager, "build_guards", self._building, label="dynamo.guard_build")
+            self.patches.wrap(
+                manager, "compile_check_fn", self._checking, label="dynamo.guards_restored"
+            )
+            self.patches.wrap(
+                module.GuardsStatePickler,
+                "reducer_override",
+                self._pickling,
+                label="dynamo.guards_pickle",
             )
             self.watching = True
+        elif name == OUTPUT:
+            self.patches.wrap(
+                module.OutputGraph,
+                "install_global_by_id",
+                self._globals,
+                label="dynamo.module_globals",
+            )
         elif name == CONTEXT:
             context = module.PrecompileContext
             record = context.__dict__["record_artifact"].__func__
@@ -273,13 +390,18 @@ class DynamoPackages:
         ours.__dict__.update(torch_cache.__dict__)
         StoreDynamoCache.__init__(ours, self)
         self.patches.replace(package, "DynamoCache", ours, label="dynamo.cache")
+        self.patches.wrap(
+            package.CompilePackage, "install", self._installing, label="dynamo.install"
+        )
         self.patches.replace(config, "caching_precompile", True, label="dynamo.precompile")
+        self.enabled = True
 
     def _naming(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """torch records each user function a package compiles by a name another process can
-        resolve, and raises where it finds none (a property's getter: GPT-2's loss_function,
-        PackageError). That compile goes on as without a package; the package is never
-        stored, so the next run traces as today."""
+        resolve, and raises where it finds none (PackageError). A property's getter or setter
+        (GPT-2's ``loss_function``) is named here, as torch's own lookup on load reads it
+        (``Class.prop`` then ``fget.__code__``). Another: that compile goes on as without a
+        package; the package is never stored, so the next run traces as today."""
 
         def _add_user_function(package: Any, code: types.CodeType) -> None:
             try:
@@ -288,7 +410,14 @@ class DynamoPackages:
                 if type(exc).__name__ != "PackageError":
                     raise
                 module = inspect.getmodule(code)
-                package._add_function(code, module.__name__ if module else code.co_filename)
+                name = module.__name__ if module else code.co_filename
+                accessor = _property_accessor(module, code)
+                if accessor is not None:
+                    package._add_function(
+                        code, name, function_name=code.co_qualname, code_source=accessor
+                    )
+                    return
+                package._add_function(code, name)
                 self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unnamed")
                 with self.lock:
                     self.unverifiable.setdefault(package, f"torch cannot name it: {exc}")
@@ -311,35 +440,179 @@ class DynamoPackages:
 
         return serialize_guards
 
+    def _globals(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A module the transformed code loads through a global Dynamo made for it
+        (``___module_collections_<id>_c5``) is one more import of the package: torch does not
+        record it, and a loaded frame raised NameError."""
+
+        def install_global_by_id(graph: Any, prefix: str, value: Any) -> str:
+            name = str(original(graph, prefix, value))
+            package = getattr(graph, "package", None)
+            if self.enabled and package is not None and isinstance(value, types.ModuleType):
+                with contextlib.suppress(Exception):
+                    if importlib.import_module(value.__name__) is value:
+                        package.add_import_source(name, value.__name__)
+            return name
+
+        return install_global_by_id
+
+    def _pickling(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torch saves a function its guards read by module and qualified name, and as missing
+        where that name finds another object (a decorated method's inner function: the name is
+        the wrapper's), which fails the guards' build on load. Such a function reached through
+        ``__wrapped__`` (``functools.wraps``) is saved as that path instead."""
+
+        def reducer_override(pickler: Any, obj: Any) -> Any:
+            reduced = original(pickler, obj)
+            if self.enabled and isinstance(obj, types.FunctionType) and _missing(reduced):
+                path = _wrapped_path(obj)
+                if path is not None:
+                    return unwrapped, path
+            return reduced
+
+        return reducer_override
+
     # -- the guards Dynamo drops --------------------------------------------------------------
 
     def _watching(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def make_guard_filter_entry(guard: Any, builder: Any) -> Any:
             entry = original(guard, builder)
             with contextlib.suppress(Exception):
-                self._note_guard(entry)
+                self._note_guard(entry, builder)
             return entry
 
         return make_guard_filter_entry
 
-    def _note_guard(self, entry: Any) -> None:
+    def _note_guard(self, entry: Any, builder: Any) -> None:
         derived = tuple(entry.derived_guard_types)
         if entry.guard_type not in DROPPED and not any(d in derived for d in _DERIVED):
             return
         seen = getattr(self.local, "dropped", None)
         if seen is None:
             seen = self.local.dropped = {}
+            self.local.frames = {}
         try:
-            # A global, or a cell of the compiled function's closure (checked once the package
-            # is recorded): anything else (a local, an argument) cannot be looked at on load.
-            source = _CALLS_AROUND.sub("", entry.name)
-            named = _ROOT.match(source) if entry.is_global else _CELL.match(source)
-            if named is None or not entry.has_value:
-                raise Unverifiable("neither a global nor a closure cell")
+            # Classified once the package is recorded, with the frame it was met in.
+            self.local.frames[entry.name] = builder.f_code
+            if not entry.has_value:
+                raise Unverifiable("no value")
             seen[entry.name] = identity(entry.value)
         except Unverifiable as exc:
             earlier = getattr(self.local, "problem", "")
             self.local.problem = earlier or f"{entry.guard_type} on {entry.name}: {exc}"
+
+    # -- the guards Dynamo drops, put back ----------------------------------------------------
+
+    def _filtering(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A guard filter of the program's own (``torch.compile(options={"guard_filter_fn":
+        ...})``) is kept: its choices are recorded, so that only the guards torch drops for
+        caching_precompile are put back. The package of such a compile is not stored: another
+        program, without that filter, would be served with fewer guards than it asks for."""
+        signature = inspect.signature(original)
+
+        def __init__(manager: Any, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(manager, *args, **kwargs)
+            chosen = bound.arguments.get("guard_filter_fn")
+            if self.enabled and chosen is not None:
+                # Its guards are the program's choice, not a key's: no package of it is stored.
+                earlier = getattr(self.local, "problem", "")
+                self.local.problem = earlier or "compiled with a guard filter of the program's"
+
+                def guard_filter_fn(entries: Any) -> Any:
+                    kept = chosen(entries)
+                    manager.__dict__[_USER_KEPT] = list(kept)
+                    return kept
+
+                bound.arguments["guard_filter_fn"] = guard_filter_fn
+            original(*bound.args, **bound.kwargs)
+
+        return __init__
+
+    def _building(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Keep the first, unfiltered build of a frame's guards (torch builds them all once to
+        filter, then again without the dropped ones)."""
+
+        def build_guards(manager: Any, *args: Any, **kwargs: Any) -> Any:
+            built = original(manager, *args, **kwargs)
+            if self.enabled and kwargs.get("guard_filter_fn") is None and len(args) == 5:
+                sorted_guards, _, _, _, save_guards = args
+                if not save_guards:
+                    manager.__dict__[_FULL] = (built, list(sorted_guards), args[1:4])
+            return built
+
+        return build_guards
+
+    def _checking(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The guards a frame keeps in memory: those Dynamo dropped for caching_precompile put
+        back (a compiled frame then recompiles where torch without caching_precompile would),
+        and for a loaded package the check of its dropped guards' objects."""
+
+        def compile_check_fn(manager: Any, builder: Any, guards: Any, *args: Any) -> Any:
+            if self.enabled:
+                try:
+                    builder, guards = self._restore(manager, builder, guards)
+                except Exception as exc:  # torch's own, filtered guards stay
+                    self.cache.warn_once("torch:dynamo:guards", f"guards not restored: {exc}")
+            return original(manager, builder, guards, *args)
+
+        return compile_check_fn
+
+    def _restore(self, manager: Any, builder: Any, guards: list[Any]) -> tuple[Any, list[Any]]:
+        full = manager.__dict__.pop(_FULL, None)
+        user_kept = manager.__dict__.pop(_USER_KEPT, None)
+        restoring = getattr(self.local, "restoring", None)
+        if full is not None:
+            (full_builder, full_manager), every, build_args = full
+            wanted = every
+            if user_kept is not None and len(user_kept) == len(every):
+                wanted = [guard for guard, keep in zip(every, user_kept, strict=True) if keep]
+            if len(wanted) > len(guards):
+                if wanted is not every:  # the program dropped some itself: build what it kept
+                    full_builder, full_manager = manager.build_guards(wanted, *build_args, False)
+                    manager.__dict__.pop(_FULL, None)
+                # torch's __init__ copies the ID_MATCH'd objects (its recompile limit counts
+                # entries per object) from the builder it passed here.
+                builder.id_matched_objs = full_builder.id_matched_objs
+                manager.guard_manager = full_manager
+                builder, guards = full_builder, wanted
+        check = restoring.for_frame(builder.f_code) if restoring is not None else None
+        if check is not None:
+            manager.guard_manager.root.add_lambda_guard(check[0], check[1], None)
+        return builder, guards
+
+    def _installing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A loaded package's guard managers are built in its ``install``: the check of its
+        dropped guards (set by :meth:`_load`) goes into each, and no further. An install that
+        fails leaves the package fresh, so Dynamo traces (torch's own fallback catches only a
+        RuntimeError, and then raises on the package it left initialised)."""
+
+        def install(package: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                installed = original(package, *args, **kwargs)
+                _install_root_globals(package)
+                return installed
+            except Exception as exc:
+                self._install_failed(package, exc)
+                return None
+            finally:
+                self.local.restoring = None
+
+        return install
+
+    def _install_failed(self, package: Any, exc: Exception) -> None:
+        fn = package._innermost_fn
+        with contextlib.suppress(Exception):
+            package.uninstall()
+        package.__init__(None)
+        package.initialize(fn, None, ignore_inlined_sources=False)
+        self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.errors")
+        self.cache.warn_once(
+            "torch:dynamo:install", f"Dynamo package not installed ({type(exc).__name__}: {exc})"
+        )
+        with contextlib.suppress(Exception):
+            key, _ = self.key_of(fn)
+            with self.lock:
+                self.stale[key] = f"torch could not install it ({type(exc).__name__})"
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -348,19 +621,22 @@ class DynamoPackages:
         package if its backends are all there (else when the last one is recorded)."""
         try:
             dropped = getattr(self.local, "dropped", None) or {}
+            frames = getattr(self.local, "frames", None) or {}
             problem = getattr(self.local, "problem", "")
-            self.local.dropped, self.local.problem = {}, ""
+            self.local.dropped, self.local.frames, self.local.problem = {}, {}, ""
             fn = package._innermost_fn
             key = self.key_of(fn)
-            cells = set(getattr(fn.__code__, "co_freevars", ()))
-            for name in dropped:
-                source = _CALLS_AROUND.sub("", name)
-                cell = _CELL.match(source)
-                if not source.startswith("G[") and (cell is None or cell.group(1) not in cells):
-                    problem = problem or f"{name}: not a cell of {fn.__qualname__}'s closure"
+            found: Dropped = {}
+            for name, named in dropped.items():
+                scope = _scope_of(name, frames.get(name))
+                if scope is None:
+                    problem = problem or f"{name}: neither a global, a cell nor an argument"
+                else:
+                    found.setdefault(scope, {})[name] = named
             with self.lock:
                 self.keys[package] = key
-                self.dropped.setdefault(package, {}).update(dropped)
+                known = self.dropped.setdefault(package, {})
+                problem = problem or _merge(known, found)
                 if problem and package not in self.unverifiable:
                     self.unverifiable[package] = problem
                 self.pending[package.source_id] = package
@@ -415,6 +691,11 @@ class DynamoPackages:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
             log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
             return
+        problem = _unprovided(package) or self._unloadable(package)
+        if problem:
+            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
+            log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
+            return
         dynamo = package.cache_entry()
         modules = {code.python_module for code in dynamo.codes}
         modules |= {source.module for source in dynamo.source_info.inlined_sources}
@@ -424,14 +705,17 @@ class DynamoPackages:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
             log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, exc)
             return
+        guards = {scope: dict(named) for scope, named in self.loaded.get(key, {}).items()}
+        problem = _merge(guards, self.dropped.get(package, {}))
+        if problem:
+            # A frame loaded for one object and a frame traced for another: one entry cannot
+            # say which is which.
+            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
+            log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
+            return
         entry = self.package_module.PrecompileCacheEntry(dynamo=dynamo, backends=backends)
         payload = pickle.dumps(
-            {
-                "format": _FORMAT,
-                "entry": entry,
-                "sources": sources,
-                "guards": {**self.loaded.get(key, {}), **self.dropped.get(package, {})},
-            }
+            {"format": _FORMAT, "entry": entry, "sources": sources, "guards": guards}
         )
         header = EntryHeader(
             framework=FRAMEWORK,
@@ -459,6 +743,26 @@ class DynamoPackages:
             why=f"Dynamo's stored package was not used ({stale}); traced again" if stale else "",
         )
 
+    def _unloadable(self, package: Any) -> str:
+        """Why torch could not install ``package`` in another process (``""`` where it could):
+        each frame's guards are built again from their saved state, as its install does (a
+        decorated function torch saved as missing: GPT-2's guards on ``L['func']``)."""
+        module = self.package_module
+        saved = {name: getattr(self.local, name, None) for name in ("dropped", "frames", "problem")}
+        try:
+            for code, entry in list(package._codes.items()):
+                target = module._lookup_code(entry) if entry.code_source else code
+                scope = sys.modules[entry.python_module].__dict__
+                for guarded in entry.guarded_codes:
+                    state = module.load_guards_state(guarded.guards_state)
+                    module.load_guard_manager(state, target, scope)
+        except Exception as exc:
+            return f"torch could not load its guards ({type(exc).__name__}: {exc})"
+        finally:
+            for name, value in saved.items():
+                setattr(self.local, name, value)
+        return ""
+
     # -- reading ------------------------------------------------------------------------------
 
     def load(self, fn: Callable[..., Any]) -> Any:
@@ -485,7 +789,7 @@ class DynamoPackages:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.misses")
             return None
         entry = stored["entry"]
-        why = self._stale(inner, entry, stored["sources"], stored["guards"])
+        why, restoring = self._stale(inner, entry, stored["sources"], stored["guards"])
         if why:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.stale")
             with self.lock:
@@ -497,20 +801,25 @@ class DynamoPackages:
         for backend in entry.backends.values():
             context.PrecompileContext.record_artifact(backend)
         _advance_unique_ids(found.payload)
+        # torch installs the package next, in this thread: its guard managers get the check.
+        self.local.restoring = restoring
         with self.lock:
-            self.loaded[key] = dict(stored["guards"])
+            self.loaded[key] = stored["guards"]
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.hits")
         return entry
 
-    def _stale(self, fn: Any, entry: Any, sources: dict[str, str], guards: dict[str, str]) -> str:
-        """Why the stored package may not be served here, or ``""``."""
+    def _stale(
+        self, fn: Any, entry: Any, sources: dict[str, str], dropped: Dropped
+    ) -> tuple[str, DroppedGuards | None]:
+        """Why the stored package may not be served here (``""`` where it may), and the check
+        of its dropped guards to put into its guard managers."""
         for name, digest in sources.items():
             try:
                 current = _source_digest(name, self.files)
             except Exception as exc:
-                return f"module {name} cannot be read ({exc})"
+                return f"module {name} cannot be read ({exc})", None
             if current != digest:
-                return f"the source of {name} changed"
+                return f"the source of {name} changed", None
         for code in entry.dynamo.codes:
             # A resume function of another package (or of a compile in this process) under the
             # same name would be replaced by this one's: pytorch#195347 served the wrong code.
@@ -518,23 +827,52 @@ class DynamoPackages:
             names = code.function_names if code.install_to_global else ()
             taken = [name for name in names if name in scope_of]
             if taken:
-                return f"{code.python_module}.{taken[0]} is taken by another compile"
-        scope = dict(sys.modules[fn.__module__].__dict__)
+                return f"{code.python_module}.{taken[0]} is taken by another compile", None
+        # Each frame's globals as they are (later, as the package's install leaves them), and
+        # what its install adds there: the modules it imports, Dynamo's builtins dict.
+        added: dict[str, Any] = {}
         for code in entry.dynamo.codes:
             for alias, module_name in code.import_sources.items():
-                scope.setdefault(alias, importlib.import_module(module_name))
-        for name in list(_roots(guards)):
-            if _BUILTINS_ALIAS.match(name):
-                scope.setdefault(name, builtins.__dict__)
+                added.setdefault(alias, importlib.import_module(module_name))
+        for guards in dropped.values():
+            for name in list(_roots(guards)):
+                if _BUILTINS_ALIAS.match(name):
+                    added.setdefault(name, builtins.__dict__)
+        codes = {frame_key(code.python_code): code for code in entry.dynamo.codes}
+        root = frame_key(fn.__code__)
         cells = _cells(fn)
-        for name, expected in guards.items():
-            try:
-                now = identity(resolve(name, scope, cells))
-            except Exception as exc:
-                return f"{name} cannot be checked ({exc})"
-            if now != expected:
-                return f"{name} is another object ({now}, was {expected})"
-        return ""
+        frames: dict[str, tuple[Mapping[str, Any], dict[str, str]]] = {}
+        matched: dict[tuple[str, str], object] = {}
+        for frame, guards in dropped.items():
+            if frame not in codes:  # its guards would go nowhere
+                return f"its guards name a frame it lacks ({frame})", None
+            if frame == root:
+                scope = ChainMap(getattr(fn, "__func__", fn).__globals__, added)
+            else:
+                module = importlib.import_module(codes[frame].python_module)
+                scope = ChainMap(module.__dict__, added)
+            frames[frame] = (scope, guards)
+            for name, expected in guards.items():
+                # Checked now: a global, and a cell of the function's closure in its own frame.
+                # One rooted at an argument is checked on each call (DroppedGuards).
+                source = _CALLS_AROUND.sub("", name)
+                start = _LOCAL.match(source) or _CELL.match(source)
+                in_cell = frame == root and start is not None and start.group(1) in cells
+                if not _ROOT.match(source) and not in_cell:
+                    continue
+                try:
+                    value = resolve(name, scope, cells if frame == root else {})
+                    now = identity(value)
+                except Exception as exc:
+                    return f"{name} cannot be checked ({exc})", None
+                if now != expected:
+                    return f"{name} is another object ({now}, was {expected})", None
+                matched[(frame, name)] = value
+        try:
+            restoring = DroppedGuards(frames, matched)
+        except Unverifiable as exc:
+            return f"its guards cannot be checked ({exc})", None
+        return "", restoring if frames else None
 
     # -- the key ------------------------------------------------------------------------------
 
@@ -574,14 +912,161 @@ def _advance_unique_ids(payload: bytes) -> None:
     transform._unique_id_counter = itertools.count(max(next(counter), max(numbers) + 1))
 
 
+# The globals Dynamo makes for the code it writes: a package must install each one it reads.
+_GENERATED = re.compile(r"^(?:___|__compiled_fn|__resume_at|__import_|__builtins_dict__)")
+
+
+def _unprovided(package: Any) -> str:
+    """A global Dynamo made that a frame's transformed code reads and that the package would
+    not install in another process (where the frame would raise NameError), or ``""``."""
+    codes = package._codes
+    installed: dict[str, set[str]] = {}
+    for entry in codes.values():
+        names = installed.setdefault(entry.python_module, set())
+        names |= set(entry.import_sources) | set(entry.backend_ids)
+        if entry.install_to_global:
+            names |= set(entry.function_names)
+    root = package._innermost_fn
+    for code, entry in codes.items():
+        # Where the frame's code finds its globals: a resume function's and a user function's
+        # in their module; the compiled function's in its __globals__ (see
+        # _install_root_globals), which is not its __module__ under functools.wraps.
+        module = entry.python_module
+        provided = installed.get(module, set())
+        if code is root.__code__:
+            module = getattr(root, "__func__", root).__globals__.get("__name__", module)
+            provided = installed.get(module, set()) | set(entry.import_sources)
+            provided |= set(entry.backend_ids)
+        for guarded in entry.guarded_codes:
+            serialized = guarded.dynamo_code
+            for name in _names_read(serialized.co_names, serialized.co_consts):
+                # torch's install puts its builtins dict back (from the saved guards).
+                generated = _GENERATED.match(name) and not name.startswith("__builtins_dict__")
+                if generated and name not in provided:
+                    return f"its code reads {name}, which torch does not save"
+    return ""
+
+
+def _install_root_globals(package: Any) -> None:
+    """torch installs the compiled function's imports and compiled graphs into its
+    ``__module__``; its code reads them from its ``__globals__``, another module's when a
+    decorator copied ``__module__`` (transformers' Llama: NameError ``__import_torch_dot_nn...``,
+    ``__compiled_fn_1_...``). They go there too."""
+    root = package._innermost_fn
+    entry = package._codes.get(root.__code__)
+    name = getattr(root, "__func__", root).__globals__.get("__name__")
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    if entry is None or module is None or name == entry.python_module:
+        return
+    where = sys.modules[entry.python_module].__dict__
+    for alias in [*entry.import_sources, *entry.backend_ids]:
+        if alias in where and alias not in module.__dict__:
+            package._install_global(module, alias, where[alias])
+
+
+def _names_read(names: Iterable[str], consts: Iterable[Any]) -> Iterable[str]:
+    yield from names
+    for const in consts:
+        inner_names = getattr(const, "co_names", None)
+        if inner_names is not None:
+            yield from _names_read(inner_names, getattr(const, "co_consts", ()))
+
+
+def _missing(reduced: Any) -> bool:
+    """Whether torch's guard pickler gave up on an object (saved it as ``_Missing``)."""
+    return (
+        isinstance(reduced, tuple)
+        and len(reduced) == 2
+        and getattr(reduced[0], "__name__", "") == "_Missing"
+    )
+
+
+def _wrapped_path(fn: types.FunctionType) -> tuple[str, str, int] | None:
+    """``(module, qualified name, n)`` where ``fn`` is what that name holds after ``n`` steps of
+    ``__wrapped__``; ``None`` where it is not."""
+    found: Any = sys.modules.get(fn.__module__)
+    for part in fn.__qualname__.split("."):
+        found = getattr(found, part, None)
+    for depth in range(8):
+        if found is fn:
+            return fn.__module__, fn.__qualname__, depth
+        found = getattr(found, "__wrapped__", None)
+        if found is None:
+            return None
+    return None
+
+
+def unwrapped(module: str, qualname: str, depth: int) -> Any:
+    """The function :func:`_wrapped_path` named (called by pickle, loading a package's guards)."""
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    for _ in range(depth):
+        found = found.__wrapped__
+    return found
+
+
+def _property_accessor(module: types.ModuleType | None, code: types.CodeType) -> str | None:
+    """``fget.__code__`` (or ``fset``, ``fdel``) where ``code`` is a property's accessor, found
+    by its qualified name in ``module`` without running any getter; else ``None``."""
+    if module is None:
+        return None
+    found: Any = module
+    for part in code.co_qualname.split("."):
+        found = inspect.getattr_static(found, part, None)
+        if found is None:
+            return None
+    if not isinstance(found, property):
+        return None
+    for accessor in ("fget", "fset", "fdel"):
+        if getattr(getattr(found, accessor), "__code__", None) is code:
+            return f"{accessor}.__code__"
+    return None
+
+
+def _cell_objects(fn: Any) -> dict[str, types.CellType]:
+    """``fn``'s closure: cell name -> cell."""
+    names = getattr(fn.__code__, "co_freevars", ())
+    return dict(zip(names, getattr(fn, "__closure__", None) or (), strict=False))
+
+
 def _cells(fn: Any) -> dict[str, Any]:
     """``fn``'s closure: cell name -> contents (an empty cell is left out)."""
-    names = getattr(fn.__code__, "co_freevars", ())
     found: dict[str, Any] = {}
-    for name, cell in zip(names, getattr(fn, "__closure__", None) or (), strict=False):
+    for name, cell in _cell_objects(fn).items():
         with contextlib.suppress(ValueError):
             found[name] = cell.cell_contents
     return found
+
+
+def _scope_of(name: str, frame: types.CodeType | None) -> str | None:
+    """The key of the frame whose guard ``name`` is (its guards are checked with that frame's
+    globals and values), or ``None`` for a source that cannot be evaluated again: one that is
+    not rooted at a global, an argument, a local or a cell of its frame."""
+    if frame is None or not _SOURCE.match(name.replace(", ", ",")):
+        return None
+    source = _CALLS_AROUND.sub("", name)
+    if _ROOT.match(source):
+        return frame_key(frame)
+    root = _LOCAL.match(source) or _CELL.match(source)
+    if root is None:
+        return None
+    if root.group(1) in (*frame.co_varnames, *frame.co_cellvars, *frame.co_freevars):
+        return frame_key(frame)
+    return None
+
+
+def _merge(known: Dropped, new: Dropped) -> str:
+    """Add ``new`` to ``known``; a guard seen for two objects (a global rebound between two
+    compiles of one package) is said instead, and nothing is added."""
+    for scope, named in new.items():
+        for name, value in named.items():
+            before = known.get(scope, {}).get(name, value)
+            if before != value:
+                return f"{name} was two objects ({before}, then {value})"
+    for scope, named in new.items():
+        known.setdefault(scope, {}).update(named)
+    return ""
 
 
 def _roots(guards: Iterable[str]) -> Iterable[str]:
