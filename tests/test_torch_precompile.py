@@ -23,6 +23,8 @@ import pytest
 
 from compilecache import entry, runner
 from compilecache.frameworks import torch_dynamo
+from compilecache.frameworks import torch_dynamo_guards as guards
+from compilecache.frameworks import torch_dynamo_repairs as repairs
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env
 
@@ -245,10 +247,10 @@ def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> Non
 
 
 def test_globals_are_named_the_same_in_every_process() -> None:
-    assert torch_dynamo.identity(json) == "module json"
-    assert torch_dynamo.identity(len) == "builtin builtins.len"
-    assert torch_dynamo.identity(super) == "type builtins.super"
-    assert torch_dynamo.identity(Path) == "type pathlib.Path"
+    assert guards.identity(json) == "module json"
+    assert guards.identity(len) == "builtin builtins.len"
+    assert guards.identity(super) == "type builtins.super"
+    assert guards.identity(Path) == "type pathlib.Path"
 
     def f(x: int) -> int:
         return x + 1
@@ -256,40 +258,40 @@ def test_globals_are_named_the_same_in_every_process() -> None:
     def g(x: int) -> int:
         return x + 2
 
-    assert torch_dynamo.identity(f).startswith("function tests.test_torch_precompile.")
-    assert torch_dynamo.identity(f) != torch_dynamo.identity(g)
-    with pytest.raises(torch_dynamo.Unverifiable):
-        torch_dynamo.identity(object())
-    with pytest.raises(torch_dynamo.Unverifiable):
-        torch_dynamo.identity([].append)  # a bound method: its object is not named
+    assert guards.identity(f).startswith("function tests.test_torch_precompile.")
+    assert guards.identity(f) != guards.identity(g)
+    with pytest.raises(guards.Unverifiable):
+        guards.identity(object())
+    with pytest.raises(guards.Unverifiable):
+        guards.identity([].append)  # a bound method: its object is not named
 
 
 def test_a_guard_source_is_looked_up_in_globals_and_closure_cells_only() -> None:
     module = types.SimpleNamespace(act=len, table={"k": [iter]})
     scope: dict[str, Any] = {"helper": module, "__builtins_dict___0": {"iter": iter}}
-    assert torch_dynamo.resolve("G['helper'].act", scope) is len
-    assert torch_dynamo.resolve("G['__builtins_dict___0']['iter']", scope) is iter
-    assert torch_dynamo.resolve("type(G['helper'])", scope) is types.SimpleNamespace
-    assert torch_dynamo.resolve("dict.__getitem__(G['helper'].table, 'k')[0]", scope) is iter
-    assert torch_dynamo.resolve("func.act", scope, {"func": module}) is len
+    assert guards.resolve("G['helper'].act", scope) is len
+    assert guards.resolve("G['__builtins_dict___0']['iter']", scope) is iter
+    assert guards.resolve("type(G['helper'])", scope) is types.SimpleNamespace
+    assert guards.resolve("dict.__getitem__(G['helper'].table, 'k')[0]", scope) is iter
+    assert guards.resolve("func.act", scope, {"func": module}) is len
     for bad in ("L['self'].x", "args[0]", "G['helper'] or 1", "G['helper'].act + 1"):
-        with pytest.raises(torch_dynamo.Unverifiable):
-            torch_dynamo.resolve(bad, scope)
-    with pytest.raises(torch_dynamo.Unverifiable):
-        torch_dynamo.resolve("__import__('os')", scope)  # no builtins beyond the listed
+        with pytest.raises(guards.Unverifiable):
+            guards.resolve(bad, scope)
+    with pytest.raises(guards.Unverifiable):
+        guards.resolve("__import__('os')", scope)  # no builtins beyond the listed
 
 
 def test_configuration_is_digested_the_same_whatever_the_set_order() -> None:
     one = {"b": {"x", "y", "z"}, "a": [frozenset({3, 1, 2})]}
     other = {"a": [frozenset({2, 3, 1})], "b": {"z", "y", "x"}}
-    assert torch_dynamo._canonical(one) == torch_dynamo._canonical(other)
+    assert guards.canonical(one) == guards.canonical(other)
 
 
 def test_a_loaded_package_moves_dynamo_name_counter_past_its_names() -> None:
     transform = pytest.importorskip("torch._dynamo.bytecode_transformation")
     saved = transform._unique_id_counter
     try:
-        torch_dynamo._advance_unique_ids(b"..__resume_at_16_41..__builtins_dict___7..")
+        repairs.advance_unique_ids(b"..__resume_at_16_41..__builtins_dict___7..")
         assert transform.unique_id("__builtins_dict__") == "__builtins_dict___42"
     finally:
         transform._unique_id_counter = saved
@@ -324,14 +326,14 @@ def test_a_package_whose_code_reads_a_global_it_does_not_install_is_refused() ->
     )
     # Its own graph and imports are installed where its code looks (its __globals__); the
     # resume function's code reads a module global that nothing installs.
-    assert torch_dynamo._unprovided(package) == (
+    assert repairs.unprovided_global(package) == (
         "its code reads ___module_collections_1_c0, which torch does not save"
     )
     package._codes[resume].import_sources["___module_collections_1_c0"] = "collections"
-    assert torch_dynamo._unprovided(package) == ""
+    assert repairs.unprovided_global(package) == ""
     # The resume function installed into another module than the one the code reads.
     package._codes[resume].python_module = "elsewhere"
-    assert "__resume_at_4_2" in torch_dynamo._unprovided(package)
+    assert "__resume_at_4_2" in repairs.unprovided_global(package)
 
 
 def test_a_wrapped_function_is_saved_by_the_path_to_it_and_a_getter_by_its_property() -> None:
@@ -347,9 +349,9 @@ def test_a_wrapped_function_is_saved_by_the_path_to_it_and_a_getter_by_its_prope
     inner.__qualname__ = outer.__qualname__ = "inner"
     sys.modules["fake_models"] = module
     try:
-        assert torch_dynamo._wrapped_path(inner) == ("fake_models", "inner", 1)
-        assert torch_dynamo.unwrapped("fake_models", "inner", 1) is inner
-        assert torch_dynamo._wrapped_path(lambda: 0) is None
+        assert repairs.wrapped_path(inner) == ("fake_models", "inner", 1)
+        assert repairs.unwrapped("fake_models", "inner", 1) is inner
+        assert repairs.wrapped_path(lambda: 0) is None
     finally:
         del sys.modules["fake_models"]
 
@@ -364,5 +366,35 @@ def test_a_wrapped_function_is_saved_by_the_path_to_it_and_a_getter_by_its_prope
     Model.__qualname__ = "Model"
     getter = getter.replace(co_qualname="Model.loss")
     Model.__dict__["loss"].fget.__code__ = getter
-    assert torch_dynamo._property_accessor(owner, getter) == "fget.__code__"
-    assert torch_dynamo._property_accessor(owner, inner.__code__) is None
+    assert repairs.property_accessor(owner, getter) == "fget.__code__"
+    assert repairs.property_accessor(owner, inner.__code__) is None
+
+
+def test_a_loaded_frame_checks_its_dropped_guards_on_every_call() -> None:
+    """The check put back into a loaded frame's guard manager: true while each source names
+    the object recorded (by name: a first call compares names, later ones identity), false
+    once a global is rebound or an argument's class has another method."""
+    scope: dict[str, Any] = {"helper": types.SimpleNamespace(act=len)}
+    named = {
+        "G['helper'].act": guards.identity(len),
+        "type(self).__mro__[0].keys": guards.identity(dict.keys),
+    }
+    matched = {("f:1", "G['helper'].act"): len}  # checked at load
+    check, parts = guards.DroppedGuards({"f:1": (scope, named)}, matched).for_frame(
+        types.SimpleNamespace(co_qualname="f", co_firstlineno=1)
+    ) or (None, [])
+    assert check is not None and len(parts) == 2
+    assert check({"self": {}}) and check({"self": {"a": 1}})
+    assert not check({"self": []})  # list.keys: no such attribute, compile again
+
+    class Keys(dict):  # type: ignore[type-arg]
+        def keys(self) -> Any:
+            return []
+
+    assert not check({"self": Keys()})
+    scope["helper"].act = sorted
+    assert not check({"self": {}})
+    scope["helper"].act = len
+    assert check({"self": {}})
+    other = types.SimpleNamespace(co_qualname="g", co_firstlineno=1)
+    assert guards.DroppedGuards({}, {}).for_frame(other) is None

@@ -1,12 +1,13 @@
 """Dynamo's own output from the store: a torch warm start that does not trace the program again.
 
-Opt-in (``COMPILECACHE_TORCH_PRECOMPILE=1``). torch's ``caching_precompile`` mode makes Dynamo
-keep what it produced for a ``torch.compile``'d function in a ``CompilePackage`` (the
-transformed bytecode, the serialised guards, the names of the compiled backends) and look it up
-when the function is compiled again (``DynamoCache.load``, before any tracing). torch keeps it
-in its cache directory, written only by ``save_cache_artifacts()``. Here ``DynamoCache`` is
-replaced by :class:`StoreDynamoCache`, which keeps each package, with its compiled backend, in
-compilecache's store: keyed, signed, counted and carried to a fresh host like every other entry.
+Opt-in (``COMPILECACHE_TORCH_PRECOMPILE=1``), for the torch versions in :data:`TESTED`.
+torch's ``caching_precompile`` mode makes Dynamo keep what it produced for a ``torch.compile``'d
+function in a ``CompilePackage`` (the transformed bytecode, the serialised guards, the names of
+the compiled backends) and look it up when the function is compiled again
+(``DynamoCache.load``, before any tracing). torch keeps it in its cache directory, written only
+by ``save_cache_artifacts()``. Here ``DynamoCache`` is replaced by :class:`StoreDynamoCache`,
+which keeps each package, with its compiled backend, in compilecache's store: keyed, signed,
+counted and carried to a fresh host like every other entry.
 
 A package is served only where torch's own warm start would compute the same thing:
 
@@ -20,19 +21,16 @@ A package is served only where torch's own warm start would compute the same thi
 - **Dropped guards**: under ``caching_precompile`` Dynamo drops the guards on object identity
   (ID_MATCH and what derives from it, CLOSURE_MATCH, WEAKREF_ALIVE, DICT_VERSION), which cannot
   be serialised. In the process that traces, they are put back in memory (the frame keeps the
-  guards torch builds without the mode; only the saved copy leaves them out). For an object
-  reached from a global or from a cell of the function's closure (a module, a function, a
-  class, an enum member, a builtin) the entry records what it is by name (a function also by its
-  code); a load checks each, and puts back a guard (:class:`DroppedGuards`) that they stay those
-  objects. A package that dropped a guard we cannot check this way (a local object's identity,
-  a dict's version) is not stored.
+  guards torch builds without the mode; only the saved copy leaves them out). The entry records
+  each by what its object is, by name (``torch_dynamo_guards``); a load checks those reached
+  from globals and closure cells, and every frame it installs checks all of them on each call.
+  A package that dropped a guard that cannot be named (an instance, a dict's version) is not
+  stored.
 - **Loadable packages only**: before a package is written its guards are built again from their
   saved state (as torch's install does) and every global Dynamo made that its code reads must be
-  installed by it where that code looks. Where torch's own mode fails on transformers' models
-  this module names a property's getter, saves a decorated method's inner function by its
-  ``__wrapped__`` path, records modules Dynamo loads through globals of its own, and installs a
-  decorated function's imports and graphs into its ``__globals__``. An install that still fails
-  leaves the package fresh: Dynamo traces.
+  installed by it where that code looks. Where torch's own mode fails on transformers' models,
+  ``torch_dynamo_repairs`` mends it. An install that still fails leaves the package fresh:
+  Dynamo traces.
 - **Complete packages only**: a package is written once every backend it names was recorded
   (the AOTAutograd entry is recorded at the first backward call), and again after a recompile
   added a backend, so an entry never names a backend it lacks (pytorch#194951).
@@ -47,25 +45,51 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import enum
 import functools
-import hashlib
 import importlib
 import inspect
-import itertools
 import logging
 import os
 import pickle
-import re
 import sys
 import threading
 import types
 import weakref
 from collections import ChainMap
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from compilecache.entry import EntryHeader
+from compilecache.frameworks.torch_dynamo_guards import (
+    BUILTINS_ALIAS,
+    CALLS_AROUND,
+    DERIVED,
+    DROPPED,
+    GLOBAL_ROOT,
+    LOCAL_ROOT,
+    NAME_ROOT,
+    Dropped,
+    DroppedGuards,
+    Unverifiable,
+    canonical,
+    closure_cells,
+    digest,
+    frame_key,
+    global_roots,
+    identity,
+    merge_dropped,
+    resolve,
+    scope_of,
+)
+from compilecache.frameworks.torch_dynamo_repairs import (
+    advance_unique_ids,
+    install_root_globals,
+    property_accessor,
+    saved_as_missing,
+    unprovided_global,
+    unwrapped,
+    wrapped_path,
+)
 from compilecache.host import installed_version, torch_versions
 from compilecache.patches import Patches
 from compilecache.runtime import explain, keys
@@ -84,30 +108,6 @@ OUTPUT = "torch._dynamo.output_graph"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
 # eval_frame is done: they import each other).
 MODULES = (PACKAGE, GUARDS, CONTEXT, OUTPUT)
-# The guard kinds Dynamo drops under caching_precompile (torch/_dynamo/guards.py).
-DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
-_DERIVED = ("ID_MATCH", "DICT_VERSION")
-# A guard's source as Dynamo names it: a global (G['name']) or a cell of the compiled function's
-# closure (its bare name), then .attr or ['key'] steps.
-_ROOT = re.compile(r"G\['([^'\\]+)'\]")
-# A local of the compiled frame: Dynamo names the cells of the compiled function's closure so.
-_LOCAL = re.compile(r"L\['([^'\\]+)'\]")
-_CELL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)")
-# What wraps a source in Dynamo's names (``type(x)``, ``dict(x)``, ``dict.__getitem__(x, k)``).
-_CALLS_AROUND = re.compile(r"^(?:(?:type|dict|list|dict\.[a-z_]+|list\.[a-z_]+)\()+")
-# A source expression: names, attributes, subscripts, calls and literals; no lambdas,
-# comprehensions, operators or statements.
-_SOURCE = re.compile(r"^[A-Za-z0-9_\[\]\(\)\.,']+$")
-_SOURCE_BUILTINS: dict[str, Any] = {
-    "type": type,
-    "dict": dict,
-    "list": list,
-    "tuple": tuple,
-    "len": len,
-    "getattr": getattr,
-    "object": object,
-}
-_BUILTINS_ALIAS = re.compile(r"^__builtins_dict___[0-9]+$")
 _FORMAT = 1
 # Set on a CheckFunctionManager while it builds its guards (see DynamoPackages._restore).
 _FULL = "_compilecache_full_build"
@@ -117,135 +117,6 @@ _KEY_RECIPE = "torch-dynamo-1"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
 # test_torch_precompile.py, on 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.15.")
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-class Unverifiable(Exception):
-    """A dropped guard whose object cannot be named in another process."""
-
-
-def identity(value: object) -> str:
-    """What a global object is, by name, the same in every process that has the same one."""
-    if isinstance(value, types.ModuleType):
-        return f"module {value.__name__}"
-    if isinstance(value, types.FunctionType):
-        digest = _code_digest(value.__code__)
-        return f"function {value.__module__}.{value.__qualname__} {digest}"
-    if isinstance(value, types.CodeType):
-        return f"code {value.co_qualname} {_code_digest(value)}"
-    if isinstance(value, enum.Enum):
-        kind = type(value)
-        return f"enum {kind.__module__}.{kind.__qualname__}.{value.name}"
-    if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-        cls = value.__objclass__
-        return f"method {cls.__module__}.{cls.__qualname__}.{value.__name__}"
-    if isinstance(value, type):
-        return f"type {value.__module__}.{value.__qualname__}"
-    if isinstance(value, types.BuiltinFunctionType):
-        # A module's builtin (len, torch._C._nn.gelu), not a method bound to some object.
-        owner = getattr(value, "__self__", None)
-        if owner is None or isinstance(owner, types.ModuleType):
-            return f"builtin {value.__module__}.{value.__qualname__}"
-    raise Unverifiable(f"{type(value).__name__} object")
-
-
-def _code_digest(code: types.CodeType) -> str:
-    """A digest of what ``code`` does: its bytecode, names and constants, the same in every
-    process (a nested function's code by its own digest, not its address; sets sorted)."""
-    consts = [
-        f"code {_code_digest(c)}" if isinstance(c, types.CodeType) else _canonical(c)
-        for c in code.co_consts
-    ]
-    body = code.co_code + repr(code.co_names).encode() + _canonical(consts).encode()
-    return _digest(body)[:16]
-
-
-def resolve(name: str, scope: Mapping[str, Any], cells: dict[str, Any] | None = None) -> object:
-    """The object a guard's source names, evaluated as Dynamo's own guard code evaluates it:
-    ``G`` is the globals ``scope``, ``L['name']`` or a bare name a cell of the compiled
-    function's closure, and only the builtins Dynamo's sources use (``type``, ``dict``, ``list``...) are there. The
-    source comes from an entry that passed the store's checks, like the pickle beside it."""
-    if not _SOURCE.match(name.replace(", ", ",")):
-        raise Unverifiable(f"not a source expression: {name!r}")
-    names = {"G": scope, "L": cells or {}, **(cells or {})}
-    try:
-        return eval(name, {"__builtins__": _SOURCE_BUILTINS}, names)
-    except Exception as exc:
-        raise Unverifiable(f"{name}: {type(exc).__name__}: {exc}") from exc
-
-
-class DroppedGuards:
-    """The guards Dynamo dropped from a loaded package, put back: one lambda guard in the guard
-    manager of each frame the package installs (:meth:`for_frame`), true while every object its
-    guards name (from the frame's globals, closure cells or arguments: ``self``'s class) is, by
-    name, the one recorded where the frame was traced. A global rebound later in the run makes
-    Dynamo compile again, as in plain torch."""
-
-    def __init__(
-        self,
-        frames: dict[str, tuple[Mapping[str, Any], dict[str, str]]],
-        matched: dict[tuple[str, str], object],
-    ) -> None:
-        self.frames = {
-            frame: (
-                scope,
-                [(_compiled(name), (frame, name), named) for name, named in guards.items()],
-                [f"{name} is {named} (compilecache)" for name, named in guards.items()],
-            )
-            for frame, (scope, guards) in frames.items()
-        }
-        # Per guard, the last object that matched by name: later calls compare identity only.
-        self.matched = matched
-
-    def for_frame(self, code: types.CodeType) -> tuple[Callable[[Any], bool], list[str]] | None:
-        """The lambda guard (and its description) for the guard manager of ``code``'s frame."""
-        found = self.frames.get(frame_key(code))
-        if found is None:
-            return None
-        scope, checks, parts = found
-
-        def check(frame_locals: Any) -> bool:
-            return self._check(scope, frame_locals, checks)
-
-        return check, parts
-
-    def _check(
-        self,
-        scope: Mapping[str, Any],
-        frame_locals: Any,
-        checks: list[tuple[types.CodeType, tuple[str, str], str]],
-    ) -> bool:
-        try:
-            names = {**frame_locals, "G": scope, "L": frame_locals}
-            for code, memo, named in checks:
-                value = eval(code, _EVAL_GLOBALS, names)
-                if value is not self.matched.get(memo, _NOTHING):
-                    if identity(value) != named:
-                        return False
-                    self.matched[memo] = value
-            return True
-        except Exception:  # an emptied cell, a deleted global, an unnamed object: compile again
-            return False
-
-
-_NOTHING = object()
-# The guards a package's frames dropped: a frame's key (frame_key) -> source -> identity().
-Dropped = dict[str, dict[str, str]]
-_EVAL_GLOBALS = {"__builtins__": _SOURCE_BUILTINS}
-
-
-def _compiled(name: str) -> types.CodeType:
-    if not _SOURCE.match(name.replace(", ", ",")):
-        raise Unverifiable(f"not a source expression: {name!r}")
-    return compile(name, "<dropped guard>", "eval")
-
-
-def frame_key(code: Any) -> str:
-    """A frame's code by what survives torch's serialisation and another machine's paths."""
-    return f"{code.co_qualname}:{code.co_firstlineno}"
 
 
 def _source_digest(module_name: str, files: dict[str, str]) -> str:
@@ -259,7 +130,7 @@ def _source_digest(module_name: str, files: dict[str, str]) -> str:
     if not path:
         raise Unverifiable(f"module {module_name} has no source file")
     with open(path, "rb") as f:
-        files[module_name] = _digest(f.read())
+        files[module_name] = digest(f.read())
     return files[module_name]
 
 
@@ -411,7 +282,7 @@ class DynamoPackages:
                     raise
                 module = inspect.getmodule(code)
                 name = module.__name__ if module else code.co_filename
-                accessor = _property_accessor(module, code)
+                accessor = property_accessor(module, code)
                 if accessor is not None:
                     package._add_function(
                         code, name, function_name=code.co_qualname, code_source=accessor
@@ -464,8 +335,8 @@ class DynamoPackages:
 
         def reducer_override(pickler: Any, obj: Any) -> Any:
             reduced = original(pickler, obj)
-            if self.enabled and isinstance(obj, types.FunctionType) and _missing(reduced):
-                path = _wrapped_path(obj)
+            if self.enabled and isinstance(obj, types.FunctionType) and saved_as_missing(reduced):
+                path = wrapped_path(obj)
                 if path is not None:
                     return unwrapped, path
             return reduced
@@ -485,7 +356,7 @@ class DynamoPackages:
 
     def _note_guard(self, entry: Any, builder: Any) -> None:
         derived = tuple(entry.derived_guard_types)
-        if entry.guard_type not in DROPPED and not any(d in derived for d in _DERIVED):
+        if entry.guard_type not in DROPPED and not any(d in derived for d in DERIVED):
             return
         seen = getattr(self.local, "dropped", None)
         if seen is None:
@@ -558,27 +429,32 @@ class DynamoPackages:
         return compile_check_fn
 
     def _restore(self, manager: Any, builder: Any, guards: list[Any]) -> tuple[Any, list[Any]]:
+        """The builder and guards ``compile_check_fn`` goes on with; ``manager`` is changed
+        only once nothing more can fail."""
         full = manager.__dict__.pop(_FULL, None)
         user_kept = manager.__dict__.pop(_USER_KEPT, None)
         restoring = getattr(self.local, "restoring", None)
+        chosen, chosen_manager, chosen_guards = builder, manager.guard_manager, guards
         if full is not None:
             (full_builder, full_manager), every, build_args = full
             wanted = every
-            if user_kept is not None and len(user_kept) == len(every):
+            if user_kept is not None:
+                # The program's own filter decided on these guards: it keeps what it kept.
                 wanted = [guard for guard, keep in zip(every, user_kept, strict=True) if keep]
             if len(wanted) > len(guards):
                 if wanted is not every:  # the program dropped some itself: build what it kept
                     full_builder, full_manager = manager.build_guards(wanted, *build_args, False)
                     manager.__dict__.pop(_FULL, None)
-                # torch's __init__ copies the ID_MATCH'd objects (its recompile limit counts
-                # entries per object) from the builder it passed here.
-                builder.id_matched_objs = full_builder.id_matched_objs
-                manager.guard_manager = full_manager
-                builder, guards = full_builder, wanted
-        check = restoring.for_frame(builder.f_code) if restoring is not None else None
+                chosen, chosen_manager, chosen_guards = full_builder, full_manager, wanted
+        check = restoring.for_frame(chosen.f_code) if restoring is not None else None
         if check is not None:
-            manager.guard_manager.root.add_lambda_guard(check[0], check[1], None)
-        return builder, guards
+            chosen_manager.root.add_lambda_guard(check[0], check[1], None)
+        if chosen is not builder:
+            # torch's __init__ copies the ID_MATCH'd objects (its recompile limit counts
+            # entries per object) from the builder it passed here.
+            builder.id_matched_objs = chosen.id_matched_objs
+            manager.guard_manager = chosen_manager
+        return chosen, chosen_guards
 
     def _installing(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A loaded package's guard managers are built in its ``install``: the check of its
@@ -589,7 +465,7 @@ class DynamoPackages:
         def install(package: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 installed = original(package, *args, **kwargs)
-                _install_root_globals(package)
+                install_root_globals(package)
                 return installed
             except Exception as exc:
                 self._install_failed(package, exc)
@@ -628,7 +504,7 @@ class DynamoPackages:
             key = self.key_of(fn)
             found: Dropped = {}
             for name, named in dropped.items():
-                scope = _scope_of(name, frames.get(name))
+                scope = scope_of(name, frames.get(name))
                 if scope is None:
                     problem = problem or f"{name}: neither a global, a cell nor an argument"
                 else:
@@ -636,7 +512,7 @@ class DynamoPackages:
             with self.lock:
                 self.keys[package] = key
                 known = self.dropped.setdefault(package, {})
-                problem = problem or _merge(known, found)
+                problem = problem or merge_dropped(known, found)
                 if problem and package not in self.unverifiable:
                     self.unverifiable[package] = problem
                 self.pending[package.source_id] = package
@@ -691,7 +567,7 @@ class DynamoPackages:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
             log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
             return
-        problem = _unprovided(package) or self._unloadable(package)
+        problem = unprovided_global(package) or self._unloadable(package)
         if problem:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
             log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
@@ -706,7 +582,7 @@ class DynamoPackages:
             log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, exc)
             return
         guards = {scope: dict(named) for scope, named in self.loaded.get(key, {}).items()}
-        problem = _merge(guards, self.dropped.get(package, {}))
+        problem = merge_dropped(guards, self.dropped.get(package, {}))
         if problem:
             # A frame loaded for one object and a frame traced for another: one entry cannot
             # say which is which.
@@ -800,7 +676,7 @@ class DynamoPackages:
         context = self.context or importlib.import_module(CONTEXT)
         for backend in entry.backends.values():
             context.PrecompileContext.record_artifact(backend)
-        _advance_unique_ids(found.payload)
+        advance_unique_ids(found.payload)
         # torch installs the package next, in this thread: its guard managers get the check.
         self.local.restoring = restoring
         with self.lock:
@@ -813,12 +689,12 @@ class DynamoPackages:
     ) -> tuple[str, DroppedGuards | None]:
         """Why the stored package may not be served here (``""`` where it may), and the check
         of its dropped guards to put into its guard managers."""
-        for name, digest in sources.items():
+        for name, recorded in sources.items():
             try:
                 current = _source_digest(name, self.files)
             except Exception as exc:
                 return f"module {name} cannot be read ({exc})", None
-            if current != digest:
+            if current != recorded:
                 return f"the source of {name} changed", None
         for code in entry.dynamo.codes:
             # A resume function of another package (or of a compile in this process) under the
@@ -835,12 +711,12 @@ class DynamoPackages:
             for alias, module_name in code.import_sources.items():
                 added.setdefault(alias, importlib.import_module(module_name))
         for guards in dropped.values():
-            for name in list(_roots(guards)):
-                if _BUILTINS_ALIAS.match(name):
+            for name in list(global_roots(guards)):
+                if BUILTINS_ALIAS.match(name):
                     added.setdefault(name, builtins.__dict__)
         codes = {frame_key(code.python_code): code for code in entry.dynamo.codes}
         root = frame_key(fn.__code__)
-        cells = _cells(fn)
+        cells = closure_cells(fn)
         frames: dict[str, tuple[Mapping[str, Any], dict[str, str]]] = {}
         matched: dict[tuple[str, str], object] = {}
         for frame, guards in dropped.items():
@@ -855,10 +731,10 @@ class DynamoPackages:
             for name, expected in guards.items():
                 # Checked now: a global, and a cell of the function's closure in its own frame.
                 # One rooted at an argument is checked on each call (DroppedGuards).
-                source = _CALLS_AROUND.sub("", name)
-                start = _LOCAL.match(source) or _CELL.match(source)
+                source = CALLS_AROUND.sub("", name)
+                start = LOCAL_ROOT.match(source) or NAME_ROOT.match(source)
                 in_cell = frame == root and start is not None and start.group(1) in cells
-                if not _ROOT.match(source) and not in_cell:
+                if not GLOBAL_ROOT.match(source) and not in_cell:
                     continue
                 try:
                     value = resolve(name, scope, cells if frame == root else {})
@@ -896,186 +772,6 @@ class DynamoPackages:
         return f"{PREFIX}{fn.__qualname__}-{keys.chain(_KEY_RECIPE, components)[:32]}", components
 
 
-# The names Dynamo numbers with its per-process counter (``unique_id``) that a loaded package
-# puts in a module's globals: resume functions, its builtins dict, compiled backends.
-_NUMBERED = re.compile(rb"(?:__resume_at_[0-9]+|__builtins_dict__|__compiled_fn)_([0-9]+)")
-
-
-def _advance_unique_ids(payload: bytes) -> None:
-    """Move Dynamo's name counter past the numbers a loaded package uses: a later compile in
-    this process would otherwise pick the same global name ("already exists in scope")."""
-    numbers = [int(m.group(1)) for m in _NUMBERED.finditer(payload)]
-    if not numbers:
-        return
-    transform: Any = importlib.import_module("torch._dynamo.bytecode_transformation")
-    counter = transform._unique_id_counter
-    transform._unique_id_counter = itertools.count(max(next(counter), max(numbers) + 1))
-
-
-# The globals Dynamo makes for the code it writes: a package must install each one it reads.
-_GENERATED = re.compile(r"^(?:___|__compiled_fn|__resume_at|__import_|__builtins_dict__)")
-
-
-def _unprovided(package: Any) -> str:
-    """A global Dynamo made that a frame's transformed code reads and that the package would
-    not install in another process (where the frame would raise NameError), or ``""``."""
-    codes = package._codes
-    installed: dict[str, set[str]] = {}
-    for entry in codes.values():
-        names = installed.setdefault(entry.python_module, set())
-        names |= set(entry.import_sources) | set(entry.backend_ids)
-        if entry.install_to_global:
-            names |= set(entry.function_names)
-    root = package._innermost_fn
-    for code, entry in codes.items():
-        # Where the frame's code finds its globals: a resume function's and a user function's
-        # in their module; the compiled function's in its __globals__ (see
-        # _install_root_globals), which is not its __module__ under functools.wraps.
-        module = entry.python_module
-        provided = installed.get(module, set())
-        if code is root.__code__:
-            module = getattr(root, "__func__", root).__globals__.get("__name__", module)
-            provided = installed.get(module, set()) | set(entry.import_sources)
-            provided |= set(entry.backend_ids)
-        for guarded in entry.guarded_codes:
-            serialized = guarded.dynamo_code
-            for name in _names_read(serialized.co_names, serialized.co_consts):
-                # torch's install puts its builtins dict back (from the saved guards).
-                generated = _GENERATED.match(name) and not name.startswith("__builtins_dict__")
-                if generated and name not in provided:
-                    return f"its code reads {name}, which torch does not save"
-    return ""
-
-
-def _install_root_globals(package: Any) -> None:
-    """torch installs the compiled function's imports and compiled graphs into its
-    ``__module__``; its code reads them from its ``__globals__``, another module's when a
-    decorator copied ``__module__`` (transformers' Llama: NameError ``__import_torch_dot_nn...``,
-    ``__compiled_fn_1_...``). They go there too."""
-    root = package._innermost_fn
-    entry = package._codes.get(root.__code__)
-    name = getattr(root, "__func__", root).__globals__.get("__name__")
-    module = sys.modules.get(name) if isinstance(name, str) else None
-    if entry is None or module is None or name == entry.python_module:
-        return
-    where = sys.modules[entry.python_module].__dict__
-    for alias in [*entry.import_sources, *entry.backend_ids]:
-        if alias in where and alias not in module.__dict__:
-            package._install_global(module, alias, where[alias])
-
-
-def _names_read(names: Iterable[str], consts: Iterable[Any]) -> Iterable[str]:
-    yield from names
-    for const in consts:
-        inner_names = getattr(const, "co_names", None)
-        if inner_names is not None:
-            yield from _names_read(inner_names, getattr(const, "co_consts", ()))
-
-
-def _missing(reduced: Any) -> bool:
-    """Whether torch's guard pickler gave up on an object (saved it as ``_Missing``)."""
-    return (
-        isinstance(reduced, tuple)
-        and len(reduced) == 2
-        and getattr(reduced[0], "__name__", "") == "_Missing"
-    )
-
-
-def _wrapped_path(fn: types.FunctionType) -> tuple[str, str, int] | None:
-    """``(module, qualified name, n)`` where ``fn`` is what that name holds after ``n`` steps of
-    ``__wrapped__``; ``None`` where it is not."""
-    found: Any = sys.modules.get(fn.__module__)
-    for part in fn.__qualname__.split("."):
-        found = getattr(found, part, None)
-    for depth in range(8):
-        if found is fn:
-            return fn.__module__, fn.__qualname__, depth
-        found = getattr(found, "__wrapped__", None)
-        if found is None:
-            return None
-    return None
-
-
-def unwrapped(module: str, qualname: str, depth: int) -> Any:
-    """The function :func:`_wrapped_path` named (called by pickle, loading a package's guards)."""
-    found: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    for _ in range(depth):
-        found = found.__wrapped__
-    return found
-
-
-def _property_accessor(module: types.ModuleType | None, code: types.CodeType) -> str | None:
-    """``fget.__code__`` (or ``fset``, ``fdel``) where ``code`` is a property's accessor, found
-    by its qualified name in ``module`` without running any getter; else ``None``."""
-    if module is None:
-        return None
-    found: Any = module
-    for part in code.co_qualname.split("."):
-        found = inspect.getattr_static(found, part, None)
-        if found is None:
-            return None
-    if not isinstance(found, property):
-        return None
-    for accessor in ("fget", "fset", "fdel"):
-        if getattr(getattr(found, accessor), "__code__", None) is code:
-            return f"{accessor}.__code__"
-    return None
-
-
-def _cell_objects(fn: Any) -> dict[str, types.CellType]:
-    """``fn``'s closure: cell name -> cell."""
-    names = getattr(fn.__code__, "co_freevars", ())
-    return dict(zip(names, getattr(fn, "__closure__", None) or (), strict=False))
-
-
-def _cells(fn: Any) -> dict[str, Any]:
-    """``fn``'s closure: cell name -> contents (an empty cell is left out)."""
-    found: dict[str, Any] = {}
-    for name, cell in _cell_objects(fn).items():
-        with contextlib.suppress(ValueError):
-            found[name] = cell.cell_contents
-    return found
-
-
-def _scope_of(name: str, frame: types.CodeType | None) -> str | None:
-    """The key of the frame whose guard ``name`` is (its guards are checked with that frame's
-    globals and values), or ``None`` for a source that cannot be evaluated again: one that is
-    not rooted at a global, an argument, a local or a cell of its frame."""
-    if frame is None or not _SOURCE.match(name.replace(", ", ",")):
-        return None
-    source = _CALLS_AROUND.sub("", name)
-    if _ROOT.match(source):
-        return frame_key(frame)
-    root = _LOCAL.match(source) or _CELL.match(source)
-    if root is None:
-        return None
-    if root.group(1) in (*frame.co_varnames, *frame.co_cellvars, *frame.co_freevars):
-        return frame_key(frame)
-    return None
-
-
-def _merge(known: Dropped, new: Dropped) -> str:
-    """Add ``new`` to ``known``; a guard seen for two objects (a global rebound between two
-    compiles of one package) is said instead, and nothing is added."""
-    for scope, named in new.items():
-        for name, value in named.items():
-            before = known.get(scope, {}).get(name, value)
-            if before != value:
-                return f"{name} was two objects ({before}, then {value})"
-    for scope, named in new.items():
-        known.setdefault(scope, {}).update(named)
-    return ""
-
-
-def _roots(guards: Iterable[str]) -> Iterable[str]:
-    for name in guards:
-        root = _ROOT.match(name)
-        if root is not None:
-            yield root.group(1)
-
-
 def _version_components() -> dict[str, str]:
     """torch's (and its git revision), Python's, and Triton's version when it is installed."""
     return {**torch_versions(), "triton": _triton_version()}
@@ -1089,20 +785,7 @@ def _triton_version() -> str:
 
 def _config_digest(module_name: str) -> str:
     module: Any = importlib.import_module(module_name)
-    return _digest(_canonical(module.save_config_portable()).encode())[:32]
-
-
-def _canonical(value: object) -> str:
-    """A repr that is the same in every process: sets and dicts in sorted order (a set's own
-    order follows the per-process string hash seed)."""
-    if isinstance(value, dict):
-        items = sorted((_canonical(k), _canonical(v)) for k, v in value.items())
-        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
-    if isinstance(value, (set, frozenset)):
-        return "{" + ", ".join(sorted(_canonical(v) for v in value)) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_canonical(v) for v in value) + "]"
-    return repr(value)
+    return digest(canonical(module.save_config_portable()).encode())[:32]
 
 
 def _cuda_facts(torch: Any) -> str:

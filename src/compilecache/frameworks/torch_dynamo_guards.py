@@ -1,0 +1,237 @@
+"""The guards Dynamo drops under ``caching_precompile``, named so another process can check them.
+
+Dynamo's guards on object identity (ID_MATCH and what derives from it, CLOSURE_MATCH,
+WEAKREF_ALIVE, DICT_VERSION) cannot be saved: an id means nothing in another process. A package
+records, for each such guard, what its object is by name (:func:`identity`: a module by its
+name, a function by its qualified name and code, a class, an enum member, a builtin), keyed by
+the frame it guards (:func:`frame_key`). A load checks those reached from globals and closure
+cells (:func:`resolve`), and each installed frame gets :class:`FrameGuards`, which checks them
+all on every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import re
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+# The guard kinds Dynamo drops under caching_precompile (torch/_dynamo/guards.py).
+DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
+# ... and the guards derived from these kinds.
+DERIVED = ("ID_MATCH", "DICT_VERSION")
+# Where a guard's source starts, as Dynamo names it: a global (G['name']), a local or argument of
+# the guarded frame (L['name'], or the bare name in torch's filter entries; a cell of the
+# compiled function's closure is one of its frame's locals), then .attr or ['key'] steps.
+GLOBAL_ROOT = re.compile(r"G\['([^'\\]+)'\]")
+LOCAL_ROOT = re.compile(r"L\['([^'\\]+)'\]")
+NAME_ROOT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)")
+# What wraps a source in Dynamo's names (``type(x)``, ``dict(x)``, ``dict.__getitem__(x, k)``).
+CALLS_AROUND = re.compile(r"^(?:(?:type|dict|list|dict\.[a-z_]+|list\.[a-z_]+)\()+")
+# A source expression: names, attributes, subscripts, calls and literals; no lambdas,
+# comprehensions, operators or statements.
+_SOURCE = re.compile(r"^[A-Za-z0-9_\[\]\(\)\.,']+$")
+_SOURCE_BUILTINS: dict[str, Any] = {
+    "type": type,
+    "dict": dict,
+    "list": list,
+    "tuple": tuple,
+    "len": len,
+    "getattr": getattr,
+    "object": object,
+}
+BUILTINS_ALIAS = re.compile(r"^__builtins_dict___[0-9]+$")
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Unverifiable(Exception):
+    """A dropped guard whose object cannot be named in another process."""
+
+
+def identity(value: object) -> str:
+    """What a global object is, by name, the same in every process that has the same one."""
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, types.FunctionType):
+        digest = _code_digest(value.__code__)
+        return f"function {value.__module__}.{value.__qualname__} {digest}"
+    if isinstance(value, types.CodeType):
+        return f"code {value.co_qualname} {_code_digest(value)}"
+    if isinstance(value, enum.Enum):
+        kind = type(value)
+        return f"enum {kind.__module__}.{kind.__qualname__}.{value.name}"
+    if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        cls = value.__objclass__
+        return f"method {cls.__module__}.{cls.__qualname__}.{value.__name__}"
+    if isinstance(value, type):
+        return f"type {value.__module__}.{value.__qualname__}"
+    if isinstance(value, types.BuiltinFunctionType):
+        # A module's builtin (len, torch._C._nn.gelu), not a method bound to some object.
+        owner = getattr(value, "__self__", None)
+        if owner is None or isinstance(owner, types.ModuleType):
+            return f"builtin {value.__module__}.{value.__qualname__}"
+    raise Unverifiable(f"{type(value).__name__} object")
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """A digest of what ``code`` does: its bytecode, names and constants, the same in every
+    process (a nested function's code by its own digest, not its address; sets sorted)."""
+    consts = [
+        f"code {_code_digest(c)}" if isinstance(c, types.CodeType) else canonical(c)
+        for c in code.co_consts
+    ]
+    body = code.co_code + repr(code.co_names).encode() + canonical(consts).encode()
+    return digest(body)[:16]
+
+
+def resolve(name: str, scope: Mapping[str, Any], cells: dict[str, Any] | None = None) -> object:
+    """The object a guard's source names, evaluated as Dynamo's own guard code evaluates it:
+    ``G`` is the globals ``scope``, ``L['name']`` or a bare name a cell of the compiled
+    function's closure, and only the builtins Dynamo's sources use (``type``, ``dict``, ``list``...) are there. The
+    source comes from an entry that passed the store's checks, like the pickle beside it."""
+    if not _SOURCE.match(name.replace(", ", ",")):
+        raise Unverifiable(f"not a source expression: {name!r}")
+    names = {"G": scope, "L": cells or {}, **(cells or {})}
+    try:
+        return eval(name, {"__builtins__": _SOURCE_BUILTINS}, names)
+    except Exception as exc:
+        raise Unverifiable(f"{name}: {type(exc).__name__}: {exc}") from exc
+
+
+class DroppedGuards:
+    """The guards Dynamo dropped from a loaded package, put back: one lambda guard in the guard
+    manager of each frame the package installs (:meth:`for_frame`), true while every object its
+    guards name (from the frame's globals, closure cells or arguments: ``self``'s class) is, by
+    name, the one recorded where the frame was traced. A global rebound later in the run makes
+    Dynamo compile again, as in plain torch."""
+
+    def __init__(
+        self,
+        frames: dict[str, tuple[Mapping[str, Any], dict[str, str]]],
+        matched: dict[tuple[str, str], object],
+    ) -> None:
+        self.frames = {
+            frame: FrameGuards(scope, guards, [matched.get((frame, n), _NOTHING) for n in guards])
+            for frame, (scope, guards) in frames.items()
+        }
+
+    def for_frame(self, code: types.CodeType) -> tuple[Callable[[Any], bool], list[str]] | None:
+        """The lambda guard (and its description) for the guard manager of ``code``'s frame."""
+        found = self.frames.get(frame_key(code))
+        return (found, found.parts) if found is not None else None
+
+
+class FrameGuards:
+    """One frame's dropped guards, called with the frame's locals on each call. Each source is
+    compared by identity with the object that last matched it by name (one expression for all:
+    a few microseconds), and by name where that fails."""
+
+    def __init__(self, scope: Mapping[str, Any], guards: dict[str, str], memo: list[object]):
+        self.scope = scope
+        self.checks = [(_compiled(name), named) for name, named in guards.items()]
+        self.memo = memo
+        same = " and ".join(f"({name}) is __memo[{i}]" for i, name in enumerate(guards))
+        self.same = compile(same or "True", "<dropped guards>", "eval")
+        self.parts = [f"{name} is {named} (compilecache)" for name, named in guards.items()]
+
+    def __call__(self, frame_locals: Any) -> bool:
+        try:
+            names = {**frame_locals, "G": self.scope, "L": frame_locals, "__memo": self.memo}
+            if eval(self.same, _EVAL_GLOBALS, names):
+                return True
+            for index, (code, named) in enumerate(self.checks):
+                value = eval(code, _EVAL_GLOBALS, names)
+                if value is not self.memo[index]:
+                    if identity(value) != named:
+                        return False
+                    self.memo[index] = value
+            return True
+        except Exception:  # an emptied cell, a deleted global, an unnamed object: compile again
+            return False
+
+
+_NOTHING = object()
+
+
+# The guards a package's frames dropped: a frame's key (frame_key) -> source -> identity().
+Dropped = dict[str, dict[str, str]]
+
+
+_EVAL_GLOBALS = {"__builtins__": _SOURCE_BUILTINS}
+
+
+def _compiled(name: str) -> types.CodeType:
+    if not _SOURCE.match(name.replace(", ", ",")):
+        raise Unverifiable(f"not a source expression: {name!r}")
+    return compile(name, "<dropped guard>", "eval")
+
+
+def frame_key(code: Any) -> str:
+    """A frame's code by what survives torch's serialisation and another machine's paths."""
+    return f"{code.co_qualname}:{code.co_firstlineno}"
+
+
+def closure_cells(fn: Any) -> dict[str, Any]:
+    """``fn``'s closure: cell name -> contents (an empty cell is left out)."""
+    found: dict[str, Any] = {}
+    names = getattr(fn.__code__, "co_freevars", ())
+    for name, cell in zip(names, getattr(fn, "__closure__", None) or (), strict=False):
+        with contextlib.suppress(ValueError):
+            found[name] = cell.cell_contents
+    return found
+
+
+def scope_of(name: str, frame: types.CodeType | None) -> str | None:
+    """The key of the frame whose guard ``name`` is (its guards are checked with that frame's
+    globals and values), or ``None`` for a source that cannot be evaluated again: one that is
+    not rooted at a global, an argument, a local or a cell of its frame."""
+    if frame is None or not _SOURCE.match(name.replace(", ", ",")):
+        return None
+    source = CALLS_AROUND.sub("", name)
+    if GLOBAL_ROOT.match(source):
+        return frame_key(frame)
+    root = LOCAL_ROOT.match(source) or NAME_ROOT.match(source)
+    if root is None:
+        return None
+    if root.group(1) in (*frame.co_varnames, *frame.co_cellvars, *frame.co_freevars):
+        return frame_key(frame)
+    return None
+
+
+def merge_dropped(known: Dropped, new: Dropped) -> str:
+    """Add ``new`` to ``known``; a guard seen for two objects (a global rebound between two
+    compiles of one package) is said instead, and nothing is added."""
+    for scope, named in new.items():
+        for name, value in named.items():
+            before = known.get(scope, {}).get(name, value)
+            if before != value:
+                return f"{name} was two objects ({before}, then {value})"
+    for scope, named in new.items():
+        known.setdefault(scope, {}).update(named)
+    return ""
+
+
+def global_roots(guards: Iterable[str]) -> Iterable[str]:
+    for name in guards:
+        root = GLOBAL_ROOT.match(name)
+        if root is not None:
+            yield root.group(1)
+
+
+def canonical(value: object) -> str:
+    """A repr that is the same in every process: sets and dicts in sorted order (a set's own
+    order follows the per-process string hash seed)."""
+    if isinstance(value, dict):
+        items = sorted((canonical(k), canonical(v)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(canonical(v) for v in value)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(canonical(v) for v in value) + "]"
+    return repr(value)
