@@ -25,9 +25,15 @@ def own_attribute(target: Any, name: str) -> Any:
     """``target``'s own ``name`` (for a class, its ``__dict__`` entry: a ``staticmethod`` stays
     one), or :data:`_ABSENT` when it has none of its own."""
     try:
-        return vars(target).get(name, _ABSENT)
+        own = vars(target)
     except TypeError:  # no __dict__: read through getattr
         return getattr(target, name, _ABSENT)
+    if name in own:
+        return own[name]
+    if not isinstance(target, type) and hasattr(type(target), "__getattr__"):
+        # A module that keeps its values elsewhere (torch's config modules): read as its users do.
+        return getattr(target, name, _ABSENT)
+    return _ABSENT
 
 
 @dataclass
