@@ -4,13 +4,14 @@ Every run is a fresh process executing ``compilecache.workloads.torch_step`` (fo
 backward of one model). Per model, once: a plain torch cold run on the "local" directories, a
 plain torch cold run with ``TORCH_CACHING_PRECOMPILE=1`` that ends with
 ``save_cache_artifacts()`` (torch writes its Dynamo packages then), and compilecache cold runs
-seeding two stores (with and without ``COMPILECACHE_TORCH_PRECOMPILE=1``). Then, interleaved
+seeding two stores (``COMPILECACHE_TORCH_PRECOMPILE=0`` and ``=1``). Then, interleaved
 over ``--rounds``:
 
 - ``eager``: no torch.compile (the baseline the compile overhead is measured from);
 - ``torch_warm_local``: torch's own warm start on its directories;
 - ``torch_precompile_local``: torch's own warm start with ``TORCH_CACHING_PRECOMPILE=1``;
-- ``cc_new_machine``: compilecache on empty directories (a new machine), the store;
+- ``cc_new_machine``: compilecache on empty directories (a new machine), the store, without
+  Dynamo packages (``COMPILECACHE_TORCH_PRECOMPILE=0``);
 - ``cc_precompile_new_machine``: the same with ``COMPILECACHE_TORCH_PRECOMPILE=1``.
 
 The compile overhead of a run is its wall time minus the eager run's of the same round; ratios
@@ -46,7 +47,7 @@ VARIANTS = {
     "eager": "eager (no torch.compile)",
     "torch_warm_local": "torch warm local disk (same dirs)",
     "torch_precompile_local": "torch warm local, TORCH_CACHING_PRECOMPILE=1 (same dirs)",
-    "cc_new_machine": "compilecache, new machine (empty dirs, the store)",
+    "cc_new_machine": "compilecache, COMPILECACHE_TORCH_PRECOMPILE=0, new machine",
     "cc_precompile_new_machine": "compilecache + COMPILECACHE_TORCH_PRECOMPILE=1, new machine",
 }
 
@@ -72,8 +73,7 @@ class Model:
 
     def _cc(self, dirs: dict[str, str], store: str, precompile: bool) -> common.ProcessResult:
         overrides = {"COMPILECACHE_URL": store}
-        if precompile:
-            overrides["COMPILECACHE_TORCH_PRECOMPILE"] = "1"
+        overrides["COMPILECACHE_TORCH_PRECOMPILE"] = "1" if precompile else "0"
         env = runner.child_environment(
             common.clean_env(**dirs, PYTHONPATH=str(SRC)), None, overrides
         )
