@@ -332,7 +332,8 @@ def test_a_level_that_lists_slowly_in_all_is_no_longer_scanned(
                 cache, framework="jax", name=f"f{i}", key=f"jax/f{i}-k", components={}
             )
         assert len(history.read(store, history.MISS)) == 10  # still recorded, as new functions
-    assert 3 <= Remote.scans <= 4  # about 0.05 s of scans, then none
+    # About 0.05 s of scans (three of 0.02 s; fewer when the machine is busy), then none.
+    assert 1 <= Remote.scans <= 4
     assert Local.scans == 10  # this machine's own level is always searched, however busy
 
 
