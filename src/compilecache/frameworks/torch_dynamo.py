@@ -563,14 +563,9 @@ class DynamoPackages:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
+        problem = problem or unprovided_global(package) or self._unloadable(package)
         if problem:
-            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
-            log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
-            return
-        problem = unprovided_global(package) or self._unloadable(package)
-        if problem:
-            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
-            log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
+            self._not_stored(fn, problem)
             return
         dynamo = package.cache_entry()
         modules = {code.python_module for code in dynamo.codes}
@@ -578,16 +573,14 @@ class DynamoPackages:
         try:
             sources = {name: _source_digest(name, self.files) for name in sorted(modules)}
         except Exception as exc:
-            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
-            log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, exc)
+            self._not_stored(fn, str(exc))
             return
         guards = {scope: dict(named) for scope, named in self.loaded.get(key, {}).items()}
         problem = merge_dropped(guards, self.dropped.get(package, {}))
         if problem:
             # A frame loaded for one object and a frame traced for another: one entry cannot
             # say which is which.
-            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
-            log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
+            self._not_stored(fn, problem)
             return
         entry = self.package_module.PrecompileCacheEntry(dynamo=dynamo, backends=backends)
         payload = pickle.dumps(
@@ -618,6 +611,10 @@ class DynamoPackages:
             background=True,
             why=f"Dynamo's stored package was not used ({stale}); traced again" if stale else "",
         )
+
+    def _not_stored(self, fn: Any, problem: str) -> None:
+        self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
+        log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
 
     def _unloadable(self, package: Any) -> str:
         """Why torch could not install ``package`` in another process (``""`` where it could):
