@@ -169,8 +169,8 @@ def test_a_damaged_entry_or_a_store_that_is_down_falls_back_to_tracing(tmp_path:
 def test_a_global_rebound_or_another_closure_cell_compiles_again(tmp_path: Path) -> None:
     """The guards torch drops under caching_precompile are put back: a global rebound during
     the run compiles again, in the process that traced and in one that loaded the package; a
-    cell holding another function or another number is refused or guarded. A guard filter of
-    the program's own still decides what it drops."""
+    cell holding another function or another number, or a module constant with another value,
+    is refused or guarded. A guard filter of the program's own still decides what it drops."""
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
 
@@ -195,6 +195,10 @@ def test_a_global_rebound_or_another_closure_cell_compiles_again(tmp_path: Path)
     tripled = closure("d", CLOSURE_FACTOR="3")
     assert [value for value, _ in tripled["calls"]] == pytest.approx(tripled["eager"])
     assert tripled["calls"][0][1] == 1 and tripled["eager"] != traced["eager"]
+    # A module constant read by the code, another value from the same source: its guard fails.
+    shifted = closure("g", CLOSURE_OFFSET="1.5")
+    assert [value for value, _ in shifted["calls"]] == pytest.approx(shifted["eager"])
+    assert shifted["calls"][0][1] == 1 and shifted["eager"] != traced["eager"]
     # The program's own filter drops the guards on globals: torch then keeps serving the first
     # graph after ACT is rebound, and so does the process that traces under compilecache. Its
     # package is not stored (another program may not filter).

@@ -4,8 +4,9 @@
 The global ``ACT`` is rebound after the first call; a correct cache then compiles again. Prints
 one JSON line: per call, the compiled result and the frames Dynamo traced so far; the eager
 results; and compilecache's ``torch.dynamo.*`` counters. ``CLOSURE_FACTOR`` and ``CLOSURE_POST``
-(a torch function's name) choose the cells; ``CLOSURE_FILTER=globals`` compiles with a guard
-filter of the program's own that drops every guard on a global.
+(a torch function's name) choose the cells; ``CLOSURE_OFFSET`` the module constant ``OFFSET`` (the
+same source, another value); ``CLOSURE_FILTER=globals`` compiles with a guard filter of the
+program's own that drops every guard on a global.
 """
 
 import json
@@ -17,11 +18,12 @@ import torch
 from torch._dynamo.utils import counters
 
 ACT = torch.tanh
+OFFSET = float(os.environ.get("CLOSURE_OFFSET", "0.5"))
 
 
 def closure(factor: float, post: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
     def step(x: torch.Tensor) -> torch.Tensor:
-        return ACT(post(x.sin())).sum() * factor
+        return ACT(post(x.sin())).sum() * factor + OFFSET
 
     return step
 

@@ -83,6 +83,7 @@ from compilecache.frameworks.torch_dynamo_guards import (
 )
 from compilecache.frameworks.torch_dynamo_repairs import (
     advance_unique_ids,
+    frame_globals,
     install_root_globals,
     property_accessor,
     saved_as_missing,
@@ -720,7 +721,7 @@ class DynamoPackages:
             if frame not in codes:  # its guards would go nowhere
                 return f"its guards name a frame it lacks ({frame})", None
             if frame == root:
-                scope = ChainMap(getattr(fn, "__func__", fn).__globals__, added)
+                scope = ChainMap(frame_globals(fn), added)
             else:
                 module = importlib.import_module(codes[frame].python_module)
                 scope = ChainMap(module.__dict__, added)

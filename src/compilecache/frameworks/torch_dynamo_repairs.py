@@ -33,6 +33,14 @@ def advance_unique_ids(payload: bytes) -> None:
     transform._unique_id_counter = itertools.count(max(next(counter), max(numbers) + 1))
 
 
+def frame_globals(fn: Any) -> dict[str, Any]:
+    """The globals the compiled function's code reads: its ``__globals__`` (a bound method's
+    function's), which is not its ``__module__``'s when a decorator copied ``__module__``
+    (``functools.wraps``)."""
+    globals_: dict[str, Any] = getattr(fn, "__func__", fn).__globals__
+    return globals_
+
+
 # The globals Dynamo makes for the code it writes: a package must install each one it reads.
 _GENERATED = re.compile(r"^(?:___|__compiled_fn|__resume_at|__import_|__builtins_dict__)")
 
@@ -50,12 +58,11 @@ def unprovided_global(package: Any) -> str:
     root = package._innermost_fn
     for code, entry in codes.items():
         # Where the frame's code finds its globals: a resume function's and a user function's
-        # in their module; the compiled function's in its __globals__ (see
-        # install_root_globals), which is not its __module__ under functools.wraps.
+        # in their module; the compiled function's in frame_globals.
         module = entry.python_module
         provided = installed.get(module, set())
         if code is root.__code__:
-            module = getattr(root, "__func__", root).__globals__.get("__name__", module)
+            module = frame_globals(root).get("__name__", module)
             provided = installed.get(module, set()) | set(entry.import_sources)
             provided |= set(entry.backend_ids)
         for guarded in entry.guarded_codes:
@@ -75,7 +82,7 @@ def install_root_globals(package: Any) -> None:
     ``__compiled_fn_1_...``). They go there too."""
     root = package._innermost_fn
     entry = package._codes.get(root.__code__)
-    name = getattr(root, "__func__", root).__globals__.get("__name__")
+    name = frame_globals(root).get("__name__")
     module = sys.modules.get(name) if isinstance(name, str) else None
     if entry is None or module is None or name == entry.python_module:
         return
