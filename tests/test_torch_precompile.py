@@ -100,9 +100,9 @@ def test_a_new_machine_runs_the_stored_package_as_torch_own_warm_start(tmp_path:
 
 @pytest.mark.slow
 def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None:
-    """A global bound to another function at import, an Inductor setting changed in code, and
-    one line edited in a helper module the model calls: each run traces and computes the new
-    result."""
+    """A global bound to another function at import, an Inductor setting changed in code or
+    passed to torch.compile, another backend, and one line edited in a helper module the model
+    calls: each run traces and computes the new result."""
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
     (cold,) = run(where, "a", store)
@@ -112,6 +112,15 @@ def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None
     assert relu["loss"] != cold["loss"]
     (config,) = run(where, "c", store, PRECOMPILE_ACT="relu", PRECOMPILE_EPILOGUE="0")
     assert config["frames"] == 1 and config["ours"] == {"misses": 1.0}
+    # The same setting as torch.compile's option, and another backend (torch's own mode serves
+    # them the package Inductor compiled with other settings): traced; another backend is
+    # neither looked up nor stored.
+    options = json.dumps({"options": {"epilogue_fusion": False}})
+    (option,) = run(where, "c2", store, PRECOMPILE_ACT="relu", PRECOMPILE_COMPILE=options)
+    assert option["frames"] == 1 and option["ours"] == {"misses": 1.0}
+    eager = json.dumps({"backend": "aot_eager"})
+    (backend,) = run(where, "c3", store, PRECOMPILE_ACT="relu", PRECOMPILE_COMPILE=eager)
+    assert backend["frames"] == 1 and backend["ours"] == {} and backend["matches_eager"]
     helper = where / "precompile_helper.py"
     helper.write_text(helper.read_text().replace("SCALE = 1.0", "SCALE = 2.0"))
     (edited,) = run(where, "d", store, PRECOMPILE_ACT="relu")

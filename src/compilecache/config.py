@@ -186,8 +186,10 @@ class Config:
     # "nothing here" (COMPILECACHE_COLD_STREAK; 0: always wait).
     cold_streak: int = DEFAULT_COLD_STREAK
     # torch: serve Dynamo's own output (its transformed bytecode and guards) from the store, so a
-    # warm start does not trace the program again (COMPILECACHE_TORCH_PRECOMPILE; off by default).
-    torch_precompile: bool = False
+    # warm start does not trace the program again (COMPILECACHE_TORCH_PRECOMPILE). None (unset):
+    # on for the torch releases it was tested on, quietly off for others; True: asked for (a
+    # warning where torch is another release); False: off.
+    torch_precompile: bool | None = None
 
     @property
     def signing(self) -> Signing | None:
@@ -289,7 +291,11 @@ def load(
         job=env.get("COMPILECACHE_JOB", "").strip(),
         prefetch=_flag(env, "COMPILECACHE_PREFETCH", default=True),
         cold_streak=parse_count(env, "COMPILECACHE_COLD_STREAK", DEFAULT_COLD_STREAK),
-        torch_precompile=_flag(env, "COMPILECACHE_TORCH_PRECOMPILE"),
+        torch_precompile=(
+            _flag(env, "COMPILECACHE_TORCH_PRECOMPILE")
+            if env.get("COMPILECACHE_TORCH_PRECOMPILE", "").strip()
+            else None
+        ),
     )
 
 

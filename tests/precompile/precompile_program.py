@@ -6,7 +6,8 @@ one JSON line: the bytes of the loss and of the gradients (hex digests), whether
 loss matches eager, torch's Dynamo counters (frames traced, its own Dynamo cache) and
 compilecache's ``torch.dynamo.*`` counters. ``PRECOMPILE_EPILOGUE=0`` changes an Inductor
 setting in code; ``PRECOMPILE_LOCAL_CLASS=1`` compiles a model whose class is defined in a
-function.
+function; ``PRECOMPILE_COMPILE`` (JSON) holds more arguments of ``torch.compile`` (``backend``,
+``options``, ``dynamic``).
 """
 
 import hashlib
@@ -56,7 +57,7 @@ def main() -> None:
     before = session.stats() if session is not None else {}
     counters.clear()
     # With a Dynamo package stored for Block.forward, it is loaded here, before any call.
-    compiled = torch.compile(model)
+    compiled = torch.compile(model, **json.loads(os.environ.get("PRECOMPILE_COMPILE", "{}")))
     for batch in [int(b) for b in os.environ.get("PRECOMPILE_SHAPES", "8").split(",")]:
         x = torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch))
         model.zero_grad()

@@ -301,13 +301,18 @@ class BackendFactory:
 class Integration:
     """Everything one ``install`` put in place, and how to take it out again."""
 
-    def __init__(self, cache: Cache, *, precompile: bool = False) -> None:
+    def __init__(self, cache: Cache, *, precompile: bool | None = None) -> None:
         self.cache = cache
         self.accounting = _Accounting()
         self.pending = _Pending()
         self.patches = Patches()
-        # Dynamo's packages from the store (COMPILECACHE_TORCH_PRECOMPILE), or None.
-        self.dynamo = DynamoPackages(cache, self.patches, self._dynamo_off) if precompile else None
+        # Dynamo's packages from the store (COMPILECACHE_TORCH_PRECOMPILE: None is the default,
+        # on where torch is a tested release), or None when switched off.
+        self.dynamo = (
+            DynamoPackages(cache, self.patches, self._dynamo_off, asked=precompile is True)
+            if precompile is not False
+            else None
+        )
         self.switches = Switches()
         self.switches.owns = self.owns
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
@@ -1015,7 +1020,7 @@ def install(cache: Cache, cfg: Config | None = None) -> bool:
         return False
     if _installed is not None:
         uninstall()
-    integration = Integration(cache, precompile=cfg is not None and cfg.torch_precompile)
+    integration = Integration(cache, precompile=None if cfg is None else cfg.torch_precompile)
     _installed = integration
     torch_switches.activate(integration.switches)
     for name in HOOKED_MODULES:

@@ -1,6 +1,7 @@
 """Dynamo's own output from the store: a torch warm start that does not trace the program again.
 
-Opt-in (``COMPILECACHE_TORCH_PRECOMPILE=1``), for the torch versions in :data:`TESTED`.
+On by default for the torch releases in :data:`TESTED` (``COMPILECACHE_TORCH_PRECOMPILE=0`` turns
+it off; ``=1`` on another release warns that it is left off).
 torch's ``caching_precompile`` mode makes Dynamo keep what it produced for a ``torch.compile``'d
 function in a ``CompilePackage`` (the transformed bytecode, the serialised guards, the names of
 the compiled backends) and look it up when the function is compiled again
@@ -108,7 +109,7 @@ CONTEXT = "torch._dynamo.precompile_context"
 OUTPUT = "torch._dynamo.output_graph"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
 # eval_frame is done: they import each other).
-MODULES = (PACKAGE, GUARDS, CONTEXT, OUTPUT)
+MODULES = (EVAL_FRAME, PACKAGE, GUARDS, CONTEXT, OUTPUT)
 _FORMAT = 1
 # Set on a CheckFunctionManager while it builds its guards (see DynamoPackages._restore).
 _FULL = "_compilecache_full_build"
@@ -154,8 +155,12 @@ class StoreDynamoCache:
 class DynamoPackages:
     """The dynamo layer of one torch integration: lookups, writes, and the guards it checks."""
 
-    def __init__(self, cache: Cache, patches: Patches, off: Callable[[], str]) -> None:
+    def __init__(
+        self, cache: Cache, patches: Patches, off: Callable[[], str], *, asked: bool = False
+    ) -> None:
         self.cache = cache
+        # Whether COMPILECACHE_TORCH_PRECOMPILE=1 asked for it (then an untested torch warns).
+        self.asked = asked
         self.off = off
         self.patches = patches
         self.lock = threading.Lock()
@@ -177,6 +182,9 @@ class DynamoPackages:
         self.keys: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, str]]] = (
             weakref.WeakKeyDictionary()
         )
+        # What each package's torch.compile call asked for (compile_options), noted where the
+        # call looks its package up: None for a backend other than Inductor.
+        self.compiles: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
         self.original_record: Callable[[Any], None] = lambda package: None
         self.package_module: Any = None
         self.context: Any = importlib.import_module(CONTEXT) if CONTEXT in sys.modules else None
@@ -190,7 +198,11 @@ class DynamoPackages:
     def apply(self, name: str, module: Any) -> None:
         """Hook ``module`` (one of :data:`MODULES`, now imported). Raises what fails (the
         integration warns once, and that part is not hooked)."""
-        if name == PACKAGE:
+        if name == EVAL_FRAME:
+            self.patches.wrap(
+                module._TorchDynamoContext, "__call__", self._calling, label="dynamo.compile_call"
+            )
+        elif name == PACKAGE:
             self._hook_package(module)
         elif name == GUARDS:
             self.patches.wrap(
@@ -234,11 +246,16 @@ class DynamoPackages:
         """Put the store in place of torch's DynamoCache and turn package recording on."""
         version = str(sys.modules["torch"].__version__)
         if not version.startswith(TESTED):
-            self.cache.warn_once(
-                "torch:dynamo:version",
-                f"COMPILECACHE_TORCH_PRECOMPILE: torch {version} is not one of the versions "
-                f"this was tested on ({', '.join(TESTED)}); Dynamo packages are not kept",
+            said = (
+                f"torch {version} is not one of the releases Dynamo packages were tested on "
+                f"({', '.join(TESTED)}); they are not kept"
             )
+            if self.asked:
+                self.cache.warn_once(
+                    "torch:dynamo:version", f"COMPILECACHE_TORCH_PRECOMPILE: {said}"
+                )
+            else:
+                log.debug("compilecache: %s", said)
             return
         config = importlib.import_module("torch._dynamo.config")
         chosen = os.environ.get("TORCH_CACHING_PRECOMPILE")
@@ -267,6 +284,19 @@ class DynamoPackages:
         )
         self.patches.replace(config, "caching_precompile", True, label="dynamo.precompile")
         self.enabled = True
+
+    def _calling(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torch.compile's context applied to a function: it looks the package up (our
+        :meth:`load`) inside this call, where the backend and its options are known."""
+
+        def __call__(context: Any, fn: Any) -> Any:
+            self.local.context = context
+            try:
+                return original(context, fn)
+            finally:
+                self.local.context = None
+
+        return __call__
 
     def _naming(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """torch records each user function a package compiles by a name another process can
@@ -487,7 +517,7 @@ class DynamoPackages:
             "torch:dynamo:install", f"Dynamo package not installed ({type(exc).__name__}: {exc})"
         )
         with contextlib.suppress(Exception):
-            key, _ = self.key_of(fn)
+            key, _ = self.key_of(fn, str(self.compiles[package]))
             with self.lock:
                 self.stale[key] = f"torch could not install it ({type(exc).__name__})"
 
@@ -502,7 +532,12 @@ class DynamoPackages:
             problem = getattr(self.local, "problem", "")
             self.local.dropped, self.local.frames, self.local.problem = {}, {}, ""
             fn = package._innermost_fn
-            key = self.key_of(fn)
+            compile_call = self.compiles.get(package)
+            if compile_call is None:
+                # Another backend than Inductor (or a package not made by torch.compile's
+                # lookup): torch's own mode would serve it to any backend; we keep none.
+                return
+            key = self.key_of(fn, compile_call)
             found: Dropped = {}
             for name, named in dropped.items():
                 scope = scope_of(name, frames.get(name))
@@ -653,7 +688,14 @@ class DynamoPackages:
             return None
         eval_frame = importlib.import_module(EVAL_FRAME)
         inner = eval_frame.innermost_fn(fn)
-        key, _ = self.key_of(inner)
+        context: Any = getattr(self.local, "context", None)
+        compile_call = compile_options(context)
+        if context is not None:
+            with self.lock:
+                self.compiles[context._package] = compile_call
+        if compile_call is None:
+            return None  # not Inductor: traced as without the store, never stored
+        key, _ = self.key_of(inner, compile_call)
         found = self.cache.load(FRAMEWORK, key)
         if found is None:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.misses")
@@ -750,12 +792,14 @@ class DynamoPackages:
 
     # -- the key ------------------------------------------------------------------------------
 
-    def key_of(self, fn: Any) -> tuple[str, dict[str, str]]:
-        """Our key for ``fn``'s package, and its components (for ``explain``)."""
+    def key_of(self, fn: Any, compile_call: str) -> tuple[str, dict[str, str]]:
+        """Our key for ``fn``'s package compiled as ``compile_call`` asked
+        (:func:`compile_options`), and its components (for ``explain``)."""
         torch: Any = sys.modules["torch"]
         code = fn.__code__
         components = {
             "function": f"{fn.__module__}.{fn.__qualname__}:{code.co_firstlineno}",
+            "compile_call": compile_call,
             "module_source": _source_digest(fn.__module__, self.files),
             **_version_components(),
             "dynamo_config": _config_digest("torch._dynamo.config"),
@@ -768,6 +812,27 @@ class DynamoPackages:
             "cuda": _cuda_facts(torch),
         }
         return f"{PREFIX}{fn.__qualname__}-{keys.chain(_KEY_RECIPE, components)[:32]}", components
+
+
+def compile_options(context: Any) -> str | None:
+    """What a ``torch.compile`` call asks beyond its function, the same in every process:
+    Inductor's settings from its ``mode`` and ``options``, ``dynamic``, ``fullgraph`` and
+    ``error_on_graph_break``. ``None`` for another backend (``eager``, a function of the
+    program's): torch's own mode would serve such a call the package another backend compiled."""
+    backend: Any = getattr(context, "callback", None)
+    while hasattr(backend, "_torchdynamo_orig_backend"):
+        backend = backend._torchdynamo_orig_backend
+    options = getattr(backend, "config", None)
+    if getattr(backend, "compiler_name", None) != "inductor" or not isinstance(options, dict):
+        return None
+    return canonical(
+        {
+            "options": options,
+            "dynamic": getattr(context, "_dynamic", None),
+            "fullgraph": getattr(context, "fullgraph", None),
+            "error_on_graph_break": getattr(context, "error_on_graph_break", None),
+        }
+    )
 
 
 def _version_components() -> dict[str, str]:

@@ -170,6 +170,8 @@ def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Sett
     for name, variable in SETTINGS:
         value = getattr(cfg, name)
         shown = format_size(value) if name == "max_size" else _text(value)
+        if name == "torch_precompile" and value is None:
+            shown = "on for the torch releases it was tested on"
         if name == "url" and url:
             source = "argument (--url)"
         elif env.get(variable, "").strip():
