@@ -66,10 +66,11 @@ REAL_MODELS = {
     "gpt2": "transformers GPT2LMHeadModel, 2 layers, 4 heads, width 128, vocabulary 512",
     "llama": "transformers LlamaForCausalLM, 2 layers, 4 heads (2 KV), width 128, vocabulary 512",
 }
-# Issue 23: a cold compile under compilecache <= 1.05x torch's own; on a new machine the compile
-# overhead (time to first step minus eager) <= 0.5x that of torch's warm local cache.
+# A cold compile under compilecache <= 1.05x torch's own; on a new machine the compile overhead
+# (time to first step minus eager) <= 0.35x that of torch's warm local cache (0.5x before Dynamo's
+# packages removed the trace).
 TARGET_COLD_OVER_TORCH_COLD = 1.05
-TARGET_OVERHEAD_OVER_TORCH_WARM = 0.5
+TARGET_OVERHEAD_OVER_TORCH_WARM = 0.35
 REAL_ROUND = ("eager", "cold_fresh", "cc_cold", "torch_warm_local", "cc_local")
 REAL_LABELS = {
     "eager": "eager (no torch.compile)",

@@ -50,11 +50,19 @@ def test_durations(text: str, expected: float) -> None:
         ({"COMPILECACHE_MIN_COMPILE_TIME": "soon"}, "COMPILECACHE_MIN_COMPILE_TIME"),
         ({"COMPILECACHE_LOG": "loud"}, "COMPILECACHE_LOG"),
         ({"COMPILECACHE_TIER_WRITES": "some"}, "COMPILECACHE_TIER_WRITES"),
+        ({"COMPILECACHE_TORCH_PRECOMPILE": "perhaps"}, "COMPILECACHE_TORCH_PRECOMPILE"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         config.load(env)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", None), ("1", True), ("0", False)])
+def test_dynamo_packages_are_on_unless_turned_off(value: str, expected: bool | None) -> None:
+    """Unset: ``None``, on for the torch releases they were tested on; ``1``: asked for (a
+    warning on another torch); ``0``: off."""
+    assert config.load({"COMPILECACHE_TORCH_PRECOMPILE": value}).torch_precompile is expected
 
 
 def test_environment_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,16 +5,18 @@ store A) and then run fresh processes that each get empty ``TORCHINDUCTOR_CACHE_
 ``TMPDIR`` directories, as new machines would (``Machine`` from ``tests/test_torch.py``: its C++
 compiler logs every call and, when told to, fails it):
 
-- a compilecache bundle exported from store A and imported into an empty store serves every FX,
-  AOTAutograd and kernel lookup: no compiler runs;
+- a compilecache bundle exported from store A and imported into an empty store serves Dynamo's
+  package and every kernel lookup (or, with the packages off, every FX and AOTAutograd lookup):
+  no compiler runs;
 - a torch blob made by a process without compilecache, imported into an empty store, serves the
-  FX and AOTAutograd lookups of a compilecache process (the C++ compiler still runs: the blob has
-  no kernels);
+  FX and AOTAutograd lookups of a compilecache process without Dynamo's packages, and the FX
+  lookups of one with them (the C++ compiler still runs: the blob has no kernels);
 - a torch blob exported from store A is loaded by a process without compilecache, whose own FX
-  graph and AOTAutograd caches then hit.
+  graph cache then hits.
 
-compilecache sets none of torch's flags, so a plain torch process computes compilecache's keys
-as it is: those processes run with torch's defaults, as the compilecache ones.
+compilecache sets none of torch's flags that enter the FX graphs' keys, so a plain torch process
+computes the same FX keys. With Dynamo's packages on (the default), torch keeps AOTAutograd
+entries in the bundled form of its precompile mode, under other keys than plain torch's.
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ def test_bundle_into_an_empty_store_serves_every_lookup_without_a_compiler(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """compilecache's bundle carries the kernel binaries too: nothing compiles on machine B."""
+    """compilecache's bundle carries Dynamo's packages and the kernel binaries too: nothing
+    compiles on machine B, nor is traced; without the packages, every graph comes from it."""
     written = layers_of(cold["store"])
     n = sum(len(keys) for keys in written.values())
     path, store_b = tmp_path / "cache.ccb", tmp_path / "store-b"
@@ -129,15 +132,22 @@ def test_bundle_into_an_empty_store_serves_every_lookup_without_a_compiler(
     assert compiler_calls(machine.log) == []
     assert warm["digest"] == cold["result"]["digest"]
     stats = warm["stats"]
-    assert stats["torch.fx.hits"] == len(written["fx"]) == 2
-    assert stats["torch.aot.hits"] == len(written["aot"]) == 1
+    assert stats["torch.dynamo.hits"] == len(written["dynamo"]) == 1
+    assert warm["torch_counters"].get("fxgraph_cache_hit", 0) == 0  # the package holds them
     # The ISA probe verdicts come from the store (torch_probes): their libraries are not needed.
     isa_probes = sum(k.startswith("torch/probe/isa/") for k in written.get("probe", []))
     assert stats["torch.isa_probe_hits"] == isa_probes > 0
     assert stats["torch.kernel.hits"] == len(written["kernel"]) - isa_probes > 0
     assert stats["misses"] == 0 and stats["writes"] == 0 and stats["errors"] == 0
+
+    # Without Dynamo's packages, the graphs come from the bundle (the AOTAutograd entry,
+    # bundled for a package, under another key, is made again from them, with no compiler).
+    layered = Machine(tmp_path / "machine-b2", cold["fake_bin"])
+    warm = layered.run(str(store_b), allow_compiler=False, COMPILECACHE_TORCH_PRECOMPILE="0")
+    assert compiler_calls(layered.log) == []
+    assert warm["digest"] == cold["result"]["digest"]
+    assert warm["stats"]["torch.fx.hits"] == len(written["fx"]) == 2
     assert warm["torch_counters"]["fxgraph_cache_hit"] == 2
-    assert warm["torch_counters"]["autograd_cache_hit"] == 1
 
 
 @pytest.mark.slow
@@ -147,9 +157,10 @@ def test_torch_blob_imported_serves_fx_and_aot_lookups_through_compilecache(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A blob from ``save_cache_artifacts()`` in a process without compilecache, imported into
-    an empty store: a compilecache process on a new machine finds every FX graph and AOTAutograd
-    entry in it. The blob holds no C++ kernels, so that process runs the C++ compiler (a limit of
-    torch's format, which compilecache's own bundle does not have).
+    an empty store: a compilecache process on a new machine without Dynamo's packages finds
+    every FX graph and AOTAutograd entry in it; one with them (the default) every FX graph. The
+    blob holds no C++ kernels, so that process runs the C++ compiler (a limit of torch's format,
+    which compilecache's own bundle does not have).
 
     The producer starts from a copy of machine A's torch cache directory, so that it loads from
     torch's own caches instead of compiling cold again; torch records the same bytes either way.
@@ -167,20 +178,23 @@ def test_torch_blob_imported_serves_fx_and_aot_lookups_through_compilecache(
     assert imported["transferred"] == 3 and imported["skipped"] == [], imported
     written = headers(store_b)
     original = headers(cold["store"])
-    assert sorted(written) == sorted(k for k in original if k.split("/")[1] in ("fx", "aot"))
-    for key, header in written.items():
+    assert sorted(k for k in written if k.startswith("torch/fx/")) == sorted(
+        k for k in original if k.startswith("torch/fx/")
+    )
+    assert len([k for k in written if k.startswith("torch/aot/")]) == 1
+    for header in written.values():
         assert header.extra["source"] == "torch-mega-cache"
         assert header.extra["encoding"] == "pickle"
-        assert header.extra["remote_key"] == original[key].extra["remote_key"]
         assert header.versions["torch"] == TORCH_VERSION
         assert header.extra["time_taken_ms"] > 0
     fx = [h for k, h in written.items() if k.startswith("torch/fx/")]
+    assert all(h.extra["remote_key"] == original[h.key].extra["remote_key"] for h in fx)
     assert all(h.compile_time_s > 0 for h in fx)
     assert sorted(h.name for h in fx) == ["0_backward", "0_forward"]
     assert all(h.components == original[h.key].components for h in fx)
 
     machine = Machine(tmp_path / "machine-c", cold["fake_bin"])
-    warm = machine.run(str(store_b), allow_compiler=True)
+    warm = machine.run(str(store_b), allow_compiler=True, COMPILECACHE_TORCH_PRECOMPILE="0")
 
     assert warm["digest"] == cold["result"]["digest"]
     stats = warm["stats"]
@@ -191,6 +205,12 @@ def test_torch_blob_imported_serves_fx_and_aot_lookups_through_compilecache(
     # No kernels in a torch blob: they were compiled here (and written to the store).
     assert stats["torch.kernel.misses"] > 0 and compiler_calls(machine.log)
 
+    # With Dynamo's packages (the default): every FX graph from the blob.
+    packaged = Machine(tmp_path / "machine-c2", cold["fake_bin"])
+    warm = packaged.run(str(store_b), allow_compiler=True)
+    assert warm["digest"] == cold["result"]["digest"]
+    assert warm["stats"]["torch.fx.hits"] == 2 and warm["torch_counters"]["fxgraph_cache_hit"] == 2
+
 
 @pytest.mark.slow
 def test_store_exported_as_torch_blob_hits_torchs_own_caches(
@@ -199,16 +219,17 @@ def test_store_exported_as_torch_blob_hits_torchs_own_caches(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``export --format torch``, loaded with ``--load-mega`` by a process without compilecache
-    on a new machine: torch's own FX graph and AOTAutograd caches hit. Kernel entries are left
-    out (and counted); the C++ compiler runs there."""
+    on a new machine: torch's own FX graph cache hits (the AOTAutograd entry, bundled for a
+    Dynamo package, is under another key than plain torch's). Kernel entries and packages are
+    left out (and counted); the C++ compiler runs there."""
     written = layers_of(cold["store"])
     blob = tmp_path / "torch.bin"
     report = cli_json(capsys, "export", str(blob), "--format", "torch", "--url", str(cold["store"]))
     assert report["transferred"] == 3
-    # Kernels, precompiled headers and probe answers (torch_probes) have no place in torch's
-    # format.
+    # Kernels, precompiled headers, probe answers (torch_probes) and Dynamo's packages have no
+    # place in torch's format.
     assert sorted(s["key"] for s in report["skipped"]) == sorted(
-        written["kernel"] + written.get("pch", []) + written.get("probe", [])
+        written["kernel"] + written.get("pch", []) + written.get("probe", []) + written["dynamo"]
     )
     groups = {kind: [a.key for a in arts] for kind, arts in read_blob(blob.read_bytes(), blob)}
     assert len(groups["inductor"]) == 2 and len(groups["aot_autograd"]) == 1
@@ -219,7 +240,6 @@ def test_store_exported_as_torch_blob_hits_torchs_own_caches(
     assert warm["digest"] == cold["result"]["digest"]
     counters = warm["torch_counters"]
     assert counters["fxgraph_cache_hit"] == 2 and counters["fxgraph_cache_miss"] == 0
-    assert counters["autograd_cache_hit"] == 1 and counters["autograd_cache_miss"] == 0
     assert compiler_calls(machine.log)  # no kernels in torch's format
 
 

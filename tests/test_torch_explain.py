@@ -78,12 +78,15 @@ def changed(
                 "threads": threads,
                 # Graph misses only: a run on another compiler also explains its ISA probe
                 # and compiler-check misses (torch/probe/...), each against its own stored answer.
-                "simd_records": graphs(after_simd[: len(after_simd) - len(before)]),
-                "thread_records": graphs(after_threads[: len(after_threads) - len(after_simd)]),
+                "simd_records": after_simd[: len(after_simd) - len(before)],
+                "thread_records": after_threads[: len(after_threads) - len(after_simd)],
             }
             done.write_text(json.dumps(result))
         loaded: dict[str, Any] = json.loads(done.read_text())
     return {**loaded, "store": store}
+
+
+PROBES_AND_PACKAGES = ("torch/probe/", "torch/dynamo/")
 
 
 def explained_records(store: Path) -> list[dict[str, Any]]:
@@ -99,7 +102,14 @@ def explained_records(store: Path) -> list[dict[str, Any]]:
 
 
 def graphs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if not str(r.get("key", "")).startswith("torch/probe/")]
+    """The graphs' records: not the probes', nor Dynamo's package's (see :func:`package`)."""
+    return [r for r in records if not str(r.get("key", "")).startswith(PROBES_AND_PACKAGES)]
+
+
+def package(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one record of the model's Dynamo package (its own key, its own components)."""
+    (found,) = [r for r in records if str(r.get("key", "")).startswith("torch/dynamo/")]
+    return found
 
 
 def graph_names(records: list[dict[str, Any]]) -> set[str]:
@@ -111,7 +121,10 @@ def test_inductor_config_change_is_explained_for_every_graph(changed: dict[str, 
     assert simd["digest"] == changed["cold"]["digest"] or simd["loss"] == pytest.approx(
         changed["cold"]["loss"], rel=1e-5
     )
-    records = changed["simd_records"]
+    # The model's Dynamo package: its key holds Inductor's configuration as a digest.
+    texts = [d["text"] for d in package(changed["simd_records"])["differences"]]
+    assert texts == ["torch: Inductor's configuration changed"], texts
+    records = graphs(changed["simd_records"])
     # The forward and backward FX graphs and the AOTAutograd entry of the MLP.
     assert len(records) >= 3, records
     assert graph_names(records) <= graph_names(changed["before"]), "names must match the cold run"
@@ -130,9 +143,11 @@ def test_thread_count_change_is_explained_for_every_graph(changed: dict[str, Any
     if cold_threads == 1:
         pytest.skip("this machine runs torch with one thread: nothing to change")
     assert changed["threads"]["threads"] == 1
-    records = changed["thread_records"]
-    assert len(records) >= 3, records
     expected = f"torch: thread count {cold_threads} -> 1"
+    texts = [d["text"] for d in package(changed["thread_records"])["differences"]]
+    assert expected in texts, texts
+    records = graphs(changed["thread_records"])
+    assert len(records) >= 3, records
     for record in records:
         texts = [d["text"] for d in record["differences"]]
         # Nearest: the cold run's entry (one difference), not the simdlen run's (two).

@@ -1,5 +1,5 @@
-"""Dynamo's packages from the store (``COMPILECACHE_TORCH_PRECOMPILE=1``): a warm start that does
-not trace again, and traces whenever what it depends on may have changed.
+"""Dynamo's packages from the store (on by default; ``COMPILECACHE_TORCH_PRECOMPILE``): a warm
+start that does not trace again, and traces whenever what it depends on may have changed.
 
 Real torch compiles in fresh processes (``tests/precompile/precompile_program.py``, copied with
 its helper module into a temporary directory so a test can edit it). Every run is a new machine:
@@ -44,7 +44,7 @@ def run(
     machine: str,
     store: str | None,
     *,
-    precompile: bool = True,
+    precompile: bool | None = True,
     program: str = "precompile_program.py",
     **env: str,
 ) -> list[dict[str, Any]]:
@@ -52,8 +52,8 @@ def run(
     base = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(where / "machines" / machine), **env})
     if store is not None:
         base["COMPILECACHE_URL"] = store
-        if precompile:
-            base["COMPILECACHE_TORCH_PRECOMPILE"] = "1"
+        if precompile is not None:  # None: unset, the default (on for the tested torch)
+            base["COMPILECACHE_TORCH_PRECOMPILE"] = "1" if precompile else "0"
         base = runner.child_environment(base)
     proc = subprocess.run(
         [sys.executable, program],
@@ -78,7 +78,7 @@ def test_a_new_machine_runs_the_stored_package_as_torch_own_warm_start(tmp_path:
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
     (cold,) = run(where, "a", store)
-    assert cold["frames"] == 1 and cold["ours"] == {"misses": 1.0}
+    assert cold["frames"] == 1 and cold["ours"] == {"misses": 1.0, "writes": 1.0}
     assert len(dynamo_entries(tmp_path / "store")) == 1
     # torch's own warm start: plain torch on the first machine's cache directory.
     (own,) = run(where, "a", None)
@@ -93,8 +93,10 @@ def test_a_new_machine_runs_the_stored_package_as_torch_own_warm_start(tmp_path:
         (first["loss"], first["grads"]),
         (second["loss"], second["grads"]),
     ]
-    # Off unless asked for: the same store, without the variable, traces as before.
-    (plain,) = run(where, "d", store, precompile=False)
+    # On by default; COMPILECACHE_TORCH_PRECOMPILE=0 turns it off: the same store, traced.
+    (default,) = run(where, "d", store, precompile=None)
+    assert default["frames"] == 0 and default["ours"] == {"hits": 1.0}
+    (plain,) = run(where, "d2", store, precompile=False)
     assert plain["frames"] == 1 and plain["ours"] == {}
 
 
@@ -108,23 +110,24 @@ def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None
     (cold,) = run(where, "a", store)
     # ACT = getattr(F, env): the same source, another builtin (a guard torch drops).
     (relu,) = run(where, "b", store, PRECOMPILE_ACT="relu")
-    assert relu["frames"] == 1 and relu["ours"] == {"stale": 1.0} and relu["matches_eager"]
+    assert relu["frames"] == 1 and relu["ours"] == {"stale": 1.0, "writes": 1.0}
+    assert relu["matches_eager"]
     assert relu["loss"] != cold["loss"]
     (config,) = run(where, "c", store, PRECOMPILE_ACT="relu", PRECOMPILE_EPILOGUE="0")
-    assert config["frames"] == 1 and config["ours"] == {"misses": 1.0}
+    assert config["frames"] == 1 and config["ours"] == {"misses": 1.0, "writes": 1.0}
     # The same setting as torch.compile's option, and another backend (torch's own mode serves
     # them the package Inductor compiled with other settings): traced; another backend is
     # neither looked up nor stored.
     options = json.dumps({"options": {"epilogue_fusion": False}})
     (option,) = run(where, "c2", store, PRECOMPILE_ACT="relu", PRECOMPILE_COMPILE=options)
-    assert option["frames"] == 1 and option["ours"] == {"misses": 1.0}
+    assert option["frames"] == 1 and option["ours"] == {"misses": 1.0, "writes": 1.0}
     eager = json.dumps({"backend": "aot_eager"})
     (backend,) = run(where, "c3", store, PRECOMPILE_ACT="relu", PRECOMPILE_COMPILE=eager)
     assert backend["frames"] == 1 and backend["ours"] == {} and backend["matches_eager"]
     helper = where / "precompile_helper.py"
     helper.write_text(helper.read_text().replace("SCALE = 1.0", "SCALE = 2.0"))
     (edited,) = run(where, "d", store, PRECOMPILE_ACT="relu")
-    assert edited["frames"] == 1 and edited["ours"] == {"stale": 1.0}
+    assert edited["frames"] == 1 and edited["ours"] == {"stale": 1.0, "writes": 1.0}
     assert edited["matches_eager"] and edited["loss"] != relu["loss"]
     (warm,) = run(where, "e", store, PRECOMPILE_ACT="relu")
     assert warm["frames"] == 0 and warm["loss"] == edited["loss"]
@@ -192,7 +195,7 @@ def test_a_global_rebound_or_another_closure_cell_compiles_again(tmp_path: Path)
     assert [value for value, _ in traced["calls"]] == pytest.approx(traced["eager"])
     assert [frames for _, frames in traced["calls"]] == [1, 2]
     # The package holds the first frame only: its second frame was for another ACT.
-    assert traced["ours"] == {"misses": 1.0, "unverifiable": 1.0}
+    assert traced["ours"] == {"misses": 1.0, "writes": 1.0, "unverifiable": 1.0}
     loaded = closure("b")
     assert [frames for _, frames in loaded["calls"]] == [0, 1]  # loaded, then compiled again
     assert [value for value, _ in loaded["calls"]] == pytest.approx(loaded["eager"])
@@ -231,7 +234,8 @@ def test_a_decorated_forward_whose_property_breaks_the_graph_starts_without_trac
     store = str(tmp_path / "store")
     (own,) = run(where, "own", None, program="decorated_program.py")
     (cold,) = run(where, "a", store, program="decorated_program.py")
-    assert cold["frames"] > 1 and cold["ours"] == {"misses": 1.0}
+    # Written once its first frame is complete, and again, whole, with each frame after it.
+    assert cold["frames"] > 1 and cold["ours"]["misses"] == 1.0 and cold["ours"]["writes"] >= 1
     (warm,) = run(where, "b", store, program="decorated_program.py")
     assert warm["frames"] == 0 and warm["ours"] == {"hits": 1.0}
     assert warm["digest"] == cold["digest"] == own["digest"]
@@ -298,6 +302,26 @@ def test_configuration_is_digested_the_same_whatever_the_set_order() -> None:
     one = {"b": {"x", "y", "z"}, "a": [frozenset({3, 1, 2})]}
     other = {"a": [frozenset({2, 3, 1})], "b": {"z", "y", "x"}}
     assert guards.canonical(one) == guards.canonical(other)
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_another_torch_release_keeps_no_packages_and_warns_only_when_asked(
+    asked: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On by default only where the tests ran: elsewhere nothing is hooked, quietly unless
+    COMPILECACHE_TORCH_PRECOMPILE=1 asked for it."""
+    from compilecache.patches import Patches
+    from compilecache.runtime.cache import Cache
+    from compilecache.stores.memory import MemoryStore
+
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    package = types.SimpleNamespace(DynamoCache=object())
+    packages = torch_dynamo.DynamoPackages(Cache(MemoryStore()), Patches(), lambda: "", asked=asked)
+    with caplog.at_level("WARNING", logger="compilecache"):
+        packages.apply(torch_dynamo.PACKAGE, package)
+    assert not packages.enabled and package.DynamoCache.__class__ is object
+    warned = [r.getMessage() for r in caplog.records if "2.99.0" in r.getMessage()]
+    assert len(warned) == int(asked), warned
 
 
 def test_a_loaded_package_moves_dynamo_name_counter_past_its_names() -> None:

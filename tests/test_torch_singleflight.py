@@ -127,25 +127,40 @@ def function_writes(results: list[dict[str, Any]]) -> Counter[str]:
     return writes
 
 
+def packages(url: str) -> Counter[str]:
+    """Stored Dynamo packages per function name."""
+    store = open_url(url)
+    try:
+        return Counter(info.name for info in store.scan() if info.key.startswith("torch/dynamo/"))
+    finally:
+        store.close()
+
+
 def check_compiled_once(results: list[dict[str, Any]], url: str) -> None:
     assert len({r["digest"] for r in results}) == 1, "every process computes the same result"
     entries = graph_entries(url)
     # The forward and backward FX graphs and the AOTAutograd entry, one entry each.
     assert len(entries) >= 3 and set(entries.values()) == {1}, entries
+    # Dynamo's package of the model (on by default): every process missed it and traced, and
+    # the one that took its lease wrote it.
+    stats = [r["stats"] for r in results]
+    assert packages(url) == Counter({"MLP.forward": 1}), packages(url)
+    assert sum(s.get("torch.dynamo.writes", 0) for s in stats) == 1, stats
     # Every graph was compiled (and written) by one process only...
-    assert function_writes(results) == graph_entries(url)
+    assert function_writes(results) == graph_entries(url) + packages(url)
     # ...and so was every kernel: the writes of all processes are the entries stored (probe
     # answers, which every process may write, are not counted as writes).
     writes = sum(r["stats"].get("torch.writes", 0) for r in results)
     assert writes == sum(stored_names(url).values()), (writes, stored_names(url))
-    stats = [r["stats"] for r in results]
     assert sum(s.get("torch.waited", 0) for s in stats) >= 1, stats
-    # A waiter that received the entry counted a hit, never a miss for that graph.
-    leaders = [s for s in stats if s.get("torch.writes", 0)]
+    # A waiter that received the entry counted a hit, never a miss for that graph (each
+    # process's one miss is the package's).
+    leaders = [s for s in stats if s.get("torch.writes", 0) > s.get("torch.dynamo.writes", 0)]
     assert len(leaders) == 1, stats
     for s in stats:
+        assert s.get("torch.dynamo.misses", 0) == 1, s
         if s is not leaders[0]:
-            assert s.get("torch.misses", 0) == 0, s
+            assert s.get("torch.misses", 0) == 1, s
     assert all(r["held"] == [] for r in results), "every lease was released"
 
 

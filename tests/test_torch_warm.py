@@ -123,6 +123,9 @@ class Machine:
                 # the compiler once itself (seen once in CI-size runs), which is not what these
                 # tests count.
                 "TORCHINDUCTOR_COMPILE_THREADS": "1",
+                # What this file counts is what a warm start does beneath Dynamo's packages
+                # (probes, same-machine graphs); a package would skip all of it.
+                "COMPILECACHE_TORCH_PRECOMPILE": "0",
             }
         )
         proc = run_python(["-c", PROGRAM, url, fake], env, timeout=600)
@@ -300,6 +303,7 @@ def test_compilecache_run_summary_counts_same_machine_hits(
             "TORCHINDUCTOR_CACHE_DIR": str(warmed["a"].inductor),
             "TMPDIR": str(warmed["a"].tmp),
             "COMPILECACHE_URL": warmed["store"],
+            "COMPILECACHE_TORCH_PRECOMPILE": "0",
         }
     )
     command = [sys.executable, "-m", "compilecache.workloads.torch_step", "--model", "tiny"]

@@ -306,15 +306,21 @@ class Integration:
         self.accounting = _Accounting()
         self.pending = _Pending()
         self.patches = Patches()
+        self.switches = Switches()
+        self.switches.owns = self.owns
         # Dynamo's packages from the store (COMPILECACHE_TORCH_PRECOMPILE: None is the default,
         # on where torch is a tested release), or None when switched off.
         self.dynamo = (
-            DynamoPackages(cache, self.patches, self._dynamo_off, asked=precompile is True)
+            DynamoPackages(
+                cache,
+                self.patches,
+                self._dynamo_off,
+                asked=precompile is True,
+                switches=self.switches,
+            )
             if precompile is not False
             else None
         )
-        self.switches = Switches()
-        self.switches.owns = self.owns
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
         self.kernels.off = self.off
         self.build_hook = BuildHook(self.kernels)
@@ -736,6 +742,7 @@ class Integration:
         self._count_local_hits(cls, AOT)
         self._hook_clear(cls, AOT)
         self._hook_aot_remote_cache(cls)
+        self._hook_dynamo(module)
 
     def _hook_aot_remote_cache(self, cls: Any) -> None:
         """``AOTAutogradCache.get_remote_cache`` is ``functools.cache``'d: the first backend
@@ -954,8 +961,9 @@ def _initializing(module: Any) -> bool:
 
 
 def _written_later(key: str) -> bool:
-    """AOTAutograd entries are written at the first backward, after their compile returned."""
-    return key.startswith(f"{FRAMEWORK}/aot/")
+    """AOTAutograd entries are written at the first backward, after their compile returned, and
+    Dynamo's packages once their AOTAutograd entries are."""
+    return key.startswith((f"{FRAMEWORK}/aot/", torch_dynamo.PREFIX))
 
 
 def _unwrap(data: bytes, *, pickled: bool) -> tuple[bytes, dict[str, Any], float]:

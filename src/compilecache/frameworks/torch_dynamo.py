@@ -13,9 +13,10 @@ counted and carried to a fresh host like every other entry.
 A package is served only where torch's own warm start would compute the same thing:
 
 - **Our key** holds what Dynamo's guards do not see: the function (module, qualified name,
-  first line) and the contents of its module's file, the torch, Triton and Python versions,
-  Dynamo's, Inductor's and functorch's configuration, grad mode, the default dtype and device,
-  and deterministic algorithms.
+  first line) and the contents of its module's file, what the torch.compile call asked for
+  (Inductor's mode and options, ``dynamic``, ``fullgraph``; another backend is not kept), the
+  torch, Triton and Python versions, Dynamo's, Inductor's and functorch's configuration, the
+  thread count, grad mode, the default dtype and device, and deterministic algorithms.
 - **Sources**: the entry lists every module whose code Dynamo traced or inlined, with the
   digest of its file; a package whose files changed is not served (counted ``stale``), and the
   new trace replaces it.
@@ -58,7 +59,7 @@ import types
 import weakref
 from collections import ChainMap
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch_dynamo_guards import (
@@ -107,9 +108,14 @@ PACKAGE = "torch._dynamo.package"
 GUARDS = "torch._dynamo.guards"
 CONTEXT = "torch._dynamo.precompile_context"
 OUTPUT = "torch._dynamo.output_graph"
+# Hooked by the torch integration's own hook of this module (see DynamoPackages._aot_key).
+AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
+_BUNDLED = "<compilecache: bundled for a Dynamo package>"
+STANDALONE = "torch._inductor.standalone_compile"
+DYNAMO = "torch._dynamo"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
 # eval_frame is done: they import each other).
-MODULES = (EVAL_FRAME, PACKAGE, GUARDS, CONTEXT, OUTPUT)
+MODULES = (EVAL_FRAME, PACKAGE, GUARDS, CONTEXT, OUTPUT, STANDALONE, DYNAMO)
 _FORMAT = 1
 # Set on a CheckFunctionManager while it builds its guards (see DynamoPackages._restore).
 _FULL = "_compilecache_full_build"
@@ -151,14 +157,27 @@ class StoreDynamoCache:
         self._owner.original_record(package)
         self._owner.recorded(package)
 
+    def clear(self) -> None:
+        """torch's ``DynamoCache.clear()``, then: no package stored before it is served here."""
+        self._owner.original_clear()
+        self._owner.cleared()
+
 
 class DynamoPackages:
     """The dynamo layer of one torch integration: lookups, writes, and the guards it checks."""
 
     def __init__(
-        self, cache: Cache, patches: Patches, off: Callable[[], str], *, asked: bool = False
+        self,
+        cache: Cache,
+        patches: Patches,
+        off: Callable[[], str],
+        *,
+        asked: bool = False,
+        switches: PackageSwitches | None = None,
     ) -> None:
         self.cache = cache
+        # torch's clear()s, as they touch packages (torch_switches.Switches in the integration).
+        self.switches: PackageSwitches = switches or _NoSwitches()
         # Whether COMPILECACHE_TORCH_PRECOMPILE=1 asked for it (then an untested torch warns).
         self.asked = asked
         self.off = off
@@ -186,6 +205,13 @@ class DynamoPackages:
         # call looks its package up: None for a backend other than Inductor.
         self.compiles: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
         self.original_record: Callable[[Any], None] = lambda package: None
+        self.original_clear: Callable[[], None] = lambda: None
+        # The packages installed here, taken out again by torch._dynamo.reset(). Held strongly:
+        # what they installed on their function's code outlives the torch.compile wrapper.
+        self.installed: list[Any] = []
+        # Whether this process writes each key's package: it loaded it, or took the key's lease
+        # where it missed (the others that missed at once leave it to that one: Cache.claim_writer).
+        self.writers: dict[str, bool] = {}
         self.package_module: Any = None
         self.context: Any = importlib.import_module(CONTEXT) if CONTEXT in sys.modules else None
         # Whether the dropped guards are seen: without it no package is written.
@@ -224,6 +250,24 @@ class DynamoPackages:
                 label="dynamo.guards_pickle",
             )
             self.watching = True
+        elif name == DYNAMO:
+            self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
+        elif name == STANDALONE:
+            self.patches.wrap(module, "standalone_compile", self._plain, label="dynamo.standalone")
+            load = module.CompiledArtifact.__dict__["load"].__func__
+            self.patches.replace(
+                module.CompiledArtifact,
+                "load",
+                staticmethod(self._plain(load)),
+                label="dynamo.standalone_load",
+            )
+        elif name == AUTOGRAD_CACHE:
+            self.patches.wrap(
+                module.AOTAutogradCachePickler,
+                "_reduce_aot_config",
+                self._aot_key,
+                label="dynamo.aot_key",
+            )
         elif name == OUTPUT:
             self.patches.wrap(
                 module.OutputGraph,
@@ -274,6 +318,7 @@ class DynamoPackages:
         torch_cache = package.DynamoCache
         self.package_module = package
         self.original_record = torch_cache.record_package
+        self.original_clear = torch_cache.clear
         mixed: Any = type("StoreDynamoCache", (StoreDynamoCache, type(torch_cache)), {})
         ours = object.__new__(mixed)
         ours.__dict__.update(torch_cache.__dict__)
@@ -285,16 +330,68 @@ class DynamoPackages:
         self.patches.replace(config, "caching_precompile", True, label="dynamo.precompile")
         self.enabled = True
 
+    def _resetting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch._dynamo.reset()`` leaves what a loaded package installed on its function's
+        code (torch's precompile entries), so the package went on serving after a reset meant
+        to start Dynamo afresh (after a changed setting, a cleared cache). It is taken out."""
+
+        def reset_code_caches(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            with self.lock:
+                installed = list(self.installed)
+                self.installed.clear()
+            for package in installed:
+                with contextlib.suppress(Exception):
+                    package.uninstall()
+            return result
+
+        return reset_code_caches
+
+    def _plain(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``standalone_compile`` and the load of its artifacts run as in plain torch: in
+        caching_precompile mode torch bundles AOTAutograd entries, which changes what a saved
+        artifact holds and what its caches count. Packages are for torch.compile only."""
+
+        @functools.wraps(original)
+        def plain(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return original(*args, **kwargs)
+            config: Any = importlib.import_module("torch._dynamo.config")
+            with config.patch(caching_precompile=False):
+                return original(*args, **kwargs)
+
+        return plain
+
+    def _aot_key(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Under caching_precompile torch puts the compiled graph's name, which ends in a
+        random uuid (``__compiled_fn_1_<uuid>``), into AOTAutograd's cache key: no entry would
+        ever be found again (nor single-flighted) by another process. torch itself drops that
+        name from the entry it saves and gives a hit the new name, so the key holds a fixed
+        marker instead: still apart from the unbundled entries written without the mode."""
+
+        def _reduce_aot_config(pickler: Any, aot_config: Any) -> Any:
+            reduced = original(pickler, aot_config)
+            name = getattr(aot_config, "precompile_backend_id", None)
+            if not self.enabled or name is None:
+                return reduced
+            rebuild, fields = reduced
+            fields = tuple(_BUNDLED if field == name else field for field in fields)
+            return rebuild, fields
+
+        return _reduce_aot_config
+
     def _calling(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """torch.compile's context applied to a function: it looks the package up (our
         :meth:`load`) inside this call, where the backend and its options are known."""
 
         def __call__(context: Any, fn: Any) -> Any:
+            # torch calls itself for a class's __call__ (2.15): the outer context comes back.
+            outer = getattr(self.local, "context", None)
             self.local.context = context
             try:
                 return original(context, fn)
             finally:
-                self.local.context = None
+                self.local.context = outer
 
         return __call__
 
@@ -497,6 +594,8 @@ class DynamoPackages:
             try:
                 installed = original(package, *args, **kwargs)
                 install_root_globals(package)
+                with self.lock:
+                    self.installed.append(package)
                 return installed
             except Exception as exc:
                 self._install_failed(package, exc)
@@ -592,10 +691,23 @@ class DynamoPackages:
         return found
 
     def _write(self, package: Any, backends: dict[str, Any]) -> None:
-        if self.off():
-            return
         fn = package._innermost_fn
         key, components = self.keys[package]
+        if self.off() or not self.writers.get(key, True):
+            return  # another process that missed at once writes it
+        try:
+            self._write_package(package, backends, fn, key, components)
+        finally:
+            self.cache.finish_lead(key)
+
+    def _write_package(
+        self,
+        package: Any,
+        backends: dict[str, Any],
+        fn: Any,
+        key: str,
+        components: dict[str, str],
+    ) -> None:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
@@ -628,9 +740,12 @@ class DynamoPackages:
             name=fn.__qualname__,
             versions=_version_components(),
             components=components,
-            extra={"layer": LAYER, "sources": sources},
+            extra={"layer": LAYER, "sources": sources, "readable": _readable(components)},
         )
         stored = self.cache.save(header, payload, any_time=True)
+        if stored:
+            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.writes")
+            self.switches.wrote(LAYER, key)
         with self.lock:
             stale = self.stale.pop(key, "")
         # Written after a lookup that found nothing usable: a miss, explained as torch's graphs
@@ -641,6 +756,7 @@ class DynamoPackages:
             name=fn.__qualname__,
             key=key,
             components=components,
+            readable=_readable(components),
             prefix=f"{PREFIX}{fn.__qualname__}-",
             stored=stored,
             reason="" if stored else self.cache.skip_reason(0.0, key),
@@ -672,6 +788,10 @@ class DynamoPackages:
                 setattr(self.local, name, value)
         return ""
 
+    def cleared(self) -> None:
+        """torch's ``DynamoCache.clear()``: packages stored before it are not served here."""
+        self.switches.cleared(LAYER)
+
     # -- reading ------------------------------------------------------------------------------
 
     def load(self, fn: Callable[..., Any]) -> Any:
@@ -696,17 +816,22 @@ class DynamoPackages:
         if compile_call is None:
             return None  # not Inductor: traced as without the store, never stored
         key, _ = self.key_of(inner, compile_call)
+        if not self.switches.serves_package(key):
+            return None  # a clear() in this process: traced, and written again
         found = self.cache.load(FRAMEWORK, key)
         if found is None:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.misses")
+            self.writers[key] = self.cache.claim_writer(key)
             return None
         stored = pickle.loads(found.payload)
         if not isinstance(stored, dict) or stored.get("format") != _FORMAT:
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.misses")
+            self.writers[key] = self.cache.claim_writer(key)
             return None
         entry = stored["entry"]
         why, restoring = self._stale(inner, entry, stored["sources"], stored["guards"])
         if why:
+            self.writers[key] = self.cache.claim_writer(key)
             self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.stale")
             with self.lock:
                 self.stale[key] = why
@@ -721,6 +846,7 @@ class DynamoPackages:
         self.local.restoring = restoring
         with self.lock:
             self.loaded[key] = stored["guards"]
+            self.writers[key] = True  # a recompile here (a new shape) writes the whole package
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.hits")
         return entry
 
@@ -805,6 +931,8 @@ class DynamoPackages:
             "dynamo_config": _config_digest("torch._dynamo.config"),
             "inductor_config": _config_digest("torch._inductor.config"),
             "functorch_config": _config_digest("torch._functorch.config"),
+            # Inductor's C++ kernels are generated for it (its FX graphs' keys hold it too).
+            "threads": str(torch.get_num_threads()),
             "grad_enabled": str(torch.is_grad_enabled()),
             "default_dtype": str(torch.get_default_dtype()),
             "default_device": str(torch.get_default_device()),
@@ -812,6 +940,29 @@ class DynamoPackages:
             "cuda": _cuda_facts(torch),
         }
         return f"{PREFIX}{fn.__qualname__}-{keys.chain(_KEY_RECIPE, components)[:32]}", components
+
+
+class PackageSwitches(Protocol):
+    """What :class:`DynamoPackages` asks of torch's switches (``torch_switches.Switches``)."""
+
+    def serves_package(self, key: str) -> bool: ...
+
+    def wrote(self, layer: str, key: str) -> None: ...
+
+    def cleared(self, layer: str) -> None: ...
+
+
+class _NoSwitches:
+    """Serves everything, remembers nothing: where no switches are given (unit tests)."""
+
+    def serves_package(self, key: str) -> bool:
+        return True
+
+    def wrote(self, layer: str, key: str) -> None:
+        pass
+
+    def cleared(self, layer: str) -> None:
+        pass
 
 
 def compile_options(context: Any) -> str | None:
@@ -833,6 +984,16 @@ def compile_options(context: Any) -> str | None:
             "error_on_graph_break": getattr(context, "error_on_graph_break", None),
         }
     )
+
+
+# Components that are digests (of a file, of a configuration): explain says they changed, not
+# from which digest to which.
+_DIGESTS = ("module_source", "dynamo_config", "inductor_config", "functorch_config")
+
+
+def _readable(components: Mapping[str, str]) -> dict[str, str]:
+    """The components ``explain`` shows before and after (thread count, dtype, versions)."""
+    return {name: value for name, value in components.items() if name not in _DIGESTS}
 
 
 def _version_components() -> dict[str, str]:

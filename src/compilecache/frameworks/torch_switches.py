@@ -47,6 +47,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 FX, AOT, AUTOTUNE = "fx", "aot", "autotune"
+# Dynamo's packages (torch_dynamo) hold their compiled graphs: they follow FX's and AOT's clear().
+DYNAMO = "dynamo"
+# What a layer's entries hold besides their own: a clear() of any of these hides them too.
+_HOLDS = {AOT: (AOT, FX), DYNAMO: (DYNAMO, AOT, FX)}
 REMOTE_LAYERS = (FX, AOT, AUTOTUNE)
 
 INDUCTOR_CONFIG = "torch._inductor.config"
@@ -218,9 +222,15 @@ class Switches:
         with self._lock:
             self._cleared[layer] = set()
 
+    def serves_package(self, key: str) -> bool:
+        """Whether Dynamo's package ``key`` may be served: not one written before a clear() of
+        FX graphs, AOTAutograd entries or packages in this process (it holds their graphs)."""
+        with self._lock:
+            return all(key in self._cleared.get(layer, {key}) for layer in _HOLDS[DYNAMO])
+
     def wrote(self, layer: str, key: str) -> None:
         with self._lock:
-            for cleared in (layer, FX) if layer == AOT else (layer,):
+            for cleared in _HOLDS.get(layer, (layer,)):
                 since = self._cleared.get(cleared)
                 if since is not None:
                     since.add(key)

@@ -42,6 +42,8 @@ TORCH = register_vocabulary(
             "post_grad_custom_post_pass": "custom post-grad pass",
             # Dynamo's packages (frameworks/torch_dynamo.py)
             "function": "the compiled function",
+            "compile_call": "torch.compile's arguments (backend options, mode, dynamic)",
+            "threads": "thread count",
             "module_source": "the compiled function's source file",
             "dynamo_config": "Dynamo's configuration",
             "inductor_config": "Inductor's configuration",
@@ -61,6 +63,8 @@ TORCH = register_vocabulary(
             "compiler": changed("compiler"),
             "cuda": changed("CUDA version"),
             "module_source": lambda b, a, c: "the compiled function's source file changed",
+            "compile_call": changed("torch.compile's arguments"),
+            "threads": versions("thread count"),
             "dynamo_config": changed("Dynamo's configuration"),
             "inductor_config": changed("Inductor's configuration"),
             "functorch_config": changed("functorch's configuration"),

@@ -198,6 +198,15 @@ class Cache:
             claim=claim,
         )
 
+    def claim_writer(self, key: str) -> bool:
+        """Whether this process writes ``key``'s entry, decided without waiting: it took the
+        key's lease, or nothing coordinates processes here; not when another process holds the
+        lease (see :meth:`SingleFlight.claim_writer`). Call :meth:`finish_lead` once written or
+        given up."""
+        if self._flight is None:
+            return True
+        return self._flight.claim_writer(key)
+
     def finish_lead(self, key: str) -> None:
         """The compile of ``key`` that :meth:`load_or_lead` handed this process is over (saved
         or not): release its lease so that waiting processes stop waiting. Never raises. A lease

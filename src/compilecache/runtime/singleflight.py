@@ -252,6 +252,22 @@ class SingleFlight:
                 self._leads[key] = _Lead(key, token, threading.get_ident(), self._clock())
                 self._ensure_heartbeat()
 
+    def claim_writer(self, key: str) -> bool:
+        """Take ``key``'s lease if it is free, without waiting: ``True`` when this process holds
+        it now (it writes the entry, then :meth:`finish`), or when the store cannot say;
+        ``False`` when another process holds it. For an entry no one should wait for (torch's
+        Dynamo package, looked up where the program calls torch.compile, written after its whole
+        first step): the others go on without it, and leave the writing to the holder."""
+        try:
+            token = self.leases.acquire(key, self.lease_ttl)
+        except Exception as exc:  # no coordination: every process writes, as without leases
+            log.debug("compilecache: could not claim %s: %s", key, exc)
+            return True
+        if token is None:
+            return False
+        self._lead("", key, token, count_miss=False)
+        return True
+
     # -- finishing ---------------------------------------------------------------------------
 
     def wrote(self, key: str) -> None:
