@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from compilecache import entry, runner
-from compilecache.frameworks import torch_dynamo
+from compilecache.frameworks import torch_dynamo, torch_dynamo_key
 from compilecache.frameworks import torch_dynamo_guards as guards
 from compilecache.frameworks import torch_dynamo_repairs as repairs
 from compilecache.stores.local import LocalStore
@@ -68,7 +68,7 @@ def run(
 
 
 def dynamo_entries(store: Path) -> list[str]:
-    return [info.key for info in LocalStore(store).scan(torch_dynamo.PREFIX)]
+    return [info.key for info in LocalStore(store).scan(torch_dynamo_key.PREFIX)]
 
 
 @pytest.mark.slow

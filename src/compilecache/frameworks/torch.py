@@ -84,7 +84,13 @@ from typing import Any
 from compilecache import _importhook, entry
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import torch_dynamo, torch_extensions, torch_switches, torch_words
+from compilecache.frameworks import (
+    torch_dynamo,
+    torch_dynamo_key,
+    torch_extensions,
+    torch_switches,
+    torch_words,
+)
 from compilecache.frameworks.torch_dynamo import DynamoPackages
 from compilecache.frameworks.torch_extensions import ExtensionCache
 from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
@@ -963,7 +969,7 @@ def _initializing(module: Any) -> bool:
 def _written_later(key: str) -> bool:
     """AOTAutograd entries are written at the first backward, after their compile returned, and
     Dynamo's packages once their AOTAutograd entries are."""
-    return key.startswith((f"{FRAMEWORK}/aot/", torch_dynamo.PREFIX))
+    return key.startswith((f"{FRAMEWORK}/aot/", torch_dynamo_key.PREFIX))
 
 
 def _unwrap(data: bytes, *, pickled: bool) -> tuple[bytes, dict[str, Any], float]:

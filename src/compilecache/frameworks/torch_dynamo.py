@@ -73,15 +73,23 @@ from compilecache.frameworks.torch_dynamo_guards import (
     Dropped,
     DroppedGuards,
     Unverifiable,
-    canonical,
     closure_cells,
-    digest,
     frame_key,
     global_roots,
     identity,
     merge_dropped,
     resolve,
     scope_of,
+)
+from compilecache.frameworks.torch_dynamo_key import (
+    FRAMEWORK,
+    LAYER,
+    PREFIX,
+    compile_options,
+    package_key,
+    readable,
+    source_digest,
+    version_components,
 )
 from compilecache.frameworks.torch_dynamo_repairs import (
     advance_unique_ids,
@@ -93,16 +101,12 @@ from compilecache.frameworks.torch_dynamo_repairs import (
     unwrapped,
     wrapped_path,
 )
-from compilecache.host import installed_version, torch_versions
 from compilecache.patches import Patches
-from compilecache.runtime import explain, keys
+from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 
-FRAMEWORK = "torch"
-LAYER = "dynamo"
-PREFIX = f"{FRAMEWORK}/{LAYER}/"
 EVAL_FRAME = "torch._dynamo.eval_frame"
 PACKAGE = "torch._dynamo.package"
 GUARDS = "torch._dynamo.guards"
@@ -120,26 +124,9 @@ _FORMAT = 1
 # Set on a CheckFunctionManager while it builds its guards (see DynamoPackages._restore).
 _FULL = "_compilecache_full_build"
 _USER_KEPT = "_compilecache_user_kept"
-# Chained into every key: a new recipe for the key components never meets an old entry.
-_KEY_RECIPE = "torch-dynamo-1"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
 # test_torch_precompile.py, on 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.15.")
-
-
-def _source_digest(module_name: str, files: dict[str, str]) -> str:
-    """The digest of a module's file (memoised per process: files do not change under us)."""
-    if module_name in files:
-        return files[module_name]
-    module = sys.modules.get(module_name)
-    if module is None:
-        module = importlib.import_module(module_name)
-    path = inspect.getsourcefile(module) or getattr(module, "__file__", None)
-    if not path:
-        raise Unverifiable(f"module {module_name} has no source file")
-    with open(path, "rb") as f:
-        files[module_name] = digest(f.read())
-    return files[module_name]
 
 
 class StoreDynamoCache:
@@ -719,7 +706,7 @@ class DynamoPackages:
         modules = {code.python_module for code in dynamo.codes}
         modules |= {source.module for source in dynamo.source_info.inlined_sources}
         try:
-            sources = {name: _source_digest(name, self.files) for name in sorted(modules)}
+            sources = {name: source_digest(name, self.files) for name in sorted(modules)}
         except Exception as exc:
             self._not_stored(fn, str(exc))
             return
@@ -738,9 +725,9 @@ class DynamoPackages:
             framework=FRAMEWORK,
             key=key,
             name=fn.__qualname__,
-            versions=_version_components(),
+            versions=version_components(),
             components=components,
-            extra={"layer": LAYER, "sources": sources, "readable": _readable(components)},
+            extra={"layer": LAYER, "sources": sources, "readable": readable(components)},
         )
         stored = self.cache.save(header, payload, any_time=True)
         if stored:
@@ -756,7 +743,7 @@ class DynamoPackages:
             name=fn.__qualname__,
             key=key,
             components=components,
-            readable=_readable(components),
+            readable=readable(components),
             prefix=f"{PREFIX}{fn.__qualname__}-",
             stored=stored,
             reason="" if stored else self.cache.skip_reason(0.0, key),
@@ -857,7 +844,7 @@ class DynamoPackages:
         of its dropped guards to put into its guard managers."""
         for name, recorded in sources.items():
             try:
-                current = _source_digest(name, self.files)
+                current = source_digest(name, self.files)
             except Exception as exc:
                 return f"module {name} cannot be read ({exc})", None
             if current != recorded:
@@ -919,27 +906,9 @@ class DynamoPackages:
     # -- the key ------------------------------------------------------------------------------
 
     def key_of(self, fn: Any, compile_call: str) -> tuple[str, dict[str, str]]:
-        """Our key for ``fn``'s package compiled as ``compile_call`` asked
-        (:func:`compile_options`), and its components (for ``explain``)."""
-        torch: Any = sys.modules["torch"]
-        code = fn.__code__
-        components = {
-            "function": f"{fn.__module__}.{fn.__qualname__}:{code.co_firstlineno}",
-            "compile_call": compile_call,
-            "module_source": _source_digest(fn.__module__, self.files),
-            **_version_components(),
-            "dynamo_config": _config_digest("torch._dynamo.config"),
-            "inductor_config": _config_digest("torch._inductor.config"),
-            "functorch_config": _config_digest("torch._functorch.config"),
-            # Inductor's C++ kernels are generated for it (its FX graphs' keys hold it too).
-            "threads": str(torch.get_num_threads()),
-            "grad_enabled": str(torch.is_grad_enabled()),
-            "default_dtype": str(torch.get_default_dtype()),
-            "default_device": str(torch.get_default_device()),
-            "deterministic": str(torch.are_deterministic_algorithms_enabled()),
-            "cuda": _cuda_facts(torch),
-        }
-        return f"{PREFIX}{fn.__qualname__}-{keys.chain(_KEY_RECIPE, components)[:32]}", components
+        """Our key for ``fn``'s package compiled as ``compile_call`` asked, and its components
+        (:func:`torch_dynamo_key.package_key`)."""
+        return package_key(fn, compile_call, self.files)
 
 
 class PackageSwitches(Protocol):
@@ -963,58 +932,3 @@ class _NoSwitches:
 
     def cleared(self, layer: str) -> None:
         pass
-
-
-def compile_options(context: Any) -> str | None:
-    """What a ``torch.compile`` call asks beyond its function, the same in every process:
-    Inductor's settings from its ``mode`` and ``options``, ``dynamic``, ``fullgraph`` and
-    ``error_on_graph_break``. ``None`` for another backend (``eager``, a function of the
-    program's): torch's own mode would serve such a call the package another backend compiled."""
-    backend: Any = getattr(context, "callback", None)
-    while hasattr(backend, "_torchdynamo_orig_backend"):
-        backend = backend._torchdynamo_orig_backend
-    options = getattr(backend, "config", None)
-    if getattr(backend, "compiler_name", None) != "inductor" or not isinstance(options, dict):
-        return None
-    return canonical(
-        {
-            "options": options,
-            "dynamic": getattr(context, "_dynamic", None),
-            "fullgraph": getattr(context, "fullgraph", None),
-            "error_on_graph_break": getattr(context, "error_on_graph_break", None),
-        }
-    )
-
-
-# Components that are digests (of a file, of a configuration): explain says they changed, not
-# from which digest to which.
-_DIGESTS = ("module_source", "dynamo_config", "inductor_config", "functorch_config")
-
-
-def _readable(components: Mapping[str, str]) -> dict[str, str]:
-    """The components ``explain`` shows before and after (thread count, dtype, versions)."""
-    return {name: value for name, value in components.items() if name not in _DIGESTS}
-
-
-def _version_components() -> dict[str, str]:
-    """torch's (and its git revision), Python's, and Triton's version when it is installed."""
-    return {**torch_versions(), "triton": _triton_version()}
-
-
-@functools.cache
-def _triton_version() -> str:
-    # Read from its metadata once per process: every key computation asks.
-    return installed_version("triton") or ""
-
-
-def _config_digest(module_name: str) -> str:
-    module: Any = importlib.import_module(module_name)
-    return digest(canonical(module.save_config_portable()).encode())[:32]
-
-
-def _cuda_facts(torch: Any) -> str:
-    if not torch.cuda.is_available():
-        return "none"
-    index = torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(index)
-    return f"{torch.cuda.get_device_name(index)} sm{major}{minor} cuda {torch.version.cuda}"
