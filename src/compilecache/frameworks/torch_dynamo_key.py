@@ -1,9 +1,10 @@
 """What a Dynamo package's key holds: what Dynamo's guards do not see.
 
 The function (module, qualified name, first line) and the digest of its module's file, what the
-``torch.compile`` call asked for (:func:`compile_options`), the versions, Dynamo's, Inductor's and
-functorch's configuration, the thread count, grad mode, the default dtype and device,
-deterministic algorithms and the CUDA device (``torch_dynamo`` says how the key is used).
+``torch.compile`` call asked for (:func:`compile_options`), the versions, Dynamo's, Inductor's,
+functorch's and ``torch.compiler``'s configuration (its ``cache_key_tag`` shown apart), the
+thread count, grad mode, the default dtype and device, deterministic algorithms and the CUDA
+device (``torch_dynamo`` says how the key is used).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def package_key(fn: Any, compile_call: str, files: dict[str, str]) -> tuple[str,
         "dynamo_config": _config_digest("torch._dynamo.config"),
         "inductor_config": _config_digest("torch._inductor.config"),
         "functorch_config": _config_digest("torch._functorch.config"),
+        # The program's tag for its cache entries (torch.compiler.config): a package is not
+        # shared across tags, as torch's own entries are not.
+        "cache_key_tag": str(_compiler_config().cache_key_tag),
+        "compiler_config": _config_digest("torch.compiler.config", leave_out=("cache_key_tag",)),
         # Inductor's C++ kernels are generated for it (its FX graphs' keys hold it too).
         "threads": str(torch.get_num_threads()),
         "grad_enabled": str(torch.is_grad_enabled()),
@@ -88,7 +93,13 @@ def compile_options(context: Any) -> str | None:
 
 # Components that are digests (of a file, of a configuration): explain says they changed, not
 # from which digest to which.
-_DIGESTS = ("module_source", "dynamo_config", "inductor_config", "functorch_config")
+_DIGESTS = (
+    "module_source",
+    "dynamo_config",
+    "inductor_config",
+    "functorch_config",
+    "compiler_config",
+)
 
 
 def readable(components: Mapping[str, str]) -> dict[str, str]:
@@ -107,9 +118,14 @@ def _triton_version() -> str:
     return installed_version("triton") or ""
 
 
-def _config_digest(module_name: str) -> str:
+def _config_digest(module_name: str, *, leave_out: tuple[str, ...] = ()) -> str:
     module: Any = importlib.import_module(module_name)
-    return digest(canonical(module.save_config_portable()).encode())[:32]
+    settings = {k: v for k, v in module.save_config_portable().items() if k not in leave_out}
+    return digest(canonical(settings).encode())[:32]
+
+
+def _compiler_config() -> Any:
+    return importlib.import_module("torch.compiler.config")
 
 
 def _cuda_facts(torch: Any) -> str:

@@ -48,6 +48,7 @@ TORCH = register_vocabulary(
             "dynamo_config": "Dynamo's configuration",
             "inductor_config": "Inductor's configuration",
             "functorch_config": "functorch's configuration",
+            "compiler_config": "torch.compiler's configuration",
             "grad_enabled": "grad mode",
             "default_dtype": "the default dtype",
             "default_device": "the default device",
@@ -68,6 +69,7 @@ TORCH = register_vocabulary(
             "dynamo_config": changed("Dynamo's configuration"),
             "inductor_config": changed("Inductor's configuration"),
             "functorch_config": changed("functorch's configuration"),
+            "compiler_config": changed("torch.compiler's configuration"),
         },
         prefixed=(
             ("inductor_config[", _config_value("inductor config")),
