@@ -371,6 +371,31 @@ def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path:
     assert quiet.held() == [] and store.leases.acquire("jax/b", 1)
 
 
+def test_a_writer_is_claimed_without_waiting_and_only_by_one_that_writes(tmp_path: Path) -> None:
+    """claim_writer (Dynamo's packages): the first process holds the key's lease and writes; a
+    second is told no at once, not made to wait; one that would not save it never takes it."""
+
+    def flight(writes: bool = True) -> SingleFlight:
+        return SingleFlight(
+            LocalStore(tmp_path).leases,
+            stats=Stats(),
+            warn=lambda c, m: None,
+            lease_ttl=30,
+            wait_timeout=60,
+            writes=lambda key: writes,
+        )
+
+    quiet, first, second = flight(writes=False), flight(), flight()
+    assert quiet.claim_writer("torch/dynamo/f") is False and quiet.held() == []
+    started = time.monotonic()
+    assert first.claim_writer("torch/dynamo/f") is True and first.held() == ["torch/dynamo/f"]
+    assert second.claim_writer("torch/dynamo/f") is False and second.held() == []
+    assert time.monotonic() - started < 5  # no wait for the holder
+    first.wrote("torch/dynamo/f")
+    first.finish("torch/dynamo/f")
+    assert second.claim_writer("torch/dynamo/f") is True  # released: the next may write
+
+
 def test_singleflight_does_not_import_the_cache() -> None:
     """No import loop cache <-> singleflight, not even one for type checking."""
     import ast

@@ -258,6 +258,8 @@ class SingleFlight:
         ``False`` when another process holds it. For an entry no one should wait for (torch's
         Dynamo package, looked up where the program calls torch.compile, written after its whole
         first step): the others go on without it, and leave the writing to the holder."""
+        if not self._writes(key):
+            return False  # it will not save the entry: the lease is left to one that will
         try:
             token = self.leases.acquire(key, self.lease_ttl)
         except Exception as exc:  # no coordination: every process writes, as without leases
