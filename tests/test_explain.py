@@ -209,6 +209,42 @@ def test_nearest_entry_prefers_the_same_program_then_fewest_differences() -> Non
     assert store.stat("jax/jit_g-1").hits == 0  # type: ignore[union-attr]  # peeked, not hit
 
 
+def test_many_misses_of_one_name_read_each_neighbour_once(tmp_path: Path) -> None:
+    """A cold run of many same-name compiles: each miss is explained against the newest
+    same-name entries, but a neighbour's header is read from its file once in the process,
+    not again at every later miss (that was 16 file reads per miss, on the background thread
+    a cold JAX run's main thread waits for)."""
+    from compilecache.stores.base import StoreWrapper
+
+    peeked: list[str] = []
+
+    class Counting(StoreWrapper):
+        def peek(self, key: str) -> bytes | None:
+            peeked.append(key)
+            return self.inner.peek(key)
+
+    store = Counting(LocalStore(tmp_path / "store"))
+    cache = Cache(store)
+    count = 30
+    for i in range(count):
+        components = {"computation": f"c{i}", "XLA flags": "f"}
+        found = explain.record_miss(
+            cache,
+            framework="jax",
+            name="jit_f",
+            key=f"jax/jit_f-{i}",
+            components=components,
+            prefix="jax/jit_f-",
+        )
+        assert found is not None and found.candidates == i
+        if i:  # every earlier entry differs in its computation alone
+            assert [d.component for d in found.differences] == ["computation"]
+        header = EntryHeader("jax", f"jax/jit_f-{i}", name="jit_f", components=components)
+        assert cache.save(header, b"x")
+    assert sorted(peeked) == sorted({*peeked})  # none read twice
+    assert len(peeked) == count - 1
+
+
 def test_record_miss_counts_and_remembers() -> None:
     store = MemoryStore("memory://record")
     cache = Cache(store)

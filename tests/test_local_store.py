@@ -425,8 +425,12 @@ def test_a_miss_queries_no_index_and_a_file_written_since_keeps_its_row(tmp_path
     assert store.get("back") is None and store.get("never") is None
     assert statements == []
     store.put("back", b"B" * 200)  # written again before the flush
+    statements.clear()
     info = store.stat("back")
     assert info is not None and info.size == 200
+    # The put itself said the row has its file: the flush checks only "never" again.
+    (checked,) = [s for s in statements if "WHERE key IN" in s]
+    assert "'never'" in checked and "'back'" not in checked
     assert store.get("back") == b"B" * 200
     assert store.total_size() == 200
 

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -264,6 +265,13 @@ _slow_levels: set[str] = set()
 _scan_time: dict[str, float] = {}  # seconds spent listing each level for explanations
 _slow_lock = threading.Lock()
 
+# Headers already read for explanations, by (level, key): a key names its components, so a
+# header read once serves every later miss of that name in the process. Without it a run of
+# many same-name compiles read each neighbour's file again at every miss (16 reads per miss).
+HEADERS_KEPT = 4096
+_headers_read: OrderedDict[tuple[str, str], EntryHeader] = OrderedDict()
+_headers_lock = threading.Lock()
+
 
 def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo]:
     if level.url in _slow_levels:
@@ -291,13 +299,26 @@ def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo
 
 def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
     for info in sorted(infos, key=lambda i: -i.created)[:MAX_CANDIDATES]:
+        kept = (level.url, info.key)
+        with _headers_lock:
+            header = _headers_read.get(kept)
+        if header is not None:
+            yield header
+            continue
         try:
             # peek: reading a neighbour to explain a miss counts no hit and touches nothing.
             data = level.peek(info.key)
-            if data is not None:
-                yield entry.read_header(data)
+            if data is None:
+                continue
+            header = entry.read_header(data)
         except Exception as exc:  # a damaged or vanished candidate is skipped
             log.debug("compilecache: cannot read %s for an explanation: %s", info.key, exc)
+            continue
+        with _headers_lock:
+            _headers_read[kept] = header
+            while len(_headers_read) > HEADERS_KEPT:
+                _headers_read.popitem(last=False)
+        yield header
 
 
 def nearest_entry(

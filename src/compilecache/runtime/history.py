@@ -17,6 +17,7 @@ stores keep none, and ``explain`` says so.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -58,8 +59,13 @@ def read(store: Store, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, 
     return [dict(r) for r in store.history.read(kind, limit)]
 
 
+@functools.lru_cache(maxsize=1)
+def _hostname() -> str:
+    return socket.gethostname()
+
+
 def origin(run_id: str = "") -> dict[str, Any]:
     """Where and when a record was made: time, host, pid and run id."""
-    host = socket.gethostname()
+    host = _hostname()  # asked once: a system call per record held up a cold run's misses
     pid = os.getpid()
     return {"time": time.time(), "host": host, "pid": pid, "run": run_id or f"{host}:{pid}"}

@@ -596,6 +596,10 @@ class LocalStore(Store):
                     for key, size, meta in rows:
                         self._upsert_row(conn, key, size, meta, created)
                     total = conn.execute(_TOTAL).fetchone()
+                with self._lock:
+                    # A miss written since has its file and row: nothing for _forget to check
+                    # (a cold run would otherwise take the index's write lock again per miss).
+                    self._missed.difference_update(key for key, _, _ in rows)
                 if total and total[0] > self.max_size:
                     self.evict(self.max_size)
         except sqlite3.Error as exc:
