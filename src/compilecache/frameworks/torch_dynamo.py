@@ -125,7 +125,7 @@ _FORMAT = 1
 _FULL = "_compilecache_full_build"
 _USER_KEPT = "_compilecache_user_kept"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
-# test_torch_precompile.py, on 2.15 by `make compat-torch`); another is left alone.
+# test_torch_precompile.py, on 2.14 and 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.14.", "2.15.")
 
 

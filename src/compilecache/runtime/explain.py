@@ -20,6 +20,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -265,12 +266,26 @@ _slow_levels: set[str] = set()
 _scan_time: dict[str, float] = {}  # seconds spent listing each level for explanations
 _slow_lock = threading.Lock()
 
-# Headers already read for explanations, by (level, key): a key names its components, so a
-# header read once serves every later miss of that name in the process. Without it a run of
-# many same-name compiles read each neighbour's file again at every miss (16 reads per miss).
+# Headers already read for explanations, per level object and key: a key names its
+# components, so a header read once serves every later miss of that name in the process.
+# Without it a run of many same-name compiles read each neighbour's file again at every miss
+# (16 reads per miss). Per object, not per URL: two stores may share a URL in one process.
 HEADERS_KEPT = 4096
-_headers_read: OrderedDict[tuple[str, str], EntryHeader] = OrderedDict()
+_headers_read: weakref.WeakKeyDictionary[Store, OrderedDict[str, EntryHeader]] = (
+    weakref.WeakKeyDictionary()
+)
 _headers_lock = threading.Lock()
+
+
+def _kept_headers(level: Store) -> OrderedDict[str, EntryHeader]:
+    with _headers_lock:
+        try:
+            kept = _headers_read.get(level)
+            if kept is None:
+                kept = _headers_read[level] = OrderedDict()
+        except TypeError:  # a store that cannot be weakly referenced or hashed: read each time
+            kept = OrderedDict()
+        return kept
 
 
 def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo]:
@@ -298,10 +313,10 @@ def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo
 
 
 def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
+    kept = _kept_headers(level)
     for info in sorted(infos, key=lambda i: -i.created)[:MAX_CANDIDATES]:
-        kept = (level.url, info.key)
         with _headers_lock:
-            header = _headers_read.get(kept)
+            header = kept.get(info.key)
         if header is not None:
             yield header
             continue
@@ -315,9 +330,9 @@ def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
             log.debug("compilecache: cannot read %s for an explanation: %s", info.key, exc)
             continue
         with _headers_lock:
-            _headers_read[kept] = header
-            while len(_headers_read) > HEADERS_KEPT:
-                _headers_read.popitem(last=False)
+            kept[info.key] = header
+            while len(kept) > HEADERS_KEPT:
+                kept.popitem(last=False)
         yield header
 
 
