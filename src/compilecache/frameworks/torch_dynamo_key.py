@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compilecache.frameworks.torch_dynamo_guards import Unverifiable, canonical, digest
+from compilecache.frameworks.torch_kernels import current_tag
 from compilecache.host import installed_version, torch_versions
 from compilecache.runtime import keys
 
@@ -57,7 +58,7 @@ def package_key(fn: Any, compile_call: str, files: dict[str, str]) -> tuple[str,
         "functorch_config": _config_digest("torch._functorch.config"),
         # The program's tag for its cache entries (torch.compiler.config): a package is not
         # shared across tags, as torch's own entries are not.
-        "cache_key_tag": str(_compiler_config().cache_key_tag),
+        "cache_key_tag": current_tag(),
         "compiler_config": _config_digest("torch.compiler.config", leave_out=("cache_key_tag",)),
         # Inductor's C++ kernels are generated for it (its FX graphs' keys hold it too).
         "threads": str(torch.get_num_threads()),
@@ -122,10 +123,6 @@ def _config_digest(module_name: str, *, leave_out: tuple[str, ...] = ()) -> str:
     module: Any = importlib.import_module(module_name)
     settings = {k: v for k, v in module.save_config_portable().items() if k not in leave_out}
     return digest(canonical(settings).encode())[:32]
-
-
-def _compiler_config() -> Any:
-    return importlib.import_module("torch.compiler.config")
 
 
 def _cuda_facts(torch: Any) -> str:
