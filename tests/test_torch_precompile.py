@@ -242,6 +242,22 @@ def test_a_decorated_forward_whose_property_breaks_the_graph_starts_without_trac
 
 
 @pytest.mark.slow
+def test_a_function_of_numpy_arrays_compiles_as_in_plain_torch(tmp_path: Path) -> None:
+    """torch's caching_precompile mode builds each guard twice and compared a NumPy input's two
+    tensor views with ``==``, raising into the program (InternalTorchDynamoError, torch's own
+    cache test ``test_numpy_round_cache_hit``). Under compilecache it computes what plain torch
+    computes, in a cold process and a warm one."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    (own,) = run(where, "own", None, program="numpy_program.py")
+    (cold,) = run(where, "a", store, program="numpy_program.py")
+    (warm,) = run(where, "b", store, program="numpy_program.py")
+    assert own["result"] == [[[1.0, 3.0], [-4.0, 4.0]], [[2.0, 4.0], [-2.0, 6.0]]]
+    assert cold["result"] == warm["result"] == own["result"]
+    assert "errors" not in cold["ours"] and "errors" not in warm["ours"]
+
+
+@pytest.mark.slow
 def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> None:
     """An entry whose guards torch fails to build again (here: their saved state unreadable)
     is an error counted once; Dynamo traces, the program computes what it computed."""

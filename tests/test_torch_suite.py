@@ -8,6 +8,10 @@ and with every process under ``compilecache run`` on a fresh store. Every test m
 outcome in both runs (passed, failed, skipped or errored alike: a test that fails in this torch
 version fails in both), except those listed in :data:`EXPECTED` with the reason (docs/frameworks.md
 lists them too). Without the variable the test is skipped, saying so.
+
+Where no whole checkout can be had, a copy of each file holding only some of its tests runs the
+same way: ``tests/torch_suite_selection.md`` names the tests run here, from which PyTorch commit,
+and why those.
 """
 
 from __future__ import annotations
@@ -25,10 +29,19 @@ from tests.conftest import clean_env
 pytest.importorskip("torch")
 
 FILES = ("inductor/test_codecache.py", "dynamo/test_aot_autograd_cache.py")
+# Read when the module is collected: the suite's autouse fixture removes every COMPILECACHE_*
+# variable from the environment before a test runs.
+TORCH_TESTS = os.environ.get("COMPILECACHE_TORCH_TESTS", "")
 # Tests whose outcome differs under compilecache by design: test id -> why. torch's TestCase
-# runs each test inside fresh_cache(), where compilecache serves and writes nothing, so none is
-# expected.
-EXPECTED: dict[str, str] = {}
+# runs each test inside fresh_cache(), where compilecache serves and writes nothing and torch runs
+# in its own mode; only tests that start processes of their own (outside fresh_cache) can differ.
+EXPECTED: dict[str, str] = {
+    "inductor.test_codecache.TestPyCodeCache::test_editable_cached_wrapper": (
+        "its second process counts FX graph cache hits: under compilecache that process is served "
+        "a Dynamo package or a bundled AOTAutograd entry, which replace the FX graph lookup, so it "
+        "counts none (its third process runs the edited wrapper, as in plain torch)"
+    ),
+}
 
 
 def outcomes(report: Path) -> dict[str, str]:
@@ -57,9 +70,10 @@ def run_suite(test_dir: Path, file: str, report: Path, under: Path | None) -> di
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * 3600)  # two runs of a whole file of real compiles
 @pytest.mark.parametrize("file", FILES)
 def test_pytorch_cache_tests_agree_plain_and_under_compilecache(file: str, tmp_path: Path) -> None:
-    where = os.environ.get("COMPILECACHE_TORCH_TESTS", "")
+    where = TORCH_TESTS
     if not where or not (Path(where) / file).is_file():
         pytest.skip(
             "COMPILECACHE_TORCH_TESTS does not name a PyTorch checkout's test directory "

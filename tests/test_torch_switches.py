@@ -287,6 +287,8 @@ with fresh_cache():
     torch._dynamo.reset()
     counters.clear()
     seen, after = step()
+    report["fresh_mode"] = torch._dynamo.config.caching_precompile
+report["mode"] = torch._dynamo.config.caching_precompile
 report["fresh"] = [seen, delta(after, before)]
 report["fresh_left"] = sorted(i.key for i in session.store.scan()) == entries
 machine("c"); report["after_fresh"] = step()[0]
@@ -303,7 +305,8 @@ def test_fresh_cache_is_cold_and_clear_serves_only_what_is_written_again(
     tmp_path: Path, packages: str
 ) -> None:
     """Inside ``fresh_cache()`` and after the caches' ``clear()``, a compile is cold; Dynamo's
-    packages (on by default) hold the compiled graphs, so they follow the same switches."""
+    packages (on by default) hold the compiled graphs, so they follow the same switches, and
+    inside ``fresh_cache()`` torch's own mode is back (no packages made there at all)."""
     env = clean_env({"COMPILECACHE_TORCH_PRECOMPILE": "1" if packages == "on" else "0"})
     script = tmp_path / "fresh_and_clear.py"  # a file: a package names its function's module
     script.write_text(FRESH_AND_CLEAR)
@@ -330,6 +333,8 @@ def test_fresh_cache_is_cold_and_clear_serves_only_what_is_written_again(
     assert fresh_torch == cold  # a new machine, inside fresh_cache(): cold, as torch alone
     assert not any(k.endswith(("hits", "writes")) for k in fresh_ours), fresh_ours
     assert report["fresh_left"]  # nothing was written inside it
+    # torch runs in its own mode inside it: Dynamo's package mode is off there.
+    assert report["mode"] is (packages == "on") and report["fresh_mode"] is False
     assert report["after_fresh"] == warm  # outside it, the store serves again
     assert report["after_clear"] == cold  # clear(): cold, though the store holds the graph
     assert report["written_again"] == warm  # what this process wrote after the clear

@@ -58,7 +58,7 @@ import threading
 import types
 import weakref
 from collections import ChainMap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from compilecache.entry import EntryHeader
@@ -93,6 +93,7 @@ from compilecache.frameworks.torch_dynamo_key import (
 )
 from compilecache.frameworks.torch_dynamo_repairs import (
     advance_unique_ids,
+    forget_incomparable_export_ref,
     frame_globals,
     install_root_globals,
     property_accessor,
@@ -236,6 +237,10 @@ class DynamoPackages:
                 self._pickling,
                 label="dynamo.guards_pickle",
             )
+            guard = importlib.import_module("torch._guards").Guard
+            self.patches.wrap(
+                guard, "set_export_info", self._exporting, label="dynamo.guard_export"
+            )
             self.watching = True
         elif name == DYNAMO:
             self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
@@ -341,13 +346,36 @@ class DynamoPackages:
 
         @functools.wraps(original)
         def plain(*args: Any, **kwargs: Any) -> Any:
-            if not self.enabled:
-                return original(*args, **kwargs)
-            config: Any = importlib.import_module("torch._dynamo.config")
-            with config.patch(caching_precompile=False):
+            with self.plain_mode():
                 return original(*args, **kwargs)
 
         return plain
+
+    @contextlib.contextmanager
+    def plain_mode(self) -> Iterator[None]:
+        """torch's caching_precompile mode off while inside, when we turned it on: where no
+        package is served or written (``standalone_compile``, ``fresh_cache()``), torch then
+        runs as without compilecache (it bundles no AOTAutograd entry, keeps every guard)."""
+        if not self.enabled:
+            yield
+            return
+        config: Any = importlib.import_module("torch._dynamo.config")
+        with config.patch(caching_precompile=False):
+            yield
+
+    def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A guard whose object cannot be compared with itself (a NumPy array read as a new
+        tensor each time) raised into the program the second time Dynamo builds it, which it
+        does only in the caching_precompile mode we turn on: see
+        :func:`forget_incomparable_export_ref`."""
+
+        def set_export_info(guard: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.enabled:
+                ref = args[3] if len(args) > 3 else kwargs.get("obj_weakref")
+                forget_incomparable_export_ref(guard, ref)
+            return original(guard, *args, **kwargs)
+
+        return set_export_info
 
     def _aot_key(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Under caching_precompile torch puts the compiled graph's name, which ends in a

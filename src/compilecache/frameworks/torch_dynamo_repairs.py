@@ -14,6 +14,7 @@ import itertools
 import re
 import sys
 import types
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -150,3 +151,22 @@ def property_accessor(module: types.ModuleType | None, code: types.CodeType) -> 
         if getattr(getattr(found, accessor), "__code__", None) is code:
             return f"{accessor}.__code__"
     return None
+
+
+def forget_incomparable_export_ref(guard: Any, obj_weakref: object) -> None:
+    """Let ``Guard.set_export_info`` take ``obj_weakref`` where its sanity check cannot compare
+    it with the reference it holds. Under caching_precompile Dynamo builds every guard twice
+    (once to filter out the guards the mode drops), and the second build checks the guarded
+    object's weak reference against the first with ``==``. Where the source makes a new object
+    each time (a NumPy array read as a tensor), that compares two live tensors and raises
+    ("Boolean value of Tensor ... is ambiguous") into the program. The reference is export
+    information only: the guard's check code is not touched."""
+    held = getattr(guard, "obj_weakref", None)
+    if held is None or held is obj_weakref:
+        return
+    if not isinstance(held, weakref.ref) or not isinstance(obj_weakref, weakref.ref):
+        return
+    try:
+        bool(held == obj_weakref)
+    except Exception:
+        guard.obj_weakref = None
