@@ -327,8 +327,6 @@ class Integration:
             if precompile is not False
             else None
         )
-        if self.dynamo is not None:
-            self.switches.plain_inside_fresh = self.dynamo.plain_mode
         self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
         self.kernels.off = self.off
         self.build_hook = BuildHook(self.kernels)

@@ -353,9 +353,11 @@ class DynamoPackages:
 
     @contextlib.contextmanager
     def plain_mode(self) -> Iterator[None]:
-        """torch's caching_precompile mode off while inside, when we turned it on: where no
-        package is served or written (``standalone_compile``, ``fresh_cache()``), torch then
-        runs as without compilecache (it bundles no AOTAutograd entry, keeps every guard)."""
+        """torch's caching_precompile mode off while inside, when we turned it on. Only around
+        a call that makes no package (``standalone_compile``): a ``torch.compile`` made with
+        the mode on and compiled with it off fails inside torch (its package then has no saved
+        guards: "check_fn.guards_state must not be None"), so the mode is never turned off
+        around one (not inside ``fresh_cache()`` either)."""
         if not self.enabled:
             yield
             return

@@ -16,8 +16,7 @@ the program's torch setting                            compilecache's torch laye
 DISABLE_CACHES=1`` or in code)                         AOTAutograd, kernels, headers, probes,
                                                        Triton, extensions
 inside ``torch._inductor.utils.fresh_cache()``         the same: a cold compile that leaves nothing
-                                                       behind (torch deletes that directory too),
-                                                       in torch's own mode (no Dynamo packages)
+                                                       behind (torch deletes that directory too)
 ``fx_graph_cache`` off                                 no FX graphs, so no AOTAutograd entries
                                                        (they need their FX graphs)
 ``enable_autograd_cache`` off                          no AOTAutograd entries
@@ -111,11 +110,6 @@ class Switches:
         # Whether the RemoteCache class of a layer builds compilecache's backend now (the
         # program may set its own, before or after enable): set by the torch integration.
         self.owns: Callable[[str], bool] = lambda layer: False
-        # What else a fresh_cache() scope turns back to plain torch (the integration puts the
-        # Dynamo package mode's here).
-        self.plain_inside_fresh: Callable[[], contextlib.AbstractContextManager[Any]] = (
-            contextlib.nullcontext
-        )
 
     # -- every layer ------------------------------------------------------------------------
 
@@ -132,8 +126,7 @@ class Switches:
         with self._lock:
             self._fresh += 1
         try:
-            with self.plain_inside_fresh():
-                yield
+            yield
         finally:
             with self._lock:
                 self._fresh -= 1
