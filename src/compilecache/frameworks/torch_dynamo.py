@@ -368,13 +368,14 @@ class DynamoPackages:
     def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A guard whose object cannot be compared with itself (a NumPy array read as a new
         tensor each time) raised into the program the second time Dynamo builds it, which it
-        does only in the caching_precompile mode we turn on: see
+        does in the caching_precompile mode we turn on: see
         :func:`forget_incomparable_export_ref`."""
 
         def set_export_info(guard: Any, *args: Any, **kwargs: Any) -> Any:
             if self.enabled:
-                ref = args[3] if len(args) > 3 else kwargs.get("obj_weakref")
-                forget_incomparable_export_ref(guard, ref)
+                with contextlib.suppress(Exception):  # the repair must never raise into torch
+                    ref = args[3] if len(args) > 3 else kwargs.get("obj_weakref")
+                    forget_incomparable_export_ref(guard, ref)
             return original(guard, *args, **kwargs)
 
         return set_export_info
