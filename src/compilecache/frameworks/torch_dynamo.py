@@ -58,7 +58,7 @@ import threading
 import types
 import weakref
 from collections import ChainMap
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from compilecache.entry import EntryHeader
@@ -342,28 +342,20 @@ class DynamoPackages:
     def _plain(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``standalone_compile`` and the load of its artifacts run as in plain torch: in
         caching_precompile mode torch bundles AOTAutograd entries, which changes what a saved
-        artifact holds and what its caches count. Packages are for torch.compile only."""
+        artifact holds and what its caches count. Packages are for torch.compile only. The mode
+        is turned off only around such a call, which makes no package: a ``torch.compile`` made
+        with the mode on and compiled with it off fails inside torch ("check_fn.guards_state
+        must not be None"), so it stays on elsewhere, inside ``fresh_cache()`` too."""
 
         @functools.wraps(original)
         def plain(*args: Any, **kwargs: Any) -> Any:
-            with self.plain_mode():
+            if not self.enabled:
+                return original(*args, **kwargs)
+            config: Any = importlib.import_module("torch._dynamo.config")
+            with config.patch(caching_precompile=False):
                 return original(*args, **kwargs)
 
         return plain
-
-    @contextlib.contextmanager
-    def plain_mode(self) -> Iterator[None]:
-        """torch's caching_precompile mode off while inside, when we turned it on. Only around
-        a call that makes no package (``standalone_compile``): a ``torch.compile`` made with
-        the mode on and compiled with it off fails inside torch (its package then has no saved
-        guards: "check_fn.guards_state must not be None"), so the mode is never turned off
-        around one (not inside ``fresh_cache()`` either)."""
-        if not self.enabled:
-            yield
-            return
-        config: Any = importlib.import_module("torch._dynamo.config")
-        with config.patch(caching_precompile=False):
-            yield
 
     def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A guard whose object cannot be compared with itself (a NumPy array read as a new
