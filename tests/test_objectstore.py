@@ -339,3 +339,57 @@ def test_s3_credentials_from_the_environment_or_a_profile(
     store.put("jax/k", b"value")
     assert store.get("jax/k") == b"value"
     store.close()
+
+
+def test_a_large_write_outlasts_a_short_request_timeout(
+    moto_server: MotoServer, bucket: str
+) -> None:
+    """A multipart upload's parts and its completion may take longer than the URL's
+    ``timeout`` (which bounds connecting and small requests): an 80 MB entry is written where
+    one 16 MB part alone takes longer than that timeout to send."""
+    prefix = f"bulk{uuid.uuid4().hex[:8]}"
+    value = uuid.uuid4().bytes * (80 * (1 << 20) // 16)
+    short = open_url(moto_server.url(bucket, prefix) + "&timeout=0.1")
+    try:
+        short.put("jax/large", value, EntryMeta("jax", "large", 1.0))
+    finally:
+        short.close()
+    reader = open_url(moto_server.url(bucket, prefix) + "&timeout=30")
+    try:
+        assert reader.get("jax/large") == value
+    finally:
+        reader.close()
+
+
+def test_a_completed_upload_whose_answer_was_lost_counts_as_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retried multipart completion that the first attempt already completed is answered
+    "no such upload" (404): the write stands when the object is there at its full size, and
+    fails where it is not."""
+    import obstore
+    from obstore.store import MemoryStore
+
+    from compilecache.stores import obstorefs
+
+    real_put = obstore.put
+    completes: list[bool] = []
+
+    def put_then_lose_the_answer(store: Any, key: str, value: Any, **kwargs: Any) -> Any:
+        if completes.pop(0):
+            real_put(store, key, value, **kwargs)
+        # obstore raises a missing object or upload as FileNotFoundError.
+        raise FileNotFoundError("NoSuchUpload: the specified upload does not exist")
+
+    monkeypatch.setattr(obstorefs, "MULTIPART_BYTES", 1024)
+    monkeypatch.setattr(obstore, "put", put_then_lose_the_answer)
+    fs = ObstoreFS(MemoryStore(), "memory", "b", describe="memory://b")
+    value = bytes(range(256)) * 16
+
+    completes.append(True)
+    fs.pipe_file("b/done", value)
+    assert bytes(obstore.get(fs.store, "done").bytes()) == value
+
+    completes.append(False)
+    with pytest.raises(FileNotFoundError):
+        fs.pipe_file("b/lost", value)

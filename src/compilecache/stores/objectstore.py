@@ -1,7 +1,7 @@
 """``s3://``, ``gs://``, ``az://`` and any other fsspec protocol: a store in a bucket.
 
 URL: ``s3://bucket/prefix?options``. Options this store reads: ``timeout`` (connect and read
-timeout, seconds, default 5), ``retries`` (attempts per request, default 1), ``conditional=0``
+timeout, seconds, default 5; a large object's parts may take 60 s), ``retries`` (attempts per request, default 1), ``conditional=0``
 (disable conditional writes). S3, GCS and Azure Blob Storage (``az://container/prefix``,
 ``abfs[s]://container@account.dfs.core.windows.net/prefix``) are spoken through obstore
 (:mod:`~compilecache.stores.obstorefs`, which lists each cloud's options and reads its standard

@@ -13,7 +13,10 @@ Large objects: a write over :data:`MULTIPART_BYTES` is a multipart upload of
 :data:`PART_BYTES` parts (``mode="create"`` then checks that the object is absent first: a
 multipart upload cannot be conditional everywhere); a read of an object over that size is
 :data:`PART_BYTES` ranged GETs in parallel into one buffer. Neither holds more than about two
-copies of the object in memory.
+copies of the object in memory. Those requests may take :data:`BULK_TIMEOUT_SECONDS` where the
+URL's ``timeout`` is shorter, and a multipart upload whose completion was answered "no such
+upload" on a retry (the first attempt completed it, its answer was lost) is taken as written
+when the object is there at its full size.
 
 Errors keep the meaning ObjectStore relies on: a missing object is ``FileNotFoundError``, a
 failed condition :class:`PreconditionFailed` (a ``FileExistsError``), everything else an
@@ -33,6 +36,11 @@ from compilecache.errors import ConfigError
 MULTIPART_BYTES = 64 << 20
 PART_BYTES = 16 << 20
 PARALLEL_PARTS = 8
+# The requests that move a part of a large object, and the one that completes a multipart
+# upload (the server assembles the parts before it answers), may take this long even where the
+# URL's ``timeout`` is shorter; connecting is still bounded by ``timeout``, so a server that is
+# down fails as fast as for any request.
+BULK_TIMEOUT_SECONDS = 60.0
 
 # URL option -> obstore's configuration key, per cloud; and the boolean options.
 _CONFIG_KEYS = {
@@ -112,8 +120,19 @@ def _flag(value: Any) -> bool:
 class ObstoreFS:
     """One bucket (or container) of an object store, addressed as ``bucket/key`` paths."""
 
-    def __init__(self, store: Any, protocol: str, bucket: str, *, describe: str) -> None:
+    def __init__(
+        self,
+        store: Any,
+        protocol: str,
+        bucket: str,
+        *,
+        describe: str,
+        bulk_store: Callable[[], Any] | None = None,
+    ) -> None:
         self.store = store
+        # The client for a large object's parts (built on first use): a longer request timeout.
+        self._make_bulk_store = bulk_store
+        self._bulk_store: Any = None
         self.protocol = protocol
         self.bucket = bucket
         self.describe = describe  # the URL, for error messages
@@ -184,6 +203,14 @@ class ObstoreFS:
             "bucket exists and the endpoint is reachable"
         )
 
+    def _bulk(self) -> Any:
+        """The client for a large object's parts and its multipart upload."""
+        with self._lock:
+            if self._bulk_store is None:
+                make = self._make_bulk_store
+                self._bulk_store = make() if make is not None else self.store
+            return self._bulk_store
+
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
             if self._threads is None:
@@ -237,6 +264,7 @@ class ObstoreFS:
     def _read_parts(self, key: str, size: int, etag: str) -> bytes:
         import obstore
 
+        bulk = self._bulk()
         buffer = bytearray(size)
         ranges = [(s, min(s + PART_BYTES, size)) for s in range(0, size, PART_BYTES)]
 
@@ -245,7 +273,7 @@ class ObstoreFS:
             part = self._call(
                 "GET",
                 key,
-                lambda: obstore.get_range(self.store, key, start=start, end=end),
+                lambda: obstore.get_range(bulk, key, start=start, end=end),
             )
             view = memoryview(part)
             if len(view) != end - start:
@@ -365,18 +393,32 @@ class ObstoreFS:
                 raise PreconditionFailed(key, "the object changed before a large write")
         view = memoryview(value)
         parts = (view[i : i + PART_BYTES] for i in range(0, len(view), PART_BYTES))
-        self._call(
-            "PUT",
-            key,
-            lambda: obstore.put(
-                self.store,
+        bulk = self._bulk()
+        try:
+            self._call(
+                "PUT",
                 key,
-                parts,
-                use_multipart=True,
-                chunk_size=PART_BYTES,
-                max_concurrency=PARALLEL_PARTS,
-            ),
-        )
+                lambda: obstore.put(
+                    bulk,
+                    key,
+                    parts,
+                    use_multipart=True,
+                    chunk_size=PART_BYTES,
+                    max_concurrency=PARALLEL_PARTS,
+                ),
+            )
+        except FileNotFoundError:
+            # The upload is gone: a retried completion after the first one completed it and
+            # its answer was lost (a timeout). Written if the object is there, whole.
+            if self._size(key) != len(value):
+                raise
+
+    def _size(self, key: str) -> int | None:
+        """The object's size, or None where there is none."""
+        try:
+            return int(self.info(f"{self.bucket}/{key}")["size"])
+        except FileNotFoundError:
+            return None
 
     def rm_file(self, path: str) -> None:
         import obstore
@@ -476,7 +518,18 @@ def open_fs(
         retry_config=retry,
         **extra,
     )
-    fs = ObstoreFS(store, protocol, bucket, describe=describe)
+
+    def bulk_store() -> Any:
+        bulk_timeout = datetime.timedelta(seconds=max(timeout, BULK_TIMEOUT_SECONDS))
+        return store_class(
+            bucket,
+            config=config or None,
+            client_options={**client_options, "timeout": bulk_timeout},
+            retry_config={**retry, "retry_timeout": bulk_timeout * max(1, retries)},
+            **extra,
+        )
+
+    fs = ObstoreFS(store, protocol, bucket, describe=describe, bulk_store=bulk_store)
     fs.retries = max(1, retries)
     return fs
 
