@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from compilecache import entry
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.frameworks import jax_words
 from compilecache.runtime import explain, history
 from compilecache.runtime.cache import Cache
+from compilecache.stores.base import EntryMeta
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.tiered import Tiered
@@ -245,6 +247,73 @@ def test_many_misses_of_one_name_read_each_neighbour_once(tmp_path: Path) -> Non
     assert len(peeked) == count - 1
 
 
+def test_a_run_lists_the_store_once_and_sees_its_own_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold run's misses are explained against a listing kept for LISTING_KEPT_S, with the
+    entries the run stores itself added as it goes: one listing for 20 misses (it grew with
+    every entry, and was most of a miss's background work), each miss still compared with the
+    run's previous compile. An entry another process writes is seen once the listing is
+    older than that."""
+    from compilecache.stores.base import StoreWrapper
+
+    scans: list[str] = []
+
+    class Counting(StoreWrapper):
+        def scan(self, prefix: str = "") -> Any:
+            scans.append(prefix)
+            return self.inner.scan(prefix)
+
+    local = LocalStore(tmp_path / "store")
+    cache = Cache(Counting(local))
+    for i in range(20):
+        components = {"computation": f"c{i}", "XLA flags": "f"}
+        found = explain.record_miss(
+            cache,
+            framework="jax",
+            name="jit_f",
+            key=f"jax/jit_f-{i}",
+            components=components,
+            prefix="jax/jit_f-",
+        )
+        assert found is not None and found.candidates == i
+        assert found.nearest == (f"jax/jit_f-{i - 1}" if i else None)
+        assert cache.save(
+            EntryHeader("jax", f"jax/jit_f-{i}", name="jit_f", components=components), b"x"
+        )
+    assert scans == ["jax/jit_f-"]
+
+    # Another process writes an entry that differs in its flags alone.
+    other = {"computation": "c-new", "XLA flags": "g"}
+    local.put(
+        "jax/jit_f-other",
+        entry.encode(EntryHeader("jax", "jax/jit_f-other", name="jit_f", components=other), b"x"),
+        EntryMeta("jax", "jit_f"),
+    )
+    new = {"computation": "c-new", "XLA flags": "f"}
+    found = explain.record_miss(
+        cache,
+        framework="jax",
+        name="jit_f",
+        key="jax/jit_f-new",
+        components=new,
+        prefix="jax/jit_f-",
+        stored=False,
+    )
+    assert found is not None and found.nearest != "jax/jit_f-other" and len(scans) == 1
+    monkeypatch.setattr(explain, "LISTING_KEPT_S", -1.0)  # the listing is now too old
+    found = explain.record_miss(
+        cache,
+        framework="jax",
+        name="jit_f",
+        key="jax/jit_f-new",
+        components=new,
+        prefix="jax/jit_f-",
+        stored=False,
+    )
+    assert found is not None and found.nearest == "jax/jit_f-other" and len(scans) == 2
+
+
 def test_record_miss_counts_and_remembers() -> None:
     store = MemoryStore("memory://record")
     cache = Cache(store)
@@ -360,6 +429,7 @@ def test_a_level_that_lists_slowly_in_all_is_no_longer_scanned(
         scans = 0
 
     monkeypatch.setattr(explain, "TOTAL_SCAN_BUDGET_S", 0.05)
+    monkeypatch.setattr(explain, "LISTING_KEPT_S", -1.0)  # every miss lists again
     for wrapper in (Remote, Local):
         store = wrapper(MemoryStore(f"memory://{uuid.uuid4().hex}"))
         cache = Cache(store)

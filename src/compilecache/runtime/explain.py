@@ -31,7 +31,7 @@ from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry
 from compilecache.runtime import history
 from compilecache.stats import function_counter
-from compilecache.stores.base import EntryInfo, Store
+from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 if TYPE_CHECKING:
     from compilecache.runtime.cache import Cache
@@ -288,15 +288,74 @@ def _kept_headers(level: Store) -> OrderedDict[str, EntryHeader]:
         return kept
 
 
-def _same_name(level: Store, prefix: str, name: str, key: str) -> list[EntryInfo]:
+# Listings kept for the misses a run records (per level object, then prefix): when listed, and
+# what. A listing is read from the level at most every LISTING_KEPT_S seconds; the entries this
+# process stores in between are added to it as their misses are recorded, so a cold run's
+# misses are compared with its own earlier compiles without listing the index again at each
+# one (the listing grew with every entry and was most of a miss's background work). Entries
+# other processes write meanwhile are seen at the next listing.
+LISTING_KEPT_S = 30.0
+_listings: weakref.WeakKeyDictionary[Store, dict[str, tuple[float, list[EntryInfo]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_listings_lock = threading.Lock()
+
+
+def _kept_listing(level: Store, prefix: str) -> list[EntryInfo] | None:
+    """A copy of the listing of ``prefix`` kept for ``level``, if it is recent enough."""
+    with _listings_lock:
+        try:
+            kept = _listings.get(level, {}).get(prefix)
+        except TypeError:  # a store that cannot be weakly referenced or hashed
+            return None
+        if kept is None or time.monotonic() - kept[0] > LISTING_KEPT_S:
+            return None
+        return list(kept[1])
+
+
+def _keep_listing(level: Store, prefix: str, infos: list[EntryInfo]) -> None:
+    with _listings_lock, contextlib.suppress(TypeError):
+        _listings.setdefault(level, {})[prefix] = (time.monotonic(), list(infos))
+
+
+def _listed_now(store: Tiered, prefix: str, stored: EntryInfo) -> None:
+    """``stored``, an entry this process just wrote, joins the kept listings of ``prefix``
+    (a level that turns out not to hold it drops it when its header is read)."""
+    with _listings_lock:
+        for level in store.levels:
+            with contextlib.suppress(TypeError):
+                kept = _listings.get(level, {}).get(prefix)
+                if kept is not None and all(i.key != stored.key for i in kept[1]):
+                    kept[1].append(stored)
+
+
+def _unlisted(level: Store, key: str) -> None:
+    """``key`` is not on ``level`` after all: out of its kept listings."""
+    with _listings_lock, contextlib.suppress(TypeError):
+        kept = _listings.get(level, {})
+        for prefix, (when, infos) in list(kept.items()):
+            kept[prefix] = (when, [i for i in infos if i.key != key])
+
+
+def _same_name(
+    level: Store, prefix: str, name: str, key: str, *, keep: bool = False
+) -> list[EntryInfo]:
+    """The entries of ``level`` under ``prefix`` named ``name``, but ``key``. ``keep``: a
+    listing kept from an earlier call may answer (see :data:`LISTING_KEPT_S`)."""
     if level.url in _slow_levels:
         return []
+    listing = _kept_listing(level, prefix) if keep else None
+    if listing is not None:
+        return [i for i in listing if i.key != key and (not name or i.name == name)]
     start = time.monotonic()
     try:
-        infos = [i for i in level.scan(prefix) if i.key != key and (not name or i.name == name)]
+        listing = list(level.scan(prefix))
     except Exception as exc:
         log.debug("compilecache: cannot list %s for an explanation: %s", level.url, exc)
         return []
+    if keep:
+        _keep_listing(level, prefix, listing)
+    infos = [i for i in listing if i.key != key and (not name or i.name == name)]
     elapsed = time.monotonic() - start
     if level.health is None:
         # This machine's own disk or memory: an indexed listing, slow only while the machine is
@@ -324,6 +383,7 @@ def _headers(level: Store, infos: Sequence[EntryInfo]) -> Iterator[EntryHeader]:
             # peek: reading a neighbour to explain a miss counts no hit and touches nothing.
             data = level.peek(info.key)
             if data is None:
+                _unlisted(level, info.key)
                 continue
             header = entry.read_header(data)
         except Exception as exc:  # a damaged or vanished candidate is skipped
@@ -344,16 +404,18 @@ def nearest_entry(
     key: str,
     components: Mapping[str, str],
     identity: Sequence[str] = (),
+    keep: bool = False,
 ) -> tuple[EntryHeader | None, int]:
     """The stored same-name entry (other than ``key``) with the fewest differing components
     (those agreeing on the ``identity`` components first), the newest on ties; and how many
     same-name entries were seen. The first level holding any same-name entry is searched
     (normally the local disk). A level that can only list by reading every object (an object
-    store) is never listed: one explanation would cost a request per stored entry."""
+    store) is never listed: one explanation would cost a request per stored entry. ``keep``:
+    listings are kept between calls (:data:`LISTING_KEPT_S`)."""
     for level in store.levels:
         if not level.scans_cheaply:
             continue
-        infos = _same_name(level, prefix, name, key)
+        infos = _same_name(level, prefix, name, key, keep=keep)
         if not infos:
             continue
         best: EntryHeader | None = None
@@ -380,20 +442,22 @@ def explain(
     components: Mapping[str, str],
     readable: Mapping[str, Any] | None = None,
     prefix: str | None = None,
+    keep: bool = False,
 ) -> Explanation:
-    """Explain why ``key`` missed, against the entries ``store`` holds now.
+    """Explain why ``key`` missed, against the entries ``store`` holds now (``keep``: or held
+    at its last listing, with this process's own writes since; see :data:`LISTING_KEPT_S`).
 
     ``prefix`` narrows the scan (JAX keys start with ``jax/<name>-``); by default every key of
     ``framework`` is scanned and filtered by name.
     """
-    scan_prefix = prefix if prefix is not None else f"{framework}/"
     nearest, seen = nearest_entry(
         store,
-        prefix=scan_prefix,
+        prefix=_scan_prefix(framework, prefix),
         name=name,
         key=key,
         components=components,
         identity=vocabulary(framework).identity,
+        keep=keep,
     )
     if nearest is None:
         return Explanation(framework, name, key, None, (), summarize(name, (), None), seen)
@@ -419,6 +483,10 @@ def explain(
         summarize(name, differences, nearest.key),
         seen,
     )
+
+
+def _scan_prefix(framework: str, prefix: str | None) -> str:
+    return prefix if prefix is not None else f"{framework}/"
 
 
 def _readable(header: EntryHeader) -> dict[str, Any]:
@@ -504,7 +572,12 @@ def record_miss(
                     components=components,
                     readable=readable,
                     prefix=prefix,
+                    keep=True,
                 )
+            if stored and not internal:
+                now = time.time()
+                written = EntryInfo(key, 0, now, now, meta=EntryMeta(framework, name))
+                _listed_now(cache.store, _scan_prefix(framework, prefix), written)
             record: dict[str, Any] = {
                 **history.origin(cache.run_id),
                 **explanation.to_json(),

@@ -247,6 +247,8 @@ class LocalStore(Store):
         self._pid = -1
         self._touches: dict[str, _Access] = {}
         self._missed: set[str] = set()
+        # Entry subdirectories this process has made or written to: not made again per put.
+        self._shards: set[Path] = set()
         self._touch_timer: threading.Timer | None = None
         self._touch_timer_pid = os.getpid()
         self._leases = LeaseFiles(self.root / "leases", self._write_atomic, self.path_of)
@@ -571,7 +573,6 @@ class LocalStore(Store):
             raise StoreUnavailable(f"cannot open the index {self.index_path}: {exc}") from exc
         created = time.time()
         rows: list[tuple[str, int, EntryMeta]] = []
-        shards: set[Path] = set()
         failure: CompileCacheError | None = None
         for key, value, meta in items:
             if len(value) > self.max_size:
@@ -581,10 +582,7 @@ class LocalStore(Store):
             meta = meta or EntryMeta()
             path = self.path_of(key)
             try:
-                if path.parent not in shards:
-                    path.parent.mkdir(exist_ok=True)
-                    shards.add(path.parent)
-                self._write_atomic(path, encode_frame(key, meta, created, len(value)), value)
+                self._write_entry_file(path, encode_frame(key, meta, created, len(value)), value)
             except OSError as exc:
                 failure = StoreUnavailable(f"cannot write {path}: {exc}")
                 failure.__cause__ = exc
@@ -621,6 +619,18 @@ class LocalStore(Store):
         return EntryTooLarge(
             f"{key}: {size} bytes is more than {self.root}'s whole bound of {self.max_size} bytes"
         )
+
+    def _write_entry_file(self, path: Path, *chunks: bytes) -> None:
+        """Publish an entry's file, making its subdirectory first where this process has not
+        (a ``mkdir`` per put cost a cold miss a system call), or again where it was removed."""
+        if path.parent not in self._shards:
+            path.parent.mkdir(exist_ok=True)
+            self._shards.add(path.parent)
+        try:
+            self._write_atomic(path, *chunks)
+        except FileNotFoundError:  # the subdirectory was removed behind our back (clear)
+            path.parent.mkdir(exist_ok=True)
+            self._write_atomic(path, *chunks)
 
     def _write_atomic(self, path: Path, *chunks: bytes) -> None:
         write_atomic(self.tmp_dir / f"{uuid.uuid4().hex}.tmp", path, chunks)
