@@ -295,6 +295,8 @@ def _kept_headers(level: Store) -> OrderedDict[str, EntryHeader]:
 # one (the listing grew with every entry and was most of a miss's background work). Entries
 # other processes write meanwhile are seen at the next listing.
 LISTING_KEPT_S = 30.0
+# A longer listing is not kept (its memory, for a process that may miss rarely): listed again.
+LISTING_KEPT_MAX = 20_000
 _listings: weakref.WeakKeyDictionary[Store, dict[str, tuple[float, list[EntryInfo]]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -353,7 +355,7 @@ def _same_name(
     except Exception as exc:
         log.debug("compilecache: cannot list %s for an explanation: %s", level.url, exc)
         return []
-    if keep:
+    if keep and len(listing) <= LISTING_KEPT_MAX:
         _keep_listing(level, prefix, listing)
     infos = [i for i in listing if i.key != key and (not name or i.name == name)]
     elapsed = time.monotonic() - start
@@ -574,7 +576,7 @@ def record_miss(
                     prefix=prefix,
                     keep=True,
                 )
-            if stored and not internal:
+            if stored:
                 now = time.time()
                 written = EntryInfo(key, 0, now, now, meta=EntryMeta(framework, name))
                 _listed_now(cache.store, _scan_prefix(framework, prefix), written)
