@@ -76,6 +76,19 @@ WRAPPERS = {
 }
 
 
+# Starts the rest of its command line with the signals a terminal leaves at their defaults: a
+# test run under ``nohup`` (or as a background job) passes SIGHUP (SIGINT) on ignored, and the
+# wrapper rightly keeps ignoring what it was started ignoring (test_a_signal_ignored_at_start_stays_ignored).
+DEFAULT_SIGNALS = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys\n"
+    "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):\n"
+    "    signal.signal(s, signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])",
+]
+
+
 class Run:
     """One ``compilecache run -- python -c CHILD`` under test."""
 
@@ -99,7 +112,7 @@ class Run:
         self.prefix = popen.pop("prefix", [])
         assert isinstance(self.prefix, list)
         self.proc = subprocess.Popen(
-            [*self.prefix, *command],
+            [*DEFAULT_SIGNALS, *self.prefix, *command],
             env=env,
             text=True,
             **popen,  # type: ignore[call-overload]
