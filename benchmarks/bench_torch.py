@@ -457,9 +457,12 @@ def measure_real(model: str, root: Path, rounds: int) -> dict[str, Any]:
             if s != "eager"
         },
     }
+    # A ratio at or below zero says the eager runs spread more than the overheads measured:
+    # nothing was resolved, and that is not a target met.
+    verdict["resolved"] = verdict["overhead_over_torch_warm"] > 0
     verdict["met"] = {
         "cold": verdict["cold_over_torch_cold"] <= TARGET_COLD_OVER_TORCH_COLD,
-        "warm": verdict["overhead_over_torch_warm"] <= TARGET_OVERHEAD_OVER_TORCH_WARM,
+        "warm": 0 < verdict["overhead_over_torch_warm"] <= TARGET_OVERHEAD_OVER_TORCH_WARM,
     }
     return {
         "model": model,
@@ -489,6 +492,14 @@ def page_head(title: str, info: dict[str, Any], command: str) -> list[str]:
         f"Reproduce: `{command}`",
         "",
     ]
+
+
+def warm_outcome(verdict: dict[str, Any]) -> str:
+    """The warm target's verdict word; "not resolved" where the ratio is at or below zero (the
+    eager baseline spread more than the overheads it is subtracted from)."""
+    if verdict["overhead_over_torch_warm"] <= 0:
+        return "not resolved (eager runs spread more)"
+    return "met" if verdict["met"]["warm"] else "MISSED"
 
 
 def render_real(info: dict[str, Any], blocks: list[dict[str, Any]], command: str) -> str:
@@ -546,7 +557,7 @@ def render_real(info: dict[str, Any], blocks: list[dict[str, Any]], command: str
                         common.fmt(v["overhead_over_torch_warm"]),
                         "-".join(common.fmt(x) for x in v["overhead_over_torch_warm_range"]),
                         f"<= {TARGET_OVERHEAD_OVER_TORCH_WARM}",
-                        "met" if met["warm"] else "MISSED",
+                        warm_outcome(v),
                     ],
                     [
                         "the same without the interpreter's exit (workload clock)",
