@@ -365,8 +365,8 @@ def test_a_completed_upload_whose_answer_was_lost_counts_as_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A retried multipart completion that the first attempt already completed is answered
-    "no such upload" (404): the write stands when the object is there at its full size, and
-    fails where it is not."""
+    "no such upload" (404): the write stands when the object is there at its full size (and is
+    not the object it replaced), and fails where it is not."""
     import obstore
     from obstore.store import MemoryStore
 
@@ -393,3 +393,11 @@ def test_a_completed_upload_whose_answer_was_lost_counts_as_written(
     completes.append(False)
     with pytest.raises(FileNotFoundError):
         fs.pipe_file("b/lost", value)
+
+    # A replacement whose completion was lost, over an object of the same size: the object is
+    # still the one replaced, so the write failed.
+    real_put(fs.store, "same", bytes(len(value)))
+    old_etag = str(obstore.head(fs.store, "same")["e_tag"])
+    completes.append(False)
+    with pytest.raises(FileNotFoundError):
+        fs.pipe_file("b/same", value, IfMatch=old_etag)

@@ -409,16 +409,18 @@ class ObstoreFS:
             )
         except FileNotFoundError:
             # The upload is gone: a retried completion after the first one completed it and
-            # its answer was lost (a timeout). Written if the object is there, whole.
-            if self._size(key) != len(value):
+            # its answer was lost (a timeout). Written if the object is there, whole (and, for
+            # a replacement, no longer the object it replaced).
+            if not self._written(key, len(value), replaced=etag):
                 raise
 
-    def _size(self, key: str) -> int | None:
-        """The object's size, or None where there is none."""
+    def _written(self, key: str, size: int, *, replaced: str | None) -> bool:
+        """Whether ``key`` now holds an object of ``size`` bytes whose ETag is not ``replaced``."""
         try:
-            return int(self.info(f"{self.bucket}/{key}")["size"])
+            found = self.info(f"{self.bucket}/{key}")
         except FileNotFoundError:
-            return None
+            return False
+        return int(found["size"]) == size and not (replaced and found["ETag"] == replaced)
 
     def rm_file(self, path: str) -> None:
         import obstore
