@@ -20,7 +20,7 @@ import pytest
 from compilecache import entry
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import jax_words
+from compilecache.frameworks import jax_words, torch_words
 from compilecache.runtime import explain, history
 from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta
@@ -28,6 +28,10 @@ from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.tiered import Tiered
 from tests.conftest import clean_env
+
+# The frameworks' vocabularies are registered with explain when their modules are imported: both
+# here, so that the wording tests do not depend on which tests ran before in this process.
+VOCABULARIES = (jax_words.JAX, torch_words.TORCH)
 
 PROGRAM = """
 import os
