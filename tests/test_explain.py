@@ -215,6 +215,24 @@ def test_nearest_entry_prefers_the_same_program_then_fewest_differences() -> Non
     assert store.stat("jax/jit_g-1").hits == 0  # type: ignore[union-attr]  # peeked, not hit
 
 
+def _miss_then_store(cache: Cache, i: int) -> explain.Explanation:
+    """The ``i``-th compile of a cold run of ``jit_f``s that differ in their computation alone:
+    its miss recorded (``i`` same-name entries stored before it), then its entry stored."""
+    components = {"computation": f"c{i}", "XLA flags": "f"}
+    found = explain.record_miss(
+        cache,
+        framework="jax",
+        name="jit_f",
+        key=f"jax/jit_f-{i}",
+        components=components,
+        prefix="jax/jit_f-",
+    )
+    assert found is not None and found.candidates == i
+    header = EntryHeader("jax", f"jax/jit_f-{i}", name="jit_f", components=components)
+    assert cache.save(header, b"x")
+    return found
+
+
 def test_many_misses_of_one_name_read_each_neighbour_once(tmp_path: Path) -> None:
     """A cold run of many same-name compiles: each miss is explained against the newest
     same-name entries, but a neighbour's header is read from its file once in the process,
@@ -233,20 +251,9 @@ def test_many_misses_of_one_name_read_each_neighbour_once(tmp_path: Path) -> Non
     cache = Cache(store)
     count = 30
     for i in range(count):
-        components = {"computation": f"c{i}", "XLA flags": "f"}
-        found = explain.record_miss(
-            cache,
-            framework="jax",
-            name="jit_f",
-            key=f"jax/jit_f-{i}",
-            components=components,
-            prefix="jax/jit_f-",
-        )
-        assert found is not None and found.candidates == i
+        found = _miss_then_store(cache, i)
         if i:  # every earlier entry differs in its computation alone
             assert [d.component for d in found.differences] == ["computation"]
-        header = EntryHeader("jax", f"jax/jit_f-{i}", name="jit_f", components=components)
-        assert cache.save(header, b"x")
     assert sorted(peeked) == sorted({*peeked})  # none read twice
     assert len(peeked) == count - 1
 
@@ -271,20 +278,8 @@ def test_a_run_lists_the_store_once_and_sees_its_own_writes(
     local = LocalStore(tmp_path / "store")
     cache = Cache(Counting(local))
     for i in range(20):
-        components = {"computation": f"c{i}", "XLA flags": "f"}
-        found = explain.record_miss(
-            cache,
-            framework="jax",
-            name="jit_f",
-            key=f"jax/jit_f-{i}",
-            components=components,
-            prefix="jax/jit_f-",
-        )
-        assert found is not None and found.candidates == i
+        found = _miss_then_store(cache, i)
         assert found.nearest == (f"jax/jit_f-{i - 1}" if i else None)
-        assert cache.save(
-            EntryHeader("jax", f"jax/jit_f-{i}", name="jit_f", components=components), b"x"
-        )
     assert scans == ["jax/jit_f-"]
 
     # Another process writes an entry that differs in its flags alone.
