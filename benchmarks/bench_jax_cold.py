@@ -14,11 +14,12 @@ Workloads: ``many`` (``compilecache.workloads.jax_many --count 60``: 60 small ji
 each its own compile, the case where per-miss costs show) and ``step`` (``jax_step --layers 8``).
 Reported per workload: the median of the per-round ratios compilecache / JAX of the whole
 process (wall time seen from the parent) and of the workload's own span (``first_calls_s`` or
-``first_step_s``); both runs of a round must give the same digest.
+``first_step_s``), with the spread of the process pairs; both runs of a round must give the
+same digest.
 
     python benchmarks/bench_jax_cold.py                  # 9 rounds of each workload
     python benchmarks/bench_jax_cold.py --rounds 3 --workloads many
-    python benchmarks/bench_jax_cold.py --hooks --rounds 5   # ms inside compilecache per compile
+    python benchmarks/bench_jax_cold.py --hooks --rounds 5   # ms per compile in the cache interfaces
 """
 
 from __future__ import annotations
@@ -63,19 +64,17 @@ if mode == "compilecache":
 sys.argv = [module, *args]
 runpy.run_module(module, run_name="__main__")
 """
-# --hooks: the time spent inside compilecache's JAX cache interface (JaxCacheAdapter.get and
-# .put: the lookup and its claim, the key's components, the entry's encoding and write) per
-# compile, and the CPU time of the work each miss leaves to the background thread (explaining
-# and remembering it), measured in the process; what a whole-process ratio cannot resolve.
-HOOKS_CHILD = r"""
+# --hooks: the time spent inside a JAX cache interface's ``get`` and ``put`` per compile, in the
+# process: compilecache's (JaxCacheAdapter: the lookup and its claim, the key's components, the
+# entry's encoding and write) and, for comparison, JAX's own (its LRUCache on the same kind of
+# directory); what a whole-process ratio cannot resolve. ``{setup}`` names the class ``TIMED``.
+TIMED_CHILD = r"""
 import contextlib, io, json, runpy, sys, time
 module, args = sys.argv[1], sys.argv[2:]
-import compilecache
-compilecache.enable()
-from compilecache.frameworks import jax as integration
-spent = {"get": 0.0, "put": 0.0, "gets": 0, "puts": 0}
+{setup}
+spent = {{"get": 0.0, "put": 0.0, "gets": 0, "puts": 0}}
 for name in ("get", "put"):
-    original = getattr(integration.JaxCacheAdapter, name)
+    original = getattr(TIMED, name)
     def timed(self, *a, _original=original, _name=name, **k):
         start = time.perf_counter()
         try:
@@ -83,9 +82,23 @@ for name in ("get", "put"):
         finally:
             spent[_name] += time.perf_counter() - start
             spent[_name + "s"] += 1
-    setattr(integration.JaxCacheAdapter, name, timed)
-# The work a miss leaves to compilecache's background thread (its explanation and history
-# record): CPU seconds, which on a busy machine the program's own threads do without.
+    setattr(TIMED, name, timed)
+{extra}
+sys.argv = [module, *args]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    runpy.run_module(module, run_name="__main__")
+print(json.dumps(spent))
+"""
+HOOKS_CHILD = TIMED_CHILD.format(
+    setup=(
+        "import compilecache\n"
+        "compilecache.enable()\n"
+        "from compilecache.frameworks import jax as integration\n"
+        "TIMED = integration.JaxCacheAdapter"
+    ),
+    # The work a miss leaves to compilecache's background thread (its explanation and history
+    # record): CPU seconds, which on a busy machine the program's own threads do without.
+    extra=r"""
 from compilecache.runtime import background
 spent["background"] = 0.0
 queue = background.Background.add
@@ -98,11 +111,11 @@ def add(self, work, _queue=queue):
             spent["background"] += time.thread_time() - start
     return _queue(self, timed_work)
 background.Background.add = add
-sys.argv = [module, *args]
-with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-    runpy.run_module(module, run_name="__main__")
-print(json.dumps(spent))
-"""
+""",
+)
+JAX_HOOKS_CHILD = TIMED_CHILD.format(
+    setup="from jax._src import lru_cache\nTIMED = lru_cache.LRUCache", extra=""
+)
 
 
 def run_once(mode: str, workload: str, directory: Path) -> dict[str, Any]:
@@ -146,13 +159,15 @@ def main() -> int:
             digests = {(a.get("digest"), b.get("digest")) for a, b in pairs}
             if any(a != b for a, b in digests):
                 raise SystemExit(f"{workload}: the two caches computed different results")
-            wall = median([ratio(b["wall_s"], a["wall_s"]) for a, b in pairs])
+            walls = [ratio(b["wall_s"], a["wall_s"]) for a, b in pairs]
+            wall = median(walls)
             span = median([ratio(b["span_s"], a["span_s"]) for a, b in pairs])
             row = [
                 workload,
                 median([a["wall_s"] for a, _ in pairs]),
                 median([b["wall_s"] for _, b in pairs]),
                 wall,
+                f"{min(walls):.3f}-{max(walls):.3f}",
                 span,
                 TARGETS[workload],
             ]
@@ -165,6 +180,7 @@ def main() -> int:
                             "jax_s",
                             "compilecache_s",
                             "ratio_wall",
+                            "ratio_wall_pairs",
                             "ratio_span",
                             "target",
                         ),
@@ -180,6 +196,7 @@ def main() -> int:
             "JAX's cache s",
             "compilecache s",
             "paired ratio (process)",
+            "pairs min-max",
             "paired ratio (workload span)",
             "target",
         ],
@@ -203,6 +220,7 @@ def hooks(rounds: int, workloads: list[str]) -> int:
         for workload in workloads:
             module, arguments, _ = WORKLOADS[workload]
             per_get, per_put, per_background = [], [], []
+            own_get, own_put = [], []
             for r in range(rounds):
                 env = clean_env(COMPILECACHE_URL=str(Path(tmp) / f"{workload}-{r}"))
                 spent = run_json([sys.executable, "-c", HOOKS_CHILD, module, *arguments], env)
@@ -210,11 +228,19 @@ def hooks(rounds: int, workloads: list[str]) -> int:
                 per_get.append(1000 * record["get"] / max(record["gets"], 1))
                 per_put.append(1000 * record["put"] / max(record["puts"], 1))
                 per_background.append(1000 * record["background"] / max(record["puts"], 1))
+                env = clean_env(
+                    JAX_COMPILATION_CACHE_DIR=str(Path(tmp) / f"{workload}-{r}-jax"),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                )
+                own = run_json([sys.executable, "-c", JAX_HOOKS_CHILD, module, *arguments], env)
+                own_get.append(1000 * own.record["get"] / max(own.record["gets"], 1))
+                own_put.append(1000 * own.record["put"] / max(own.record["puts"], 1))
             print(
                 f"{workload}: {record['puts']} compiles; per compile, median of {rounds}: "
                 f"get {median(per_get):.3f} ms, put {median(per_put):.3f} ms, "
                 f"together {median([g + p for g, p in zip(per_get, per_put, strict=True)]):.3f} ms; "
-                f"background thread CPU {median(per_background):.3f} ms"
+                f"background thread CPU {median(per_background):.3f} ms; JAX's own cache: "
+                f"get {median(own_get):.3f} ms, put {median(own_put):.3f} ms"
             )
     return 0
 
