@@ -25,7 +25,6 @@ from compilecache import frameworks
 from compilecache import signing as signing_mod
 from compilecache.config import Config, WritePlan
 from compilecache.errors import CompileCacheError, StoreUnavailable
-from compilecache.frameworks import facts
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import Prefetch
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
@@ -198,6 +197,10 @@ class Session:
         """``<pid>.json``: this process's counters (summed by ``run``); ``<pid>.events.jsonl``:
         facts about the process, then one line per compile event (read by ``doctor``)."""
         try:
+            # Imported here: only runs under ``compilecache run`` need the facts (3 ms of every
+            # enable() otherwise).
+            from compilecache.frameworks import facts
+
             (spool / f"{os.getpid()}.json").write_text(json.dumps(current))
             lines = [json.dumps({"facts": facts.collect().to_json()}, default=str)]
             lines += [json.dumps(e, default=str) for e in list(self.cache.events or ())]
