@@ -462,7 +462,8 @@ def measure_real(model: str, root: Path, rounds: int) -> dict[str, Any]:
     verdict["resolved"] = verdict["overhead_over_torch_warm"] > 0
     verdict["met"] = {
         "cold": verdict["cold_over_torch_cold"] <= TARGET_COLD_OVER_TORCH_COLD,
-        "warm": 0 < verdict["overhead_over_torch_warm"] <= TARGET_OVERHEAD_OVER_TORCH_WARM,
+        "warm": verdict["resolved"]
+        and verdict["overhead_over_torch_warm"] <= TARGET_OVERHEAD_OVER_TORCH_WARM,
     }
     return {
         "model": model,
@@ -497,7 +498,7 @@ def page_head(title: str, info: dict[str, Any], command: str) -> list[str]:
 def warm_outcome(verdict: dict[str, Any]) -> str:
     """The warm target's verdict word; "not resolved" where the ratio is at or below zero (the
     eager baseline spread more than the overheads it is subtracted from)."""
-    if verdict["overhead_over_torch_warm"] <= 0:
+    if not verdict["resolved"]:
         return "not resolved (eager runs spread more)"
     return "met" if verdict["met"]["warm"] else "MISSED"
 
