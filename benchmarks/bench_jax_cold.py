@@ -213,6 +213,11 @@ def main() -> int:
     return 0
 
 
+def per_call_ms(record: dict[str, Any], seconds: str, calls: str) -> float:
+    """Milliseconds of ``record[seconds]`` per one of ``record[calls]``."""
+    return 1000 * record[seconds] / max(record[calls], 1)
+
+
 def hooks(rounds: int, workloads: list[str]) -> int:
     """Per compile, the milliseconds spent in JaxCacheAdapter.get and .put (medians of
     ``rounds`` fresh processes on an empty directory each)."""
@@ -225,16 +230,16 @@ def hooks(rounds: int, workloads: list[str]) -> int:
                 env = clean_env(COMPILECACHE_URL=str(Path(tmp) / f"{workload}-{r}"))
                 spent = run_json([sys.executable, "-c", HOOKS_CHILD, module, *arguments], env)
                 record = spent.record
-                per_get.append(1000 * record["get"] / max(record["gets"], 1))
-                per_put.append(1000 * record["put"] / max(record["puts"], 1))
-                per_background.append(1000 * record["background"] / max(record["puts"], 1))
+                per_get.append(per_call_ms(record, "get", "gets"))
+                per_put.append(per_call_ms(record, "put", "puts"))
+                per_background.append(per_call_ms(record, "background", "puts"))
                 env = clean_env(
                     JAX_COMPILATION_CACHE_DIR=str(Path(tmp) / f"{workload}-{r}-jax"),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                 )
                 own = run_json([sys.executable, "-c", JAX_HOOKS_CHILD, module, *arguments], env)
-                own_get.append(1000 * own.record["get"] / max(own.record["gets"], 1))
-                own_put.append(1000 * own.record["put"] / max(own.record["puts"], 1))
+                own_get.append(per_call_ms(own.record, "get", "gets"))
+                own_put.append(per_call_ms(own.record, "put", "puts"))
             print(
                 f"{workload}: {record['puts']} compiles; per compile, median of {rounds}: "
                 f"get {median(per_get):.3f} ms, put {median(per_put):.3f} ms, "
