@@ -27,6 +27,7 @@ from compilecache.signing import Signing
 from compilecache.stats import Stats
 from compilecache.stores.base import Store
 from compilecache.stores.guarded import Guarded
+from compilecache.stores.leasefile import LeaseFiles
 from compilecache.stores.local import LocalStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.readonly import ReadOnly
@@ -371,6 +372,65 @@ def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path:
     assert quiet.held() == [] and store.leases.acquire("jax/b", 1)
 
 
+def quiet_flight(store: Store, **kwargs: Any) -> SingleFlight:
+    return SingleFlight(
+        store.leases, stats=Stats(), warn=lambda c, m: None, lease_ttl=30, wait_timeout=5, **kwargs
+    )
+
+
+def test_a_release_handed_to_a_queue_that_never_ran_is_done_at_close(tmp_path: Path) -> None:
+    """A written entry's release goes to the background queue; a queue cut short at exit (its
+    deadline passed) must not leave the lease behind: release_all gives it up."""
+    store = LocalStore(tmp_path)
+    flight = quiet_flight(store)
+    queued: list[Any] = []
+    for key in ("jax/a", "jax/b"):
+        assert flight.after_miss("jax", key, lambda: (None, True)) is None
+        flight.wrote(key)
+        flight.finish(key, later=queued.append)
+    assert len(queued) == 2 and flight.held() == []
+    queued[0]()  # the queue ran one release, then was dropped
+    assert store.leases.acquire("jax/b", 1) is None  # still held: its release never ran
+    flight.release_all()
+    assert not any((tmp_path / "leases").iterdir())
+    queued[1]()  # a late run of the dropped item does nothing (no lease of anyone's removed)
+    token = store.leases.acquire("jax/b", 30)
+    assert token
+    queued[1]()
+    assert store.leases.acquire("jax/b", 1) is None
+
+
+def test_a_renewal_racing_the_release_does_not_write_the_lease_again(tmp_path: Path) -> None:
+    """The heartbeat renews outside the flight's lock: a renewal that read the lease just before
+    its release must not publish it again after (a lease file left behind until it expires)."""
+    store = LocalStore(tmp_path)
+    renewing = threading.Event()
+    go_on = threading.Event()
+    leases = store.leases
+    assert isinstance(leases, LeaseFiles)
+    real_publish = leases._publish
+
+    def slow_publish(path: Path, data: bytes) -> None:  # renew has read the token: ours
+        renewing.set()
+        go_on.wait(5)
+        real_publish(path, data)
+
+    leases._publish = slow_publish
+    flight = SingleFlight(
+        leases, stats=Stats(), warn=lambda c, m: None, lease_ttl=0.15, wait_timeout=5
+    )
+    assert flight.after_miss("jax", "jax/a", lambda: (None, True)) is None
+    assert renewing.wait(5)  # the heartbeat is inside renew now
+    flight.wrote("jax/a")
+    ender = threading.Thread(target=flight.finish, args=("jax/a",))
+    ender.start()
+    time.sleep(0.1)
+    go_on.set()
+    ender.join(5)
+    time.sleep(0.3)  # the heartbeat's next beat finds nothing to renew
+    assert not any((tmp_path / "leases").iterdir())
+
+
 def test_a_writer_is_claimed_without_waiting_and_only_by_one_that_writes(tmp_path: Path) -> None:
     """claim_writer (Dynamo's packages): the first process holds the key's lease and writes; a
     second is told no at once, not made to wait; one that would not save it never takes it."""
@@ -577,7 +637,8 @@ def test_four_cold_processes_compile_each_function_once_on_disk(tmp_path: Path, 
     store = open_url(f"{root}{query}")
     assert isinstance(store, SharedFSStore if query else LocalStore)
     check_compiled_once(results, stored_names(store))
-    assert not any((root / "leases").iterdir())  # every lease was released
+    left = {p.name: p.read_text() for p in (root / "leases").iterdir()}
+    assert not left, left  # every lease was released
     if query:
         return
     # The control: without waiting, the same start compiles the slow functions four times.

@@ -45,7 +45,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compilecache.stats import Stats
@@ -87,6 +87,10 @@ class _Lead:
     # Set when the compile returned before its entry could be written (torch writes an
     # AOTAutograd entry at the first backward): the lease ends at this time at the latest.
     deadline: float | None = None
+    # Held while the heartbeat renews the lease and while it is given up, so that a renewal
+    # cannot write the lease file again after its release; ``ended`` once given up.
+    guard: threading.Lock = field(default_factory=threading.Lock)
+    ended: bool = False
 
 
 class SingleFlight:
@@ -120,6 +124,9 @@ class SingleFlight:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._leads: dict[str, _Lead] = {}
+        # Leads whose release was handed to ``later`` and has not run yet: release_all ends
+        # them, so that a background queue cut short at exit does not leave leases behind.
+        self._ending: dict[str, _Lead] = {}
         self._heartbeat: threading.Thread | None = None
         self._pid = os.getpid()
 
@@ -290,9 +297,19 @@ class SingleFlight:
         if lead is None:
             return
         if later is not None and lead.written:
-            later(functools.partial(self._end, lead))
+            with self._lock:
+                self._ending[key] = lead
+            later(functools.partial(self._end_handed, lead))
         else:
             self._end(lead)
+
+    def _end_handed(self, lead: _Lead) -> None:
+        """Run a release handed to ``later``, unless :meth:`release_all` ran it already."""
+        with self._lock:
+            if self._ending.get(lead.key) is not lead:
+                return
+            del self._ending[lead.key]
+        self._end(lead)
 
     def finish_thread(self, defer: Callable[[str], bool] | None = None, grace: float = 0.0) -> None:
         """Release the leases taken by this thread (its compile ended, written or not).
@@ -319,7 +336,8 @@ class SingleFlight:
 
     def release_all(self) -> None:
         with self._lock:
-            leads, self._leads = list(self._leads.values()), {}
+            leads = [*self._leads.values(), *self._ending.values()]
+            self._leads, self._ending = {}, {}
         if os.getpid() != self._pid:
             return  # a forked child does not own its parent's leases
         for lead in leads:
@@ -332,6 +350,10 @@ class SingleFlight:
 
     def _end(self, lead: _Lead) -> None:
         """Give a lead's lease up; mark the key unwritten first when no entry was written."""
+        with lead.guard:
+            if lead.ended:
+                return
+            lead.ended = True
         if not lead.written:
             try:
                 self.leases.acquire(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
@@ -364,6 +386,7 @@ class SingleFlight:
         if os.getpid() != self._pid:
             with self._lock:
                 self._leads.clear()
+                self._ending.clear()
                 self._heartbeat = None
                 self._pid = os.getpid()
 
@@ -397,7 +420,10 @@ class SingleFlight:
                     self._drop(lead)
                     continue
                 try:
-                    renewed = self.leases.renew(lead.key, lead.token, self.lease_ttl)
+                    with lead.guard:
+                        if lead.ended:
+                            continue
+                        renewed = self.leases.renew(lead.key, lead.token, self.lease_ttl)
                 except Exception as exc:  # transient: try again at the next beat
                     log.debug("compilecache: could not renew the lease on %s: %s", lead.key, exc)
                     continue
