@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import compilecache
 from compilecache import config
 from compilecache.errors import ConfigError
 from compilecache.stores.memory import MemoryStore
+from tests.conftest import clean_env
 
 
 def test_defaults_follow_xdg(tmp_path: Path) -> None:
@@ -82,6 +86,25 @@ def test_enable_is_idempotent_and_disable_variable(monkeypatch: pytest.MonkeyPat
     assert compilecache.active() is None
     monkeypatch.setenv("COMPILECACHE_DISABLE", "1")
     assert compilecache.enable(url) is None
+
+
+def test_disable_imports_no_framework_the_program_did_not(tmp_path: Path) -> None:
+    """disable() undoes the integrations installed; one never installed (its framework never
+    imported) is not imported to be undone: Triton's integration imports Triton (0.23 s)."""
+    program = (
+        "import json, sys, compilecache\n"
+        f"compilecache.enable({str(tmp_path / 'store')!r})\n"
+        "import jax\n"
+        "installed = sorted(compilecache.active().installed)\n"
+        "compilecache.disable()\n"
+        "print(json.dumps({'installed': installed, 'triton': 'triton' in sys.modules,\n"
+        "    'torch': 'torch' in sys.modules}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], env=clean_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"installed": ["jax"], "triton": False, "torch": False}
 
 
 def test_tier_writes_local_writes_only_the_first_level(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -70,9 +71,11 @@ def install(framework: str, cache: Cache, installed: set[str], cfg: Config) -> N
 
 
 def uninstall(framework: str) -> None:
-    trigger, _ = INTEGRATIONS[framework]
+    """Undo :func:`install`. An integration never imported installed nothing: it is not
+    imported now (importing it imports its framework: Triton's took 0.23 s at ``disable()``)."""
+    trigger, module = INTEGRATIONS[framework]
     _importhook.cancel(trigger)
-    integration = _integration(framework)
+    integration = sys.modules.get(module)
     if integration is not None:
         try:
             integration.uninstall()
