@@ -917,3 +917,46 @@ def test_the_total_size_is_kept_by_the_index_itself(tmp_path: Path) -> None:
     assert reopened.total_size() == 1055
     reopened.put("d", b"d" * 5)
     assert reopened.total_size() == 1060
+
+
+def test_history_rows_are_written_in_one_transaction_and_seen_after_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's miss records are buffered like access times: one write transaction for many,
+    written by the flush (here: close); the process's own reads see them at once."""
+    from compilecache.stores import local
+
+    monkeypatch.setattr(local, "_TOUCH_INTERVAL", 3600.0)  # no timer flush during the test
+    store = LocalStore(tmp_path / "s")
+    other = LocalStore(tmp_path / "s")  # another process's view of the same directory
+    for i in range(5):
+        store.history.add("miss", {"i": i})
+    store.history.add("run", {"r": 1})
+    assert other.history.read("miss") == []  # not written yet: buffered in ``store``
+    transactions: list[str] = []
+    conn = store._db()
+    conn.set_trace_callback(
+        lambda sql: transactions.append(sql) if sql.startswith("BEGIN") else None
+    )
+    store.close()
+    assert transactions == ["BEGIN IMMEDIATE"]
+    assert [r["i"] for r in other.history.read("miss")] == [4, 3, 2, 1, 0]
+    assert other.history.read("run") == [{"r": 1}]
+    # The writer's own read flushes first.
+    mine = LocalStore(tmp_path / "s")
+    mine.history.add("miss", {"i": 5})
+    assert [r["i"] for r in mine.history.read("miss", 2)] == [5, 4]
+    # A forked child does not write the rows its parent buffered (the parent does).
+    mine.history.add("miss", {"i": 6})
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            mine.history.add("miss", {"child": 1})
+            mine.close()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    mine.close()
+    assert [r.get("i", r.get("child")) for r in other.history.read("miss", 3)] == [6, 1, 5]

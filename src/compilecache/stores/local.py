@@ -217,8 +217,20 @@ class _Access:
 _open_stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()
 
 
+# Set once the exit flush below has run: what is buffered after it (the run's history record,
+# written by the session's own exit hook, which may run later) is written at once instead.
+_exit_flushed = False
+
+
+def _flush_now(buffered: int) -> bool:
+    """Whether a buffer of ``buffered`` items is written now rather than by the timer."""
+    return buffered >= _TOUCH_BATCH or _exit_flushed
+
+
 @atexit.register
 def _flush_open_stores() -> None:
+    global _exit_flushed
+    _exit_flushed = True
     for store in list(_open_stores):
         with contextlib.suppress(Exception):
             store.flush_access()
@@ -247,6 +259,9 @@ class LocalStore(Store):
         self._pid = -1
         self._touches: dict[str, _Access] = {}
         self._missed: set[str] = set()
+        # History rows (kind, record) not written yet: flushed with the access times.
+        self._history_rows: list[tuple[str, str]] = []
+        self._history_pid = os.getpid()
         # Entry subdirectories this process has made or written to: not made again per put.
         self._shards: set[Path] = set()
         self._touch_timer: threading.Timer | None = None
@@ -444,7 +459,7 @@ class LocalStore(Store):
             previous = self._touches.get(key)
             hits = previous.hits + 1 if previous else 1
             self._touches[key] = _Access(time.time(), hits, size, header, inode)
-            full = len(self._touches) >= _TOUCH_BATCH
+            full = _flush_now(len(self._touches))
             self._schedule_flush(full)
         if full:
             self.flush_access()
@@ -455,7 +470,7 @@ class LocalStore(Store):
         failed open, not an index query (measured: 0.5 ms per miss inline)."""
         with self._lock:
             self._missed.add(key)
-            full = len(self._missed) >= _TOUCH_BATCH
+            full = _flush_now(len(self._missed))
             self._schedule_flush(full)
         if full:
             self.flush_access()
@@ -476,23 +491,45 @@ class LocalStore(Store):
             self.flush_access()
 
     def flush_access(self) -> None:
-        """Write buffered access times and hit counts, and repair rows the files contradict:
-        a file whose row a crash lost is adopted, and a row whose size is not the file's (a
-        writer killed between publishing and indexing) is corrected."""
+        """Write buffered access times, hit counts and history rows, and repair rows the files
+        contradict: a file whose row a crash lost is adopted, and a row whose size is not the
+        file's (a writer killed between publishing and indexing) is corrected."""
         with self._lock:
             touches, self._touches = self._touches, {}
             missed, self._missed = self._missed, set()
+            rows, self._history_rows = self._own_history_rows(), []
             if missed:
                 self._forget(missed - touches.keys())
-            if not touches:
+            if not touches and not rows:
                 return
             try:
                 with self._transaction() as conn:
                     for key, access in touches.items():
                         self._apply_access(conn, key, access)
-            except sqlite3.Error:
-                # LRU order is approximate by design; a busy index must not fail a hit.
-                pass
+                    _insert_history(conn, rows)
+            except sqlite3.Error as exc:
+                # LRU order is approximate by design, and history a convenience: a busy index
+                # must not fail a hit.
+                if rows:
+                    log.debug("compilecache: %d history records not kept: %s", len(rows), exc)
+
+    def _add_history(self, kind: str, record: str) -> None:
+        """Buffer a history row: written by the next flush (its timer, a read of the history,
+        close or exit), in one transaction with the others; a run's misses each took the
+        index's write lock for their row before."""
+        with self._lock:
+            self._history_rows = self._own_history_rows()
+            self._history_rows.append((kind, record))
+            full = _flush_now(len(self._history_rows))
+            self._schedule_flush(full)
+        if full:
+            self.flush_access()
+
+    def _own_history_rows(self) -> list[tuple[str, str]]:
+        """The buffered history rows, none in a forked child (they are its parent's to write)."""
+        if self._history_pid != os.getpid():
+            self._history_rows, self._history_pid = [], os.getpid()
+        return self._history_rows
 
     def _apply_access(self, conn: sqlite3.Connection, key: str, access: _Access) -> None:
         # The common case, a row that agrees with the file we read, needs no stat or SELECT.
@@ -843,24 +880,14 @@ class _IndexHistory(History):
     def __init__(self, store: LocalStore) -> None:
         self._store = store
 
-    @_index_errors
     def add(self, kind: str, record: Mapping[str, object]) -> None:
         if not self._store.writable:
             return
-        with self._store._transaction() as conn:
-            conn.execute(
-                "INSERT INTO history (kind, record) VALUES (?, ?)",
-                (kind, json.dumps(record, default=str, separators=(",", ":"))),
-            )
-            # Capped: drop what fell off the end (a walk of the (kind, id) index, bounded).
-            conn.execute(
-                "DELETE FROM history WHERE kind = ? AND id <= (SELECT id FROM history "
-                "WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (kind, kind, HISTORY_LIMIT),
-            )
+        self._store._add_history(kind, json.dumps(record, default=str, separators=(",", ":")))
 
     @_index_errors
     def read(self, kind: str, limit: int = HISTORY_LIMIT) -> list[dict[str, object]]:
+        self._store.flush_access()  # this process's own records first
         with self._store._lock:
             rows = (
                 self._store._db()
@@ -881,5 +908,21 @@ class _IndexHistory(History):
     @_index_errors
     def clear(self) -> None:
         self._store._refuse_writes()
+        with self._store._lock:
+            self._store._history_rows.clear()
         with self._store._transaction() as conn:
             conn.execute("DELETE FROM history")
+
+
+def _insert_history(conn: sqlite3.Connection, rows: list[tuple[str, str]]) -> None:
+    """Append history ``rows`` (kind, record) and cap each kind that grew at ``HISTORY_LIMIT``
+    records, dropping the oldest (a walk of the (kind, id) index, bounded)."""
+    if not rows:
+        return
+    conn.executemany("INSERT INTO history (kind, record) VALUES (?, ?)", rows)
+    for kind in {kind for kind, _ in rows}:
+        conn.execute(
+            "DELETE FROM history WHERE kind = ? AND id <= (SELECT id FROM history "
+            "WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+            (kind, kind, HISTORY_LIMIT),
+        )
