@@ -3,8 +3,11 @@ in order, and are all recorded by the time the session closes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,9 @@ from compilecache.runtime import background, explain, history
 from compilecache.runtime.background import Background
 from compilecache.runtime.cache import Cache
 from compilecache.stats import function_counter
+from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
+from tests.conftest import clean_env
 
 
 def test_work_runs_in_order_off_the_calling_thread() -> None:
@@ -80,3 +85,40 @@ def test_a_background_explanation_is_counted_at_once_and_recorded_by_settle() ->
     assert cache.settle()
     (record,) = history.read(store, history.MISS)
     assert record["key"] == "jax/f-1"
+
+
+# The last miss of a program that exits at once: its explanation is still queued when the
+# interpreter exits (slowed here, as on a busy machine).
+EXITING_PROGRAM = r"""
+import sys, time
+import compilecache
+from compilecache.runtime import explain
+slow = explain.explain
+def slowed(*args, **kwargs):
+    time.sleep(1.0)
+    return slow(*args, **kwargs)
+explain.explain = slowed
+compilecache.enable(sys.argv[1])
+import jax, jax.numpy as jnp, numpy as np
+jax.jit(lambda v: jnp.tanh(v) * 2.0)(np.ones(8, np.float32)).block_until_ready()
+"""
+
+
+def test_a_local_session_finishes_its_background_work_at_exit(tmp_path: Path) -> None:
+    """On a local disk (no remote level, so no early exit hook), the exit waits for the queued
+    explanation and gives the compile's lease up, instead of dropping both with the thread."""
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-c", EXITING_PROGRAM, str(store)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    local = LocalStore(store)
+    misses = history.read(local, history.MISS)
+    assert [r["name"] for r in misses] == ["jit__lambda"], misses
+    assert not any((store / "leases").iterdir())
+    runs = history.read(local, history.RUN)
+    assert len(runs) == 1 and runs[0]["misses"] == 1

@@ -140,6 +140,7 @@ class Session:
         self._flushed: dict[str, float] = {}
         self._closed = False
         self._run_recorded = False
+        self._exit_finished = False
         if cfg.run_spool:
             # Under ``compilecache run`` (and ``doctor``): one run id for all its processes, and
             # per-compile events for the spool.
@@ -173,6 +174,17 @@ class Session:
             self.store.flush(EXIT_DRAIN_S)
         except Exception as exc:
             log.debug("compilecache: finishing background writes failed: %s", exc)
+
+    def finish_at_exit(self) -> None:
+        """At exit, once whichever exit hook comes first: finish the background work and the
+        writes (:meth:`finish_writes`), then give up the leases still held (a release the
+        background queue did not reach before its deadline). Without it a session on a local
+        disk left its last misses unexplained and their leases held until they expired."""
+        if self._exit_finished:
+            return
+        self._exit_finished = True
+        self.finish_writes()
+        self.cache.release_leases()
 
     def flush_stats(self) -> None:
         """Add what was counted since the last flush to the store's persistent counters, and to
@@ -353,7 +365,7 @@ def _flush_while_threads_run() -> None:
     (which registers that module's hook): it then runs first. The ``atexit`` hook below still
     flushes whatever was counted after this one (nothing, normally) and records the run.
     """
-    _at_exit_do(Session.finish_writes, Session.flush_stats)
+    _at_exit_do(Session.finish_at_exit, Session.flush_stats)
 
 
 def _at_exit_do(*steps: Callable[[Session], None]) -> None:
@@ -385,4 +397,5 @@ def _register_early_flush() -> None:
 
 @atexit.register
 def _at_exit() -> None:
-    _at_exit_do(Session.flush_stats, Session.record_run)
+    # Sessions without a remote level have no early hook: their exit work is finished here.
+    _at_exit_do(Session.finish_at_exit, Session.flush_stats, Session.record_run)

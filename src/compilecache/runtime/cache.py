@@ -387,10 +387,14 @@ class Cache:
         """Wait (up to ``timeout``) for the background bookkeeping queued so far."""
         return self.background.settle(timeout)
 
-    def close(self) -> None:
-        self.settle()
+    def release_leases(self) -> None:
+        """Give up every lease this process still holds or has handed to the background."""
         if self._flight is not None:
             self._flight.release_all()
+
+    def close(self) -> None:
+        self.settle()
+        self.release_leases()
         try:
             self.store.close()
         except Exception as exc:  # closing is best effort, and never fails the user's program
