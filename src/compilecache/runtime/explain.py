@@ -320,15 +320,26 @@ def _keep_listing(level: Store, prefix: str, infos: list[EntryInfo]) -> None:
         _listings.setdefault(level, {})[prefix] = (time.monotonic(), list(infos))
 
 
-def _listed_now(store: Tiered, prefix: str, stored: EntryInfo) -> None:
-    """``stored``, an entry this process just wrote, joins the kept listings of ``prefix``
-    (a level that turns out not to hold it drops it when its header is read)."""
+def _listed_now(store: Tiered, prefix: str, stored: EntryInfo, header: EntryHeader) -> None:
+    """``stored``, an entry this process just wrote, joins the kept listings of ``prefix``,
+    and what explanations read of its header (``header``: its name, components and readable
+    values) joins the kept headers, so that no later miss reads the file this process wrote
+    (a read of a whole entry per miss of a cold run of same-name functions). A level whose
+    write failed is compared with it until the level is listed again."""
+    added: list[Store] = []
     with _listings_lock:
         for level in store.levels:
             with contextlib.suppress(TypeError):
                 kept = _listings.get(level, {}).get(prefix)
                 if kept is not None and all(i.key != stored.key for i in kept[1]):
                     kept[1].append(stored)
+                    added.append(level)
+    for level in added:
+        headers = _kept_headers(level)
+        with _headers_lock:
+            headers[stored.key] = header
+            while len(headers) > HEADERS_KEPT:
+                headers.popitem(last=False)
 
 
 def _unlisted(level: Store, key: str) -> None:
@@ -579,7 +590,15 @@ def record_miss(
             if stored:
                 now = time.time()
                 written = EntryInfo(key, 0, now, now, meta=EntryMeta(framework, name))
-                _listed_now(cache.store, _scan_prefix(framework, prefix), written)
+                header = EntryHeader(
+                    framework,
+                    key,
+                    name,
+                    created=now,
+                    components=dict(components),
+                    extra={"readable": dict(readable or {})},
+                )
+                _listed_now(cache.store, _scan_prefix(framework, prefix), written, header)
             record: dict[str, Any] = {
                 **history.origin(cache.run_id),
                 **explanation.to_json(),
