@@ -518,9 +518,9 @@ class LocalStore(Store):
         close or exit), in one transaction with the others; a run's misses each took the
         index's write lock for their row before."""
         with self._lock:
-            self._history_rows = self._own_history_rows()
-            self._history_rows.append((kind, record))
-            full = _flush_now(len(self._history_rows))
+            rows = self._own_history_rows()
+            rows.append((kind, record))
+            full = _flush_now(len(rows))
             self._schedule_flush(full)
         if full:
             self.flush_access()
