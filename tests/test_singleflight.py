@@ -372,9 +372,10 @@ def test_single_flight_takes_leases_counters_and_a_warning_not_a_cache(tmp_path:
     assert quiet.held() == [] and store.leases.acquire("jax/b", 1)
 
 
-def quiet_flight(store: Store, **kwargs: Any) -> SingleFlight:
+def quiet_flight(leases: Any, lease_ttl: float = 30, **kwargs: Any) -> SingleFlight:
+    """A SingleFlight on ``leases`` with its own counters and no warnings."""
     return SingleFlight(
-        store.leases, stats=Stats(), warn=lambda c, m: None, lease_ttl=30, wait_timeout=5, **kwargs
+        leases, stats=Stats(), warn=lambda c, m: None, lease_ttl=lease_ttl, wait_timeout=5, **kwargs
     )
 
 
@@ -382,7 +383,7 @@ def test_a_release_handed_to_a_queue_that_never_ran_is_done_at_close(tmp_path: P
     """A written entry's release goes to the background queue; a queue cut short at exit (its
     deadline passed) must not leave the lease behind: release_all gives it up."""
     store = LocalStore(tmp_path)
-    flight = quiet_flight(store)
+    flight = quiet_flight(store.leases)
     queued: list[Any] = []
     for key in ("jax/a", "jax/b"):
         assert flight.after_miss("jax", key, lambda: (None, True)) is None
@@ -416,9 +417,7 @@ def test_a_renewal_racing_the_release_does_not_write_the_lease_again(tmp_path: P
         real_publish(path, data)
 
     leases._publish = slow_publish
-    flight = SingleFlight(
-        leases, stats=Stats(), warn=lambda c, m: None, lease_ttl=0.15, wait_timeout=5
-    )
+    flight = quiet_flight(leases, lease_ttl=0.15)
     assert flight.after_miss("jax", "jax/a", lambda: (None, True)) is None
     assert renewing.wait(5)  # the heartbeat is inside renew now
     flight.wrote("jax/a")
