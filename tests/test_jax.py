@@ -11,6 +11,7 @@ import pytest
 from compilecache import entry
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env, last_json, run_python
+from tests.test_jax_versions import jax_version
 
 PROGRAM = str(TESTS / "jax_program.py")
 pytestmark = pytest.mark.slow
@@ -226,7 +227,17 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
         header = entry.decode(data).header
     finally:
         compilecache.disable()
-    assert hashes is not None and list(hashes) == list(integration._STEPS_NEWEST)
+    # JAX 0.10 and later build the key in eight steps, 0.4.30 in seven; releases in between
+    # were not run here (either layout).
+    newest, seven = integration._LAYOUTS
+    version = jax_version()
+    if version >= (0, 10):
+        expected = [newest]
+    elif version <= (0, 4, 30):
+        expected = [seven]
+    else:
+        expected = [newest, seven]
+    assert hashes is not None and tuple(hashes) in expected
     assert header.components == hashes and header.extra["components_verified"] is True
     assert header.extra["readable"]["accelerator_config"] == "1 x cpu"
     monkeypatch.undo()

@@ -212,7 +212,8 @@ print(float(jax.jit(f)(jnp.arange(8, dtype=jnp.float32)).sum()))
 """
 
 
-def _jax_version() -> tuple[int, ...]:
+def jax_version() -> tuple[int, ...]:
+    """The installed JAX release as numbers (0.4.30 -> (0, 4, 30))."""
     return tuple(int(p) for p in metadata.version("jax").split(".")[:3] if p.isdigit())
 
 
@@ -240,7 +241,7 @@ def test_a_miss_records_verified_components_and_is_explained(tmp_path: Path) -> 
     assert len(mine) == 1
     header = mine[0]
     assert header.extra["components_verified"] is True, header.extra
-    version = _jax_version()
+    version = jax_version()
     if version <= (0, 4, 30):
         assert set(header.components) == set(SEVEN)
     elif version >= (0, 10):
