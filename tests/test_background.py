@@ -3,6 +3,7 @@ in order, and are all recorded by the time the session closes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -69,6 +70,43 @@ def test_a_full_queue_drops_instead_of_blocking(monkeypatch: pytest.MonkeyPatch)
     assert queue.settle(10.0)
 
 
+def test_a_kept_item_is_never_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entry writes are queued with ``keep``: a full queue runs one on the caller's thread, and
+    a settle whose deadline passes runs the ones still queued instead of dropping them."""
+    monkeypatch.setattr(background, "MAX_QUEUED", 2)
+    queue = Background()
+    gate = threading.Event()
+    ran: list[str] = []
+    queue.add(gate.wait)
+    queue.add(lambda: ran.append("queued"), keep=True)
+    queue.add(lambda: ran.append("full"))  # dropped: the queue is full
+    queue.add(lambda: ran.append("inline"), keep=True)  # run here and now
+    assert ran == ["inline"] and queue.dropped == 1
+    assert not queue.wait_kept(0.2)  # the kept item waits behind the gate
+    assert not queue.settle(0.2)
+    assert ran == ["inline", "queued"]  # run by settle, on this thread, past its deadline
+    assert queue.wait_kept(0.1)
+    gate.set()
+    assert queue.settle(10.0) and queue.dropped == 1
+
+
+def test_wait_kept_waits_for_kept_items_only() -> None:
+    queue = Background()
+    write_gate, other_gate = threading.Event(), threading.Event()
+    written: list[int] = []
+
+    def write() -> None:
+        write_gate.wait()
+        written.append(1)
+
+    queue.add(write, keep=True)
+    queue.add(other_gate.wait)
+    threading.Timer(0.2, write_gate.set).start()
+    assert queue.wait_kept(10.0) and written == [1]
+    assert not queue.settle(0.1)  # the other item still waits on its gate
+    other_gate.set()
+
+
 def test_a_background_explanation_is_counted_at_once_and_recorded_by_settle() -> None:
     store = MemoryStore("memory://background-explain")
     cache = Cache(store)
@@ -122,3 +160,50 @@ def test_a_local_session_finishes_its_background_work_at_exit(tmp_path: Path) ->
     assert not any((store / "leases").iterdir())
     runs = history.read(local, history.RUN)
     assert len(runs) == 1 and runs[0]["misses"] == 1
+
+
+# A compile's entry is written on the background thread: the store's write is held here until
+# the program's jit call has returned; a second lookup of the key meanwhile (after
+# jax.clear_caches) is served from memory, not compiled again.
+WRITE_BEHIND_PROGRAM = r"""
+import json, sys, threading
+import compilecache
+from compilecache.stores import local
+released = threading.Event()
+seen = []
+put_many = local.LocalStore.put_many
+def held(self, items):
+    seen.append(released.wait(60))  # True only when the jit call returned before this write
+    return put_many(self, items)
+local.LocalStore.put_many = held
+session = compilecache.enable(sys.argv[1])
+import jax, jax.numpy as jnp, numpy as np
+f = lambda v: jnp.tanh(v) * 3.0
+first = np.asarray(jax.jit(f)(np.ones(8, np.float32)))
+jax.clear_caches()
+again = np.asarray(jax.jit(f)(np.ones(8, np.float32)))
+released.set()
+stats = session.stats()
+print(json.dumps({"seen": seen, "same": bool((first == again).all()), "stats": stats}))
+"""
+
+
+def test_a_jax_compile_returns_before_its_entry_is_written(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITE_BEHIND_PROGRAM, str(store)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["seen"] == [True], result  # the write ran after the compile had returned
+    assert result["same"]
+    stats = result["stats"]
+    # One compile, written once; its second lookup was served while the write was held.
+    assert stats["misses"] == 1 and stats["hits"] == 1 and stats["writes"] == 1, stats
+    entries = [i for i in LocalStore(store).scan("jax/")]
+    assert len(entries) == 1
+    assert not any((store / "leases").iterdir())

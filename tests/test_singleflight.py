@@ -250,6 +250,45 @@ def test_a_deferred_lead_is_kept_until_its_write_or_its_grace(tmp_path: Path) ->
     assert other.leases.acquire("torch/aot/a#unwritten", 1)  # written: not marked
 
 
+def test_a_write_handed_to_the_background_keeps_the_lease_until_written(tmp_path: Path) -> None:
+    """JAX's put hands the entry's write to the background thread (save_later): the end of the
+    compile (finish_thread_leads) must not end the lease, or a waiter would find neither the
+    lease nor the entry and compile again; the write's end releases it, and the waiter hits."""
+    leader, waiter = two_caches(tmp_path)
+    flight = leader._flight
+    assert flight is not None
+    assert leader.load_or_lead("jax", "jax/k") is None
+    gate = threading.Event()
+
+    def write() -> None:
+        gate.wait()
+        leader.save(EntryHeader("jax", "jax/k", "k", compile_time_s=1.0), b"executable")
+
+    leader.save_later("jax/k", write)
+    leader.finish_thread_leads()  # compile_or_get_cached returned: the write is still queued
+    assert flight.held() == ["jax/k"]
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(waiter.load_or_lead("jax", "jax/k")))
+    t.start()
+    time.sleep(0.3)
+    assert not got  # the waiter waits for the handed write...
+    gate.set()
+    t.join(10)
+    assert got and got[0] is not None and got[0].payload == b"executable"  # ...and hits
+    assert leader.wait_writes() and flight.held() == []
+    assert waiter.stats.snapshot()["hits"] == 1
+    assert not any((tmp_path / "leases").iterdir())
+
+
+def test_a_handed_write_that_fails_marks_the_key_unwritten(tmp_path: Path) -> None:
+    leader, _ = two_caches(tmp_path)
+    assert leader.load_or_lead("jax", "jax/k") is None
+    leader.save_later("jax/k", lambda: None)  # nothing saved (a write that failed)
+    assert leader.wait_writes()
+    assert leader._flight is not None and leader._flight.held() == []
+    assert LocalStore(tmp_path).leases.acquire("jax/k#unwritten", 1) is None  # marked
+
+
 def test_a_dead_leaders_lease_expires(tmp_path: Path, disk_store: DiskStore) -> None:
     store = disk_store(tmp_path)
     assert store.leases.acquire("jax/k", 0.8)  # a process that died mid-compile

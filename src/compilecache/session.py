@@ -152,7 +152,9 @@ class Session:
         return self.cache.store
 
     def stats(self) -> dict[str, float]:
-        """This process's counters (hits, misses, writes, errors, bytes, seconds saved, ...)."""
+        """This process's counters (hits, misses, writes, errors, bytes, seconds saved, ...),
+        once the entry writes handed to the background thread so far are done."""
+        self.cache.wait_writes()
         return self.cache.stats.snapshot()
 
     def summary(self) -> Summary:

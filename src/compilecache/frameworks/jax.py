@@ -183,11 +183,16 @@ def _seconds(value: Any) -> float:
 class JaxCacheAdapter:
     """Implements JAX's ``CacheInterface`` (``get``/``put``/``_path``) on a :class:`Cache`."""
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, *, write_behind: bool = False) -> None:
         self.cache = cache
         self._path = MARKER_DIR
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._lock = threading.Lock()
+        # write_behind: put() hands the entry's encoding and write to the cache's background
+        # thread (the compile returns to JAX without waiting for the disk); the values handed
+        # and not written yet, which a lookup of the same key in this process is served from.
+        self.write_behind = write_behind
+        self._writing: dict[str, bytes] = {}
         # jax_compilation_cache_check_contents, read when JAX builds its cache (as JAX does), and
         # the keys already compared in this process.
         self.check_contents = False
@@ -221,6 +226,12 @@ class JaxCacheAdapter:
             slot.miss_time, slot.looked_up, slot.verify = _clock(), True, True
             self.cache.stats.add("misses", framework=FRAMEWORK)
             return None
+        with self._lock:
+            written = self._writing.get(key)
+        if written is not None:
+            # This process compiled it and its write has not finished: JAX's own value.
+            self.cache.stats.add("hits", framework=FRAMEWORK)
+            return written
         try:
             # Single-flight: on a miss, wait for another process compiling the same key, or
             # lead (released in put, or when compile_or_get_cached returns without a put).
@@ -238,35 +249,61 @@ class JaxCacheAdapter:
 
     def put(self, key: str, value: bytes) -> None:
         mismatch: Exception | None = None
+        handed = False
         try:
-            mismatch = self._put(key, value)
+            mismatch, handed = self._put(key, value)
         except Exception as exc:  # never raise into JAX
             self.cache.warn_once("jax:put", f"write failed: {exc}")
         finally:
-            self.cache.finish_lead(store_key(key))
+            if not handed:
+                self.cache.finish_lead(store_key(key))
         if mismatch is not None:
             # What the user asked for with jax_compilation_cache_check_contents: JAX's own
             # error, raised from the write as JAX's VerificationCache raises it.
             raise mismatch
 
-    def _put(self, key: str, value: bytes) -> Exception | None:
+    def _put(self, key: str, value: bytes) -> tuple[Exception | None, bool]:
         """Store a compile; with ``check_contents``, first compare it with the stored entry
-        (returns the error to raise when they differ; nothing is written then)."""
+        (returns the error to raise when they differ; nothing is written then). Also returns
+        whether the write was handed to the background thread (which then ends the lease)."""
         with self._lock:
             slot = self._pending.pop(key, _Pending())
         if slot.verify:
             verdict = self._verify(key, value)
             if isinstance(verdict, Exception):
-                return verdict  # the key stays unverified: its next lookup compiles again
+                return verdict, False  # the key stays unverified: its next lookup compiles again
             with self._lock:
                 self._verified.add(key)
             if verdict is not None:
-                return None
+                return None, False
         now = _clock()
         if slot.miss_time is not None and now is not None:
             compile_time = _seconds(now - slot.miss_time)
         else:
             compile_time = _stored_compile_time(value)
+        if not self.write_behind:
+            self._write(key, value, slot, compile_time)
+            return None, False
+        with self._lock:
+            self._writing[key] = value
+        self.cache.save_later(
+            store_key(key), functools.partial(self._write_handed, key, value, slot, compile_time)
+        )
+        return None, True
+
+    def _write_handed(self, key: str, value: bytes, slot: _Pending, compile_time: float) -> None:
+        """:meth:`_write` on the background thread. Never raises."""
+        try:
+            self._write(key, value, slot, compile_time)
+        except Exception as exc:
+            self.cache.warn_once("jax:put", f"write failed: {exc}")
+        finally:
+            with self._lock:
+                self._writing.pop(key, None)
+
+    def _write(self, key: str, value: bytes, slot: _Pending, compile_time: float) -> None:
+        """Encode and store the compile of ``key`` with its key's components, and explain the
+        miss that compiled it."""
         components: dict[str, str] = {}
         readable: dict[str, str] = {}
         extra: dict[str, Any] = {}
@@ -290,7 +327,6 @@ class JaxCacheAdapter:
         stored = self.cache.save(header, value, compress=False)
         reason = "" if stored else self.cache.skip_reason(compile_time)
         self._explain(key, components, readable, compile_time, stored, reason)
-        return None
 
     def _verify(self, key: str, value: bytes) -> Exception | bool | None:
         """Compare a fresh compile with the stored entry, read without counting a hit: ``True``
@@ -739,7 +775,7 @@ def install(cache: Cache, cfg: Config) -> bool:
         return False
     if _installed is not None:
         uninstall()
-    adapter = JaxCacheAdapter(cache)
+    adapter = JaxCacheAdapter(cache, write_behind=True)
     installed = _Installed(
         adapter, ProgramSettings(), explain.SettingNotes(cache, FRAMEWORK), Patches()
     )

@@ -7,7 +7,9 @@ one item at a time, in the order it was queued, on a daemon thread that ends whe
 session waits for the queue (with a deadline) before it flushes the counters at exit; work still
 queued then is dropped, which loses explanations, never entries. Besides explanations it runs the
 release of a lease whose entry is already written (a release that never runs only lets the
-lease expire); entries themselves are never written from here.
+lease expire), and the write of a JAX compile's entry (queued with ``keep=True``: such an item
+is never dropped, it runs on the caller's thread instead when the queue is full or the deadline
+has passed).
 """
 
 from __future__ import annotations
@@ -32,27 +34,35 @@ class Background:
 
     def __init__(self, name: str = "compilecache-background") -> None:
         self.name = name
-        self._items: collections.deque[Callable[[], object]] = collections.deque()
+        self._items: collections.deque[tuple[Callable[[], object], bool]] = collections.deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._busy = False
         self._pid = os.getpid()
         self.dropped = 0
+        # Items queued with ``keep`` that have not finished (queued or running).
+        self._kept = 0
 
-    def add(self, work: Callable[[], object]) -> None:
-        """Queue ``work``; dropped (counted in ``dropped``) when the queue is full."""
+    def add(self, work: Callable[[], object], *, keep: bool = False) -> None:
+        """Queue ``work``; dropped (counted in ``dropped``) when the queue is full, unless
+        ``keep``: then it runs now, on this thread."""
         with self._cond:
             if os.getpid() != self._pid:  # a forked child has no thread of ours
                 self._pid, self._thread, self._busy = os.getpid(), None, False
                 self._items.clear()
-            if len(self._items) >= MAX_QUEUED:
+                self._kept = 0
+            queued = len(self._items) < MAX_QUEUED
+            if queued:
+                self._items.append((work, keep))
+                self._kept += keep
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                    self._thread.start()
+                self._cond.notify_all()
+            elif not keep:
                 self.dropped += 1
-                return
-            self._items.append(work)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+        if not queued and keep:
+            _run(work)
 
     def _run(self) -> None:
         while True:
@@ -61,20 +71,34 @@ class Background:
                     if not self._cond.wait(timeout=IDLE_S) and not self._items:
                         self._thread = None
                         return
-                work = self._items.popleft()
+                work, keep = self._items.popleft()
                 self._busy = True
             try:
-                work()
-            except Exception as exc:  # each item guards itself; this is the last resort
-                log.debug("compilecache: background work failed: %s", exc)
+                _run(work)
             finally:
                 with self._cond:
                     self._busy = False
+                    self._kept -= keep
                     self._cond.notify_all()
+
+    def wait_kept(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the items queued with ``keep`` (entry writes) to
+        finish, not for the rest; returns whether they did."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            if self._thread is threading.current_thread():
+                return self._kept <= 0  # an item waiting for the queue would wait on itself
+            while self._kept > 0 and self._thread is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(timeout=left)
+            return self._kept <= 0
 
     def settle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the queued work to finish; what is still queued
-        then is dropped. Returns whether everything ran."""
+        then is dropped, except the items queued with ``keep``, which run now on this thread.
+        Returns whether everything ran."""
         end = time.monotonic() + timeout
         with self._cond:
             while self._items or self._busy:
@@ -83,8 +107,22 @@ class Background:
                     break
                 self._cond.wait(timeout=left)
             done = not self._items and not self._busy
-            if self._items:
-                self.dropped += len(self._items)
-                log.debug("compilecache: %d background items dropped at exit", len(self._items))
-                self._items.clear()
+            kept = [work for work, keep in self._items if keep]
+            dropped = len(self._items) - len(kept)
+            self._items.clear()
+            if dropped:
+                self.dropped += dropped
+                log.debug("compilecache: %d background items dropped at exit", dropped)
+        for work in kept:
+            _run(work)
+        with self._cond:
+            self._kept -= len(kept)
+            self._cond.notify_all()
         return done
+
+
+def _run(work: Callable[[], object]) -> None:
+    try:
+        work()
+    except Exception as exc:  # each item guards itself; this is the last resort
+        log.debug("compilecache: background work failed: %s", exc)

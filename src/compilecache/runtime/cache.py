@@ -215,6 +215,25 @@ class Cache:
         if self._flight is not None:
             self._flight.finish(key, later=self.background.add)
 
+    def save_later(self, key: str, write: Callable[[], object]) -> None:
+        """Run ``write`` (which saves ``key``'s entry) on the background thread, then end the
+        lease that :meth:`load_or_lead` handed this process for ``key``: the compile returns
+        without waiting for the disk, and waiting processes find the entry when the lease ends.
+        The write is never dropped: a full queue, or the deadline at exit, runs it on the
+        caller's thread instead. ``write`` must not raise."""
+        flight = self._flight
+        if flight is not None:
+            flight.hand_off(key)
+
+        def work() -> None:
+            try:
+                write()
+            finally:
+                if flight is not None:
+                    flight.finish(key)
+
+        self.background.add(work, keep=True)
+
     def finish_thread_leads(
         self, defer: Callable[[str], bool] | None = None, grace: float = 0.0
     ) -> None:
@@ -386,6 +405,10 @@ class Cache:
     def settle(self, timeout: float = SETTLE_S) -> bool:
         """Wait (up to ``timeout``) for the background bookkeeping queued so far."""
         return self.background.settle(timeout)
+
+    def wait_writes(self, timeout: float = SETTLE_S) -> bool:
+        """Wait (up to ``timeout``) for the entry writes handed to :meth:`save_later`."""
+        return self.background.wait_kept(timeout)
 
     def release_leases(self) -> None:
         """Give up every lease this process still holds or has handed to the background."""

@@ -91,6 +91,9 @@ class _Lead:
     # cannot write the lease file again after its release; ``ended`` once given up.
     guard: threading.Lock = field(default_factory=threading.Lock)
     ended: bool = False
+    # Set when the entry's write was handed to another thread: the compiling thread's end no
+    # longer ends the lease; finish() (after the write) or release_all() does.
+    handed: bool = False
 
 
 class SingleFlight:
@@ -286,6 +289,14 @@ class SingleFlight:
             if lead is not None:
                 lead.written = True
 
+    def hand_off(self, key: str) -> None:
+        """The compile of ``key`` is over and its entry is being written on another thread: keep
+        the lease (renewed) past the compiling thread's end, until :meth:`finish`."""
+        with self._lock:
+            lead = self._leads.get(key)
+            if lead is not None:
+                lead.handed = True
+
     def finish(self, key: str, later: Callable[[Callable[[], None]], None] | None = None) -> None:
         """Release the lease on ``key`` if this process holds it. Never raises.
 
@@ -324,7 +335,7 @@ class SingleFlight:
         ending: list[_Lead] = []
         with self._lock:
             for lead in list(self._leads.values()):
-                if lead.thread != me or lead.deadline is not None:
+                if lead.thread != me or lead.deadline is not None or lead.handed:
                     continue
                 if defer is not None and not lead.written and defer(lead.key):
                     lead.deadline = now + grace
