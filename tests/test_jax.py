@@ -222,6 +222,7 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
         adapter = integration.active_adapter()
         assert adapter is not None
         key, args, hashes = seen[-1]
+        assert adapter.cache.wait_writes()  # the entry is written on the background thread
         data = adapter.cache.store.peek(integration.store_key(key))
         assert data is not None
         header = entry.decode(data).header

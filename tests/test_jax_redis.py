@@ -39,10 +39,11 @@ for i in range(n):
     f = jax.jit(lambda x, i=i: jnp.sin(x) * (i + 1) + jnp.cos(x * i) ** 2)
     # numpy in and out: the jitted function is the only compile of each step
     results.append(round(float(np.asarray(f(np.linspace(0.0, 1.0, 8 + i))).sum()), 5))
+stats = session.stats()  # first: it waits for the entry writes still on the background thread
 store = session.store
 levels = store.level_stats() if hasattr(store, "level_stats") else {}
 after_kill = time.monotonic() - killed_at if kill_pid else 0.0
-print(json.dumps({"results": results, "stats": session.stats(), "levels": levels,
+print(json.dumps({"results": results, "stats": stats, "levels": levels,
                   "after_kill_s": after_kill, "wall_s": time.monotonic() - start}))
 """
 
