@@ -65,8 +65,8 @@ sys.argv = [module, *args]
 runpy.run_module(module, run_name="__main__")
 """
 # --hooks: the time spent inside a JAX cache interface's ``get`` and ``put`` per compile, in the
-# process: compilecache's (JaxCacheAdapter: the lookup and its claim, the key's components, the
-# entry's encoding and write) and, for comparison, JAX's own (its LRUCache on the same kind of
+# process: compilecache's (JaxCacheAdapter: the lookup and its claim; ``put`` hands the entry's
+# encoding and write to the background thread) and, for comparison, JAX's own (its LRUCache on the same kind of
 # directory); what a whole-process ratio cannot resolve. ``{setup}`` names the class ``TIMED``.
 TIMED_CHILD = r"""
 import contextlib, io, json, runpy, sys, time
@@ -96,20 +96,21 @@ HOOKS_CHILD = TIMED_CHILD.format(
         "from compilecache.frameworks import jax as integration\n"
         "TIMED = integration.JaxCacheAdapter"
     ),
-    # The work a miss leaves to compilecache's background thread (its explanation and history
-    # record): CPU seconds, which on a busy machine the program's own threads do without.
+    # The work a miss leaves to compilecache's background thread (the key's components, the
+    # entry's encoding and write, its explanation and history record): CPU seconds, which on a
+    # busy machine the program's own threads do without.
     extra=r"""
 from compilecache.runtime import background
 spent["background"] = 0.0
 queue = background.Background.add
-def add(self, work, _queue=queue):
+def add(self, work, _queue=queue, **options):
     def timed_work():
         start = time.thread_time()
         try:
             return work()
         finally:
             spent["background"] += time.thread_time() - start
-    return _queue(self, timed_work)
+    return _queue(self, timed_work, **options)
 background.Background.add = add
 """,
 )
