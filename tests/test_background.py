@@ -4,6 +4,7 @@ in order, and are all recorded by the time the session closes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -88,6 +89,35 @@ def test_a_kept_item_is_never_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert queue.wait_kept(0.1)
     gate.set()
     assert queue.settle(10.0) and queue.dropped == 1
+
+
+def test_a_forked_child_does_not_run_its_parents_kept_items(tmp_path: Path) -> None:
+    """A parent's queued entry write (with its lease) is the parent's to finish: a forked child
+    settling its own queue at exit must neither run it nor wait for the parent's thread."""
+    queue = Background()
+    gate, running = threading.Event(), threading.Event()
+    marker = tmp_path / "ran-in-child"
+
+    def hold() -> None:
+        running.set()
+        gate.wait()
+
+    queue.add(hold)
+    queue.add(lambda: marker.touch() if os.getpid() != parent else None, keep=True)
+    parent = os.getpid()
+    # Fork while the thread runs its item, outside the queue's lock (a lock held at fork time
+    # would stay held in the child).
+    assert running.wait(10.0)
+    pid = os.fork()
+    if pid == 0:  # the child: settle must return at once, running nothing of the parent's
+        start = time.monotonic()
+        done = queue.settle(5.0) and queue.wait_kept(5.0)
+        os._exit(0 if done and time.monotonic() - start < 2.0 else 1)
+    _, status = os.waitpid(pid, 0)
+    gate.set()
+    assert queue.settle(10.0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not marker.exists()
 
 
 def test_wait_kept_waits_for_kept_items_only() -> None:

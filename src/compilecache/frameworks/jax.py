@@ -60,6 +60,7 @@ from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
 from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
+from compilecache.stats import function_counter
 
 log = logging.getLogger("compilecache")
 
@@ -231,6 +232,7 @@ class JaxCacheAdapter:
         if written is not None:
             # This process compiled it and its write has not finished: JAX's own value.
             self.cache.stats.add("hits", framework=FRAMEWORK)
+            self.cache.stats.add(function_counter(FRAMEWORK, module_name(key), "hits"))
             return written
         try:
             # Single-flight: on a miss, wait for another process compiling the same key, or

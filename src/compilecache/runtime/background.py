@@ -47,10 +47,7 @@ class Background:
         """Queue ``work``; dropped (counted in ``dropped``) when the queue is full, unless
         ``keep``: then it runs now, on this thread."""
         with self._cond:
-            if os.getpid() != self._pid:  # a forked child has no thread of ours
-                self._pid, self._thread, self._busy = os.getpid(), None, False
-                self._items.clear()
-                self._kept = 0
+            self._forget_parent()
             queued = len(self._items) < MAX_QUEUED
             if queued:
                 self._items.append((work, keep))
@@ -63,6 +60,13 @@ class Background:
                 self.dropped += 1
         if not queued and keep:
             _run(work)
+
+    def _forget_parent(self) -> None:
+        """In a forked child, drop the parent's queue (hold the lock): its thread does not run
+        here, and its items (entry writes with their leases) are the parent's to finish."""
+        if os.getpid() != self._pid:
+            self._pid, self._thread, self._busy, self._kept = os.getpid(), None, False, 0
+            self._items.clear()
 
     def _run(self) -> None:
         while True:
@@ -86,6 +90,7 @@ class Background:
         finish, not for the rest; returns whether they did."""
         end = time.monotonic() + timeout
         with self._cond:
+            self._forget_parent()
             if self._thread is threading.current_thread():
                 return self._kept <= 0  # an item waiting for the queue would wait on itself
             while self._kept > 0 and self._thread is not None:
@@ -101,6 +106,7 @@ class Background:
         Returns whether everything ran."""
         end = time.monotonic() + timeout
         with self._cond:
+            self._forget_parent()
             while self._items or self._busy:
                 left = end - time.monotonic()
                 if left <= 0 or self._thread is None:
