@@ -3,7 +3,6 @@ in order, and are all recorded by the time the session closes."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from compilecache.runtime.cache import Cache
 from compilecache.stats import function_counter
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
-from tests.conftest import clean_env
+from tests.conftest import clean_env, last_json, run_python
 
 
 def test_work_runs_in_order_off_the_calling_thread() -> None:
@@ -220,15 +219,8 @@ print(json.dumps({"seen": seen, "same": bool((first == again).all()), "stats": s
 
 def test_a_jax_compile_returns_before_its_entry_is_written(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-c", WRITE_BEHIND_PROGRAM, str(store)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = run_python(["-c", WRITE_BEHIND_PROGRAM, str(store)], clean_env(), 180)
+    result = last_json(proc.stdout)
     assert result["seen"] == [True], result  # the write ran after the compile had returned
     assert result["same"]
     stats = result["stats"]
