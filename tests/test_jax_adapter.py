@@ -191,6 +191,7 @@ def _watching(adapter: Any) -> Any:
 
 
 def _stored(adapter: Any, key: str = KEY) -> EntryHeader:
+    assert adapter.cache.wait_writes()  # put() writes on the background thread
     data = adapter.cache.store.get(integration.store_key(key))
     assert data is not None, "the write was lost"
     return entry.decode(data).header
@@ -313,6 +314,7 @@ def test_check_contents_in_the_adapter(adapter: Any) -> None:
 
     assert adapter.get(KEY) is None
     adapter.put(KEY, _jax_value(1, b"executable A"))  # stored the ordinary way
+    assert adapter.cache.wait_writes()
     adapter.configure(True)
     writes = adapter.cache.stats.snapshot()["writes"]
 

@@ -184,15 +184,14 @@ def _seconds(value: Any) -> float:
 class JaxCacheAdapter:
     """Implements JAX's ``CacheInterface`` (``get``/``put``/``_path``) on a :class:`Cache`."""
 
-    def __init__(self, cache: Cache, *, write_behind: bool = False) -> None:
+    def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self._path = MARKER_DIR
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._lock = threading.Lock()
-        # write_behind: put() hands the entry's encoding and write to the cache's background
-        # thread (the compile returns to JAX without waiting for the disk); the values handed
-        # and not written yet, which a lookup of the same key in this process is served from.
-        self.write_behind = write_behind
+        # put() hands the entry's encoding and write to the cache's background thread (the
+        # compile returns to JAX without waiting for the disk): the values handed and not
+        # written yet, which a lookup of the same key in this process is served from.
         self._writing: dict[str, bytes] = {}
         # jax_compilation_cache_check_contents, read when JAX builds its cache (as JAX does), and
         # the keys already compared in this process.
@@ -283,9 +282,6 @@ class JaxCacheAdapter:
             compile_time = _seconds(now - slot.miss_time)
         else:
             compile_time = _stored_compile_time(value)
-        if not self.write_behind:
-            self._write(key, value, slot, compile_time)
-            return None, False
         with self._lock:
             self._writing[key] = value
         self.cache.save_later(
@@ -777,7 +773,7 @@ def install(cache: Cache, cfg: Config) -> bool:
         return False
     if _installed is not None:
         uninstall()
-    adapter = JaxCacheAdapter(cache, write_behind=True)
+    adapter = JaxCacheAdapter(cache)
     installed = _Installed(
         adapter, ProgramSettings(), explain.SettingNotes(cache, FRAMEWORK), Patches()
     )
