@@ -90,6 +90,9 @@ def test_a_kept_item_is_never_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert queue.settle(10.0) and queue.dropped == 1
 
 
+# JAX warns at any fork once it is imported (another test of this worker may have): the child
+# here runs only the queue's code and exits with os._exit.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_a_forked_child_does_not_run_its_parents_kept_items(tmp_path: Path) -> None:
     """A parent's queued entry write (with its lease) is the parent's to finish: a forked child
     settling its own queue at exit must neither run it nor wait for the parent's thread."""
