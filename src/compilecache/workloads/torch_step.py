@@ -8,7 +8,7 @@ Models (float32, CPU or the default device, fixed seeds):
 - ``mlp``: MLP 256-1024-256 (GELU) on a batch of 64;
 - ``block``: a pre-norm transformer block, d=128, 4 heads, MLP ratio 4, batch 8 x 32 tokens;
 - ``gpt2``: transformers' ``GPT2LMHeadModel`` from a ``GPT2Config`` (2 layers, 4 heads, width 128,
-  vocabulary 512, context 64), random init, a batch of 4 x 32 tokens, the LM loss;
+  vocabulary 512, context 64), random init, a batch of 4 x 32 distinct tokens, the LM loss;
 - ``llama``: transformers' ``LlamaForCausalLM`` from a ``LlamaConfig`` (2 layers, 4 heads and 2
   key-value heads, width 128, MLP 256, vocabulary 512), random init, the same batch and loss.
 
