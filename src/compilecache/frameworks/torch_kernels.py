@@ -305,8 +305,9 @@ class KernelCache:
         if self.on_built is not None:
             self.on_built(elapsed)
         if key is not None:
-            # Written here, not on the background thread: work still queued there at exit is
-            # dropped, which may lose explanations, never entries.
+            # Written here, on the compiling thread: the background queue keeps only the work
+            # added with keep=True past the exit's deadline (JAX's entries), and kernels have
+            # not been moved there.
             self._save(key, target, elapsed)
 
     def _fetch(self, key: KernelKey, target: str) -> bool:
