@@ -75,19 +75,27 @@ def test_a_kept_item_is_never_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     a settle whose deadline passes runs the ones still queued instead of dropping them."""
     monkeypatch.setattr(background, "MAX_QUEUED", 2)
     queue = Background()
-    gate = threading.Event()
+    gate, running = threading.Event(), threading.Event()
     ran: list[str] = []
-    queue.add(gate.wait)
+
+    def hold() -> None:
+        running.set()
+        gate.wait()
+
+    queue.add(hold)
+    assert running.wait(10.0)  # the thread holds the gate: the queue itself is empty
     queue.add(lambda: ran.append("queued"), keep=True)
+    queue.add(lambda: ran.append("filler"))
     queue.add(lambda: ran.append("full"))  # dropped: the queue is full
     queue.add(lambda: ran.append("inline"), keep=True)  # run here and now
     assert ran == ["inline"] and queue.dropped == 1
     assert not queue.wait_kept(0.2)  # the kept item waits behind the gate
     assert not queue.settle(0.2)
-    assert ran == ["inline", "queued"]  # run by settle, on this thread, past its deadline
+    # The kept item run by settle, on this thread, past its deadline; the other one dropped.
+    assert ran == ["inline", "queued"] and queue.dropped == 2
     assert queue.wait_kept(0.1)
     gate.set()
-    assert queue.settle(10.0) and queue.dropped == 1
+    assert queue.settle(10.0) and queue.dropped == 2
 
 
 # JAX warns at any fork once it is imported (another test of this worker may have): the child
