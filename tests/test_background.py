@@ -70,20 +70,27 @@ def test_a_full_queue_drops_instead_of_blocking(monkeypatch: pytest.MonkeyPatch)
     assert queue.settle(10.0)
 
 
-def test_a_kept_item_is_never_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Entry writes are queued with ``keep``: a full queue runs one on the caller's thread, and
-    a settle whose deadline passes runs the ones still queued instead of dropping them."""
-    monkeypatch.setattr(background, "MAX_QUEUED", 2)
-    queue = Background()
+def _hold(queue: Background) -> threading.Event:
+    """Queue an item that holds the queue's thread until the returned gate is set; returns once
+    the thread runs it, so that what is queued next stays queued."""
     gate, running = threading.Event(), threading.Event()
-    ran: list[str] = []
 
     def hold() -> None:
         running.set()
         gate.wait()
 
     queue.add(hold)
-    assert running.wait(10.0)  # the thread holds the gate: the queue itself is empty
+    assert running.wait(10.0)
+    return gate
+
+
+def test_a_kept_item_is_never_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entry writes are queued with ``keep``: a full queue runs one on the caller's thread, and
+    a settle whose deadline passes runs the ones still queued instead of dropping them."""
+    monkeypatch.setattr(background, "MAX_QUEUED", 2)
+    queue = Background()
+    ran: list[str] = []
+    gate = _hold(queue)  # the thread holds the gate: the queue itself is empty
     queue.add(lambda: ran.append("queued"), keep=True)
     queue.add(lambda: ran.append("filler"))
     queue.add(lambda: ran.append("full"))  # dropped: the queue is full
@@ -105,19 +112,12 @@ def test_a_forked_child_does_not_run_its_parents_kept_items(tmp_path: Path) -> N
     """A parent's queued entry write (with its lease) is the parent's to finish: a forked child
     settling its own queue at exit must neither run it nor wait for the parent's thread."""
     queue = Background()
-    gate, running = threading.Event(), threading.Event()
     marker = tmp_path / "ran-in-child"
-
-    def hold() -> None:
-        running.set()
-        gate.wait()
-
-    queue.add(hold)
-    queue.add(lambda: marker.touch() if os.getpid() != parent else None, keep=True)
     parent = os.getpid()
     # Fork while the thread runs its item, outside the queue's lock (a lock held at fork time
     # would stay held in the child).
-    assert running.wait(10.0)
+    gate = _hold(queue)
+    queue.add(lambda: marker.touch() if os.getpid() != parent else None, keep=True)
     pid = os.fork()
     if pid == 0:  # the child: settle must return at once, running nothing of the parent's
         start = time.monotonic()
