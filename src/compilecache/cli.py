@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from compilecache import config as config_mod
 from compilecache.config import Config, format_size, parse_duration, parse_size
 from compilecache.errors import CompileCacheError, CorruptEntry, ForeignEntry
+from compilecache.redaction import RedactedStream
 
 if TYPE_CHECKING:
     from compilecache.runtime.reader import Reader
@@ -91,10 +92,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"writes                {report.writes}")
     print(f"errors                {report.errors}")
     print(f"corrupt entries       {report.corrupt}")
+    if report.count("unrunnable"):
+        print(
+            f"other hosts' entries  {report.count('unrunnable')} misses: built for a CPU this "
+            "host cannot run (kept for those hosts; `explain` says which)"
+        )
     print(f"compile time stored   {report.compile_time_s:.1f} s")
     print(f"compile time saved    {report.compile_time_saved_s:.1f} s")
     print(f"signatures            {trust_line(_config(args))}")
-    shown = {*HEADLINE, "corrupt", "compile_time_s"}
+    shown = {*HEADLINE, "corrupt", "unrunnable", "compile_time_s"}
     others = [(name, v) for name, v in report.counters.items() if v and name not in shown]
     if others:  # every other counter of stats.COUNTERS that is not zero
         print("also                  " + ", ".join(f"{name} {_number(v)}" for name, v in others))
@@ -208,6 +214,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
             f"{'':11}and {internal} internal entries (kernel binaries, headers, probe answers) "
             "missed too: `explain --all` lists them"
         )
+    other_hosts = sum(1 for r in records if r.get("unrunnable"))
+    if other_hosts:
+        print(
+            f"{'':11}{other_hosts} of these missed because the stored entry was built for "
+            "another kind of host (CPU, architecture or Python)"
+        )
     return 0
 
 
@@ -275,7 +287,8 @@ def _info_json(info: EntryInfo) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    infos = list(_store(args, create=False).scan())
+    store = _store(args, create=False)
+    infos = list(store.scan())
     if args.framework:
         infos = [i for i in infos if i.framework == args.framework]
     sort_key = {
@@ -284,15 +297,24 @@ def cmd_ls(args: argparse.Namespace) -> int:
         "hits": lambda i: -i.hits,
     }
     infos.sort(key=sort_key.get(args.sort, lambda i: i.key))
+    from compilecache.runtime.reader import cpu_targets
+
+    cpus = cpu_targets(store, [i.key for i in infos])
     if args.json:
-        _print_json([_info_json(i) for i in infos])
+        _print_json([{**_info_json(i), "cpu": cpus.get(i.key)} for i in infos])
         return 0
+    from compilecache.host import cpu_label
+
     now = time.time()
-    print(f"{'FRAMEWORK':<9} {'NAME':<32} {'SIZE':>10} {'COMPILE':>8} {'HITS':>5} {'USED':>7}  KEY")
+    print(
+        f"{'FRAMEWORK':<9} {'NAME':<32} {'SIZE':>10} {'COMPILE':>8} {'HITS':>5} {'USED':>7}  "
+        f"{'CPU':<20}  KEY"
+    )
     for i in infos:
         print(
             f"{i.framework:<9} {i.name[:32]:<32} {format_size(i.size):>10} "
-            f"{i.compile_time_s:>7.2f}s {i.hits:>5} {_ago(now - i.accessed):>7}  {i.key}"
+            f"{i.compile_time_s:>7.2f}s {i.hits:>5} {_ago(now - i.accessed):>7}  "
+            f"{cpu_label(cpus.get(i.key)):<20}  {i.key}"
         )
     print(f"{len(infos)} entries, {format_size(sum(i.size for i in infos))}")
     return 0
@@ -357,6 +379,15 @@ def _describe(store: Store, key: str, reader: Reader) -> dict[str, Any]:
         "components": header.components,
         "extra": header.extra,
     }
+    cpu = header.extra.get("cpu")
+    if isinstance(cpu, dict):
+        from compilecache.host import HostCheck, describe_cpu
+
+        refused = HostCheck(live=True).reason(header)
+        result["cpu target"] = {
+            "compiled for": describe_cpu(cpu),
+            "runs on this host": f"no: {refused}" if refused else "yes",
+        }
     return result
 
 
@@ -904,6 +935,17 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Everything it prints passes through the one redaction of URLs: no
+    command prints a credential a store URL carries (a password, a key, a token)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactedStream(out), RedactedStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parse(argv)
     try:
         if getattr(args, "needs_config", True):

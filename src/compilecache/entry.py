@@ -156,6 +156,32 @@ def encode(
     return b"".join((prefix, header_raw, stored, trailer, hasher.digest()))
 
 
+PREFIX_SIZE = _PREFIX.size
+
+
+def header_end(prefix: bytes) -> int:
+    """How many bytes from the start of an entry hold its prefix and header, from its first
+    :data:`PREFIX_SIZE` bytes; ``CorruptEntry`` when they are not an entry's."""
+    if len(prefix) < _PREFIX.size:
+        raise CorruptEntry(f"entry too short ({len(prefix)} bytes)")
+    magic, version, _, header_len, _ = _PREFIX.unpack_from(prefix)
+    if magic != MAGIC or version != FORMAT_VERSION or header_len > _MAX_HEADER_LEN:
+        raise CorruptEntry("not a compilecache entry of this format")
+    return int(_PREFIX.size + header_len)
+
+
+def unverified_header(start: bytes) -> EntryHeader:
+    """The header at the start of an entry, NOT verified (no checksum or signature: only the
+    whole entry has them): for listings that say what an entry claims, never for serving it."""
+    end = header_end(start)
+    if len(start) < end:
+        raise CorruptEntry("entry truncated inside its header")
+    try:
+        return EntryHeader.from_json(bytes(start[_PREFIX.size : end]))
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+        raise CorruptEntry(f"unreadable entry header: {exc}") from None
+
+
 def _split(data: bytes | memoryview) -> tuple[int, EntryHeader, memoryview, memoryview, int]:
     """Parse the frame without verifying: flags, header, stored payload, signature, body end."""
     view = memoryview(data)

@@ -9,7 +9,16 @@ One place for what the integrations record with each entry and what bundles chec
 - one comparison of versions, used on both sides (:func:`same_version`): an entry records
   ``torch.__version__`` (``2.15.0+cu132`` on the standard wheels) while the host's distribution
   says ``2.15.0``;
-- :class:`HostCheck`: whether an entry can run here, and why not.
+- :class:`HostCheck`: whether an entry can run here, and why not: on every read of the live
+  path (``HostCheck(live=True)``: only what the frameworks' keys leave out) and on bundle import
+  (everything an entry records).
+
+Two rules for the CPU (:func:`cpu_problem`), one per kind of program. XLA compiles a JAX
+executable for every ISA feature of the host, so it runs on any CPU that has those features: a
+host with more features is served (``SUPERSET``). Inductor generates its C++ for the vector ISA it
+picks from a few features (``cpu_vec_isa.py``: AVX2, AVX-512 and its extensions, AMX, NEON, SVE),
+so a torch graph is served only where Inductor would pick the same ISA and write the same code
+(``SAME_VECTORS``).
 
 Ground layer: the standard library and the entry format only. Frameworks are imported late, by
 the functions that need them, and only once the caller has them (the integrations) or asks for
@@ -85,11 +94,132 @@ def isa_features(info: Mapping[str, str]) -> list[str]:
     return []
 
 
+# The features Inductor picks its vector ISA and its compiler flags from (torch's
+# ``cpu_vec_isa.py``: ``-mavx2 -mfma -mf16c``, the AVX-512 set with VNNI and BF16, AMX; NEON and
+# SVE on Arm): two hosts that share these generate the same C++ for a graph.
+_INDUCTOR_VECTOR_FEATURES = frozenset(
+    {
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512cd",
+        "avx512dq",
+        "avx512bw",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+        "amx_fp16",
+        "asimd",
+        "sve",
+        "sve2",
+        "bf16",
+        "i8mm",
+        "svebf16",
+        "svei8mm",
+    }
+)
+# Where Linux says the SVE vector length (bytes) its processes get: code generated for one length
+# computes wrong results at another, and /proc/cpuinfo does not say it.
+_SVE_LENGTH = "/proc/sys/abi/sve_default_vector_length"
+# The two CPU rules (see the module's docstring).
+SUPERSET = "superset"
+SAME_VECTORS = "same-vectors"
+
+
+def _sve_vector_bits() -> int:
+    try:
+        with open(_SVE_LENGTH, encoding="ascii") as f:
+            return int(f.read().split()[0]) * 8
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 @functools.cache
 def cpu_target() -> dict[str, Any]:
     """This host's CPU architecture and ISA features: what a CPU executable may rely on (XLA and
-    Inductor compile for the host CPU, and neither cache key says which one)."""
-    return {"machine": platform.machine(), "features": isa_features(read_cpuinfo(whole=True))}
+    Inductor compile for the host CPU, and neither cache key says which one). Read once per
+    process."""
+    target: dict[str, Any] = {
+        "machine": platform.machine(),
+        "features": isa_features(read_cpuinfo(whole=True)),
+    }
+    sve_bits = _sve_vector_bits()
+    if sve_bits:
+        target["sve_bits"] = sve_bits
+    return target
+
+
+def describe_cpu(target: Mapping[str, Any] | None) -> str:
+    """One short line for a recorded CPU target: its machine and the vector features that tell
+    CPU generations apart (``x86_64 avx2 fma avx512f ...``); ``""`` for none."""
+    if not isinstance(target, Mapping):
+        return ""
+    features = [str(f) for f in target.get("features") or ()]
+    vectors = [f for f in features if f in _INDUCTOR_VECTOR_FEATURES]
+    sve = f" sve{target['sve_bits']}" if target.get("sve_bits") else ""
+    return f"{target.get('machine') or '?'} {' '.join(vectors) or 'no vector extensions'}{sve}"
+
+
+# The vector levels a label names, highest first: the feature that marks each.
+_LEVELS = (("amx_tile", "amx"), ("avx512f", "avx512"), ("avx2", "avx2"), ("sve", "sve"))
+
+
+def cpu_label(target: Mapping[str, Any] | None) -> str:
+    """A short label for a recorded CPU target, for a column: its machine, its highest vector
+    level and its kind (``x86_64 avx512 3f2a1c``: hosts with the same label are one kind);
+    ``-`` for none."""
+    if not isinstance(target, Mapping):
+        return "-"
+    features = {str(f) for f in target.get("features") or ()}
+    level = next((name for flag, name in _LEVELS if flag in features), "")
+    return " ".join(
+        p for p in (str(target.get("machine") or "?"), level, host_kind(target)[:6]) if p
+    )
+
+
+def host_kind(target: Mapping[str, Any]) -> str:
+    """A short digest of a CPU target: hosts of one kind share it (the name of their own entries
+    where another kind's entry holds a key, see :mod:`compilecache.runtime.cache`)."""
+    features = sorted(str(f) for f in target.get("features") or ())
+    text = f"{target.get('machine')}|{' '.join(features)}|{target.get('sve_bits', 0)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _listed(features: list[str]) -> str:
+    return ", ".join(features[:6]) + (", ..." if len(features) > 6 else "")
+
+
+def cpu_problem(recorded: Mapping[str, Any], local: Mapping[str, Any], rule: str) -> str | None:
+    """Why code compiled for the CPU ``recorded`` may not be served on the CPU ``local``
+    (``None`` when it may), under ``rule``: :data:`SUPERSET` (JAX) or :data:`SAME_VECTORS`
+    (torch's Inductor). Another architecture, an SVE vector length of its own, or a feature
+    the code relies on that this CPU lacks is always a refusal; so is a host whose features are
+    unknown for code that relies on some (when in doubt, miss)."""
+    machine = str(recorded.get("machine") or "")
+    here = str(local.get("machine") or "")
+    if machine and machine != here:
+        return f"compiled on {machine}; this host is {here}"
+    needed = {str(f) for f in recorded.get("features") or ()}
+    have = {str(f) for f in local.get("features") or ()}
+    if rule == SAME_VECTORS:
+        needed &= _INDUCTOR_VECTOR_FEATURES
+        have &= _INDUCTOR_VECTOR_FEATURES
+    lacking = sorted(needed - have)
+    if lacking and not local.get("features"):
+        return f"compiled for a CPU with {_listed(lacking)}; this host's CPU features are unknown"
+    if lacking:
+        return f"compiled for a CPU with {_listed(lacking)}, which this CPU lacks"
+    if rule == SAME_VECTORS and have - needed:
+        more = _listed(sorted(have - needed))
+        return f"compiled for a CPU without {more}; Inductor writes other code for this CPU"
+    bits, bits_here = int(recorded.get("sve_bits") or 0), int(local.get("sve_bits") or 0)
+    if bits != bits_here and (bits or rule == SAME_VECTORS):
+        return f"compiled for {bits or 'no'} SVE bits; this CPU has {bits_here or 'none'}"
+    return None
 
 
 _native_lock = threading.Lock()
@@ -228,11 +358,42 @@ def version_problem(header: EntryHeader, package: str, framework: str) -> str | 
     return None
 
 
-class HostCheck:
-    """Whether an entry can run on this host; the reason when it cannot."""
+# torch's layers whose code is generated for the CPU and whose keys do not say which: the FX
+# graph (its C++ source), the AOTAutograd entry (its graphs, bundled or named) and the Dynamo
+# package (both, and the backends' output code).
+TORCH_CPU_LAYERS = frozenset({"fx", "aot", "dynamo"})
 
-    def __init__(self, fallback_cpu: Mapping[str, Any] | None = None) -> None:
+
+# Why an entry of such a layer that records no CPU is refused: written by a compilecache that did
+# not record one. Not another host's entry: this host's compile replaces it.
+NO_CPU_TARGET = "records no CPU target (written before compilecache recorded one)"
+
+
+def _python_problem(header: EntryHeader) -> str | None:
+    """Why an entry built under another Python (major.minor) cannot run here: pickled code and
+    extension modules are built for one."""
+    python = header.versions.get("python", "")
+    here = platform.python_version()
+    if python and python.split(".")[:2] != here.split(".")[:2]:
+        return f"built under Python {python}; this is Python {here}"
+    return None
+
+
+class HostCheck:
+    """Whether an entry can run on this host; the reason when it cannot.
+
+    ``live``: the check of every read on the live path, where the entry was found under the key
+    this process computed. It checks only what the frameworks' keys leave out (the CPU, Python
+    where a layer depends on it): framework versions and accelerators are in those keys, so they
+    are not looked up again. Without ``live`` (bundle import, copies between stores), everything
+    an entry records is checked. Host facts are read once per process; a check then costs a few
+    set operations."""
+
+    def __init__(
+        self, fallback_cpu: Mapping[str, Any] | None = None, *, live: bool = False
+    ) -> None:
         self.fallback_cpu = fallback_cpu
+        self.live = live
         self._jax_devices: dict[str, set[str]] | None = None
 
     def reason(self, header: EntryHeader) -> str | None:
@@ -245,60 +406,55 @@ class HostCheck:
         return None
 
     def _jax(self, header: EntryHeader) -> str | None:
-        problem = version_problem(header, "jaxlib", "jax")
+        problem = None if self.live else version_problem(header, "jaxlib", "jax")
         if problem:
             return problem
         backend, kinds = entry_backend(header)
         if backend and backend != "cpu":
-            devices = self.jax_devices()
-            if backend not in devices:
-                have = ", ".join(sorted(devices)) or "none"
-                return f"compiled for {backend}; this host has no {backend} device ({have})"
-            missing = kinds - devices[backend]
-            if missing:
-                return (
-                    f"compiled for {', '.join(sorted(missing))}; this host has "
-                    f"{', '.join(sorted(devices[backend]))}"
-                )
-            return None
-        return self._cpu(header)
+            # The key holds the platform and the device kinds (accelerator_config).
+            return None if self.live else self._jax_accelerator(backend, kinds)
+        return self._cpu(header, SUPERSET)
+
+    def _jax_accelerator(self, backend: str, kinds: set[str]) -> str | None:
+        devices = self.jax_devices()
+        if backend not in devices:
+            have = ", ".join(sorted(devices)) or "none"
+            return f"compiled for {backend}; this host has no {backend} device ({have})"
+        missing = kinds - devices[backend]
+        if missing:
+            return (
+                f"compiled for {', '.join(sorted(missing))}; this host has "
+                f"{', '.join(sorted(devices[backend]))}"
+            )
+        return None
 
     def _torch(self, header: EntryHeader) -> str | None:
-        problem = version_problem(header, "torch", "torch")
+        problem = None if self.live else version_problem(header, "torch", "torch")
         if problem:
             return problem
-        python = header.versions.get("python", "")
-        here = platform.python_version()
-        if python and python.split(".")[:2] != here.split(".")[:2]:
-            return f"built under Python {python}; this is Python {here}"
-        return self._cpu(header)
+        problem = _python_problem(header)
+        if problem:
+            return problem
+        if header.extra.get("layer") in TORCH_CPU_LAYERS:
+            return self._cpu(header, SAME_VECTORS, required=self.live)
+        # Kernels, headers, probes and extensions hold the CPU in their keys; autotune records
+        # are GPU timings keyed by the device.
+        return None if self.live else self._cpu(header, SAME_VECTORS)
 
     def _triton(self, header: EntryHeader) -> str | None:
-        # A kernel's target is in Triton's key; a launcher .so is also built for this Python.
-        problem = version_problem(header, "triton", "triton")
+        # A kernel's target is in Triton's key; a launcher .so is also built for this Python
+        # (which its key holds, with the machine).
+        problem = None if self.live else version_problem(header, "triton", "triton")
         if problem or header.extra.get("layer") != "file":
             return problem
-        python = header.versions.get("python", "")
-        here = platform.python_version()
-        if python and python.split(".")[:2] != here.split(".")[:2]:
-            return f"built under Python {python}; this is Python {here}"
-        return None
+        return _python_problem(header)
 
-    def _cpu(self, header: EntryHeader) -> str | None:
+    def _cpu(self, header: EntryHeader, rule: str, *, required: bool = False) -> str | None:
         cpu = header.extra.get("cpu") or self.fallback_cpu
         if not isinstance(cpu, Mapping):
-            return None
-        local = cpu_target()
-        machine = str(cpu.get("machine") or "")
-        if machine and machine != local["machine"]:
-            return f"compiled on {machine}; this host is {local['machine']}"
-        needed = {str(f) for f in cpu.get("features") or ()}
-        have = set(local["features"])
-        lacking = sorted(needed - have) if have else []
-        if lacking:
-            shown = ", ".join(lacking[:6]) + (", ..." if len(lacking) > 6 else "")
-            return f"compiled for a CPU with {shown}, which this CPU lacks"
-        return None
+            # An entry of a layer whose code depends on the CPU must say which CPU.
+            return NO_CPU_TARGET if required else None
+        return cpu_problem(cpu, cpu_target(), rule)
 
     def jax_devices(self) -> dict[str, set[str]]:
         """Platform -> device kinds JAX sees here (initialises its backends once, on demand)."""

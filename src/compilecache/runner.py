@@ -201,6 +201,16 @@ def _shared_store_warning(env: Mapping[str, str]) -> str | None:
     return first_run_warning(env)
 
 
+def _redacted(line: str) -> str:
+    """``line`` through the one redaction of URLs, imported only for a line that may quote one
+    (``re`` costs every run a few milliseconds)."""
+    if "://" not in line and "=" not in line:
+        return line
+    from compilecache.redaction import redact
+
+    return redact(line)
+
+
 def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> int:
     """Run ``command`` under compilecache; print the summary line; return its exit status."""
     if not command:
@@ -219,7 +229,7 @@ def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> i
         env = child_environment(os.environ, spool, overrides)
         warning = _shared_store_warning(env)
         if warning:
-            print(f"compilecache: warning: {warning}", file=sys.stderr)
+            print(_redacted(f"compilecache: warning: {warning}"), file=sys.stderr)
         try:
             proc = Child.start(list(command), env)
         except OSError as exc:
@@ -229,7 +239,7 @@ def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> i
         status = wait(proc, forwarder)
         if env.get("COMPILECACHE_DISABLE", "").strip() not in ("1", "true", "yes", "on"):
             for line in summary_lines(spool):
-                print(line, file=sys.stderr)
+                print(_redacted(line), file=sys.stderr)
     finally:
         forwarder.restore()
         if spool:

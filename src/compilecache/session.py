@@ -25,6 +25,7 @@ from compilecache import frameworks
 from compilecache import signing as signing_mod
 from compilecache.config import Config, WritePlan
 from compilecache.errors import CompileCacheError, StoreUnavailable
+from compilecache.redaction import redact
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import Prefetch
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
@@ -299,7 +300,7 @@ def enable(
             # Never break the program: it runs uncached. One problem, said once and counted
             # once; no framework is hooked (a lookup per compile would each fail the same way).
             log.warning("compilecache: not enabled: %s", exc)
-            session = Session(cfg, UnavailableStore(cfg.url, str(exc)), plan)
+            session = Session(cfg, UnavailableStore(redact(cfg.url), str(exc)), plan)
             session.cache.stats.add("errors")
             _active = session
             return session
@@ -343,9 +344,26 @@ def active() -> Session | None:
     return _active
 
 
+class _Redacting(logging.Filter):
+    """Redacts every record of compilecache's logger (its message formatted once): no handler,
+    whatever its format, prints a credential a store URL carries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record is the logging module's to report
+            return True
+        redacted = redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
 def _configure_logging(level: str) -> None:
     logger = logging.getLogger("compilecache")
     logger.setLevel(level.upper())
+    if not any(isinstance(f, _Redacting) for f in logger.filters):
+        logger.addFilter(_Redacting())
     if not logger.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))

@@ -23,6 +23,7 @@ COUNTERS = (
     "errors",
     "corrupt",
     "foreign",
+    "unrunnable",
     "skipped",
     "bytes_read",
     "bytes_written",

@@ -15,7 +15,15 @@ class Summary:
     """The headline numbers people read. (A plain class, not a dataclass: ``dataclasses`` costs
     ~12 ms of imports.)"""
 
-    __slots__ = ("compile_time_saved_s", "errors", "foreign", "hits", "misses", "writes")
+    __slots__ = (
+        "compile_time_saved_s",
+        "errors",
+        "foreign",
+        "hits",
+        "misses",
+        "unrunnable",
+        "writes",
+    )
 
     def __init__(
         self,
@@ -25,6 +33,7 @@ class Summary:
         errors: int,
         compile_time_saved_s: float,
         foreign: int = 0,
+        unrunnable: int = 0,
     ) -> None:
         self.hits = hits
         self.misses = misses
@@ -34,6 +43,9 @@ class Summary:
         # Entries signed with another key (COMPILECACHE_SECRET differs): said only when there
         # are.
         self.foreign = foreign
+        # Entries built for another kind of host (a CPU this one cannot run): said only when
+        # there are.
+        self.unrunnable = unrunnable
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Summary):
@@ -52,10 +64,13 @@ class Summary:
             errors=int(counters.get("errors", 0)),
             compile_time_saved_s=float(counters.get("compile_time_saved_s", 0.0)),
             foreign=int(counters.get("foreign", 0)),
+            unrunnable=int(counters.get("unrunnable", 0)),
         )
 
     def line(self) -> str:
         foreign = f", {self.foreign} signed with another key" if self.foreign else ""
+        if self.unrunnable:
+            foreign += f", {self.unrunnable} built for another host"
         return (
             f"compilecache: {self.hits} hits, {self.misses} misses{foreign}, {self.writes} "
             f"writes, {self.errors} errors, {self.compile_time_saved_s:.1f}s compile time saved"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from compilecache import config as config_mod
 from compilecache.config import Config
 from compilecache.errors import CompileCacheError
+from compilecache.redaction import redact
 from compilecache.stores import registry
 
 
@@ -27,7 +28,7 @@ def shared_unsigned(cfg: Config) -> list[str]:
 
 def message(levels: list[str]) -> str:
     """The warning, in plain words, with how to set up trusted writers."""
-    names = ", ".join(redacted(level) for level in levels)
+    names = ", ".join(redact(level) for level in levels)
     return (
         f"{names} {'is' if len(levels) == 1 else 'are'} shared and entries are not signed: "
         "any host, job or user that can write to that store can run code in this process "
@@ -36,13 +37,6 @@ def message(levels: list[str]) -> str:
         "COMPILECACHE_SIGNING_KEY_FILE=writer.pem, and every other process "
         "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (docs/security.md)."
     )
-
-
-def redacted(url: str) -> str:
-    """``url`` without its query (which may hold credentials) and user information."""
-    base = url.split("?", 1)[0]
-    scheme, sep, rest = base.partition("://")
-    return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else base
 
 
 def marker_path(url: str, env: Mapping[str, str] | None = None) -> str:

@@ -59,7 +59,7 @@ from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
 from compilecache.runtime import explain
-from compilecache.runtime.cache import Cache
+from compilecache.runtime.cache import Cache, own_key
 from compilecache.stats import function_counter
 
 log = logging.getLogger("compilecache")
@@ -309,8 +309,8 @@ class JaxCacheAdapter:
         if found is not None:
             components, readable, verified = found
             extra = {"readable": readable, "components_verified": verified}
-        # XLA compiles CPU code for this CPU and its key does not say which: bundle imports
-        # check this against the importing host.
+        # XLA compiles CPU code for this CPU and its key does not say which: every read checks
+        # this against the reading host (host.HostCheck).
         extra["cpu"] = cpu_target()
         header = EntryHeader(
             framework=FRAMEWORK,
@@ -333,6 +333,9 @@ class JaxCacheAdapter:
         is neither compared nor replaced (``False``)."""
         try:
             stored = self.cache.reader.peek(self.cache.store, store_key(key))
+            if stored is not None and self.cache.refuses(store_key(key), stored.header):
+                # Another kind of host's compile: compared with this host's own, if any.
+                stored = self.cache.reader.peek(self.cache.store, own_key(store_key(key)))
             if stored is None:
                 return None
         except CorruptEntry:

@@ -99,8 +99,8 @@ from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
 from compilecache.frameworks.torch_sources import SourceKeyHooks
 from compilecache.frameworks.torch_switches import AOT, AUTOTUNE, FX, Switches
 from compilecache.frameworks.torch_templates import TemplateHooks
+from compilecache.host import cpu_target, torch_versions
 from compilecache.host import framework_module as _private
-from compilecache.host import torch_versions
 from compilecache.patches import Patches
 from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
@@ -454,6 +454,10 @@ class Integration:
         lines = self.pending.pop(torch_key) if layer in ("fx", "aot") else None
         components, readable = parse_debug_lines(lines or [])
         extra.update({"layer": layer, "remote_key": remote_key, "time_taken_s": taken_s})
+        if layer in LEAD_LAYERS:
+            # Inductor generates C++ for this CPU's vector ISA and torch's key does not say
+            # which: every read checks it against the reading host (host.HostCheck).
+            extra["cpu"] = cpu_target()
         if layer not in LEAD_LAYERS:
             extra[entry.INTERNAL] = True  # an autotune record: part of a graph, not a graph
         if readable:

@@ -48,7 +48,7 @@ from compilecache.frameworks.torch import (
     store_key,
     torch_key_of,
 )
-from compilecache.host import HostCheck, torch_versions
+from compilecache.host import HostCheck, cpu_target, torch_versions
 from compilecache.host import framework_module as _torch_module
 from compilecache.runtime.reader import Reader
 from compilecache.runtime.transfer import (
@@ -243,6 +243,9 @@ def _header(p: _Planned) -> EntryHeader:
         "layer": p.layer,
         "remote_key": p.remote_key,
         "source": SOURCE,
+        # torch's files say nothing of the CPU their graphs were generated for: they are taken
+        # as this (importing) host's, whose kind then serves them (docs/fleet.md).
+        "cpu": cpu_target(),
     }
     if p.readable:
         extra["readable"] = p.readable

@@ -13,6 +13,11 @@ where the principles are enforced for every backend alike:
   ``foreign`` and reported as a miss, and it is left alone: never removed, never replaced by
   this process, because it may be valid for the clients that hold its key (one host started
   with a wrong COMPILECACHE_SECRET must not empty a fleet's cache);
+- an intact entry built for another kind of host (a CPU feature this one lacks, another
+  architecture or Python: :class:`HostCheck` with ``live=True``) is counted as ``unrunnable``
+  and is a miss; it stays in the store for the hosts that can run it, and this host keeps its
+  own compile of that key beside it, under the key with this host's kind appended
+  (:func:`own_key`), which it reads next time;
 - read-only mode and the minimum compile time are applied here, not in each integration.
 """
 
@@ -22,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from compilecache import entry
@@ -35,6 +41,7 @@ from compilecache.errors import (
     ReadOnlyStore,
     StoreUnavailable,
 )
+from compilecache.host import NO_CPU_TARGET, HostCheck, cpu_target, host_kind
 from compilecache.runtime.background import Background
 from compilecache.runtime.reader import Reader
 from compilecache.runtime.singleflight import SingleFlight
@@ -52,6 +59,14 @@ log = logging.getLogger("compilecache")
 MAX_EVENTS = 10_000
 # How long closing waits for the bookkeeping still queued (miss explanations).
 SETTLE_S = 5.0
+# Between a key and the kind of host whose own entry of that key this is (see own_key).
+OWN_KIND_SEP = "~host-"
+
+
+def own_key(key: str) -> str:
+    """Where this host keeps its own compile of ``key`` when the entry under ``key`` was built
+    for another kind of host: ``key`` with this host's kind (a digest of its CPU target)."""
+    return f"{key}{OWN_KIND_SEP}{host_kind(cpu_target())}"
 
 
 class Cache:
@@ -69,6 +84,7 @@ class Cache:
         read_only_reason: str = READ_ONLY_REASON,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        host: HostCheck | None = None,
     ) -> None:
         self.store = Tiered.of(store)
         self.stats = stats or Stats()
@@ -85,6 +101,12 @@ class Cache:
         # Keys whose entry this process found damaged (and removed), with why: the miss that
         # follows is explained by that, not by the nearest other entry.
         self.damaged: dict[str, str] = {}
+        # Whether what a read finds can run on this host (never None: a check that cannot be
+        # forgotten), and the keys whose entry was built for another kind of host, with why:
+        # this host's compiles of those keys go to their own_key.
+        self.host = host or HostCheck(live=True)
+        self.unrunnable: dict[str, str] = {}
+        self._beside: set[str] = set()
         # Set by the session: a label for this run's history records, and (under
         # ``compilecache run`` / ``doctor``) a list that collects per-compile events in memory.
         self.run_id = ""
@@ -160,7 +182,11 @@ class Cache:
         except Exception as exc:
             log.debug("compilecache: %s not read: %s", key, exc)
             return None
-        return found if found.header.framework == framework else None
+        if found.header.framework != framework:
+            return None
+        if not self.refuses(key, found.header):
+            return found
+        return None if OWN_KIND_SEP in key else self.peek(framework, own_key(key))
 
     def load_or_lead(self, framework: str, key: str, *, lead: bool = True) -> Entry | None:
         """:meth:`load`, coordinated with other processes missing the same key (single-flight).
@@ -254,8 +280,36 @@ class Cache:
         it holds nothing); ``count_miss=False`` leaves a clean miss uncounted. ``read``: how to
         read the bytes (default: the store's ``get``)."""
         start = time.perf_counter()
+        found, clean_miss = self._decoded(framework, key, read or self.read)
+        if found is None:
+            if clean_miss and count_miss:
+                self.stats.add("misses", framework=framework)
+            return None, clean_miss
+        entry_, size = found
+        if self.refuses(key, entry_.header):
+            # Built for another kind of host: this host's own compile of the key, if it has one.
+            found, clean_miss = self._decoded(framework, own_key(key), self.read)
+            if found is not None and self.host.reason(found[0].header) is not None:
+                found = None
+            if found is None:
+                if clean_miss:
+                    self.stats.add("misses", framework=framework)
+                self.stats.add("unrunnable", framework=framework)
+                # Not a clean miss: the key's entry is there, so this process leads nothing.
+                return None, False
+            entry_, size = found
+        self._count_hit(framework, key, entry_, size, time.perf_counter() - start)
+        return entry_, False
+
+    def _decoded(
+        self, framework: str, key: str, read: Callable[[str], bytes | None]
+    ) -> tuple[tuple[Entry, int] | None, bool]:
+        """The verified entry under ``key`` and its stored size, or ``None`` and whether that
+        is a clean miss (nothing stored; left uncounted). A failure, a damaged entry or one
+        signed with another key is counted (as an error, corrupt or foreign, and a miss) and
+        is not a clean miss."""
         try:
-            data = (read or self.read)(key)
+            data = read(key)
         except CorruptEntry as exc:
             self._corrupt(framework, key, exc, remove=False)
             return None, False
@@ -265,8 +319,6 @@ class Cache:
             self._warn_failure("read from", exc)
             return None, False
         if data is None:
-            if count_miss:
-                self.stats.add("misses", framework=framework)
             return None, True
         try:
             found = self.reader.decode(data, key)
@@ -285,10 +337,12 @@ class Cache:
                 f"get:{type(exc).__name__}", f"read from {self.store.url} returned junk: {exc}"
             )
             return None, False
-        elapsed = time.perf_counter() - start
+        return (found, len(data)), False
+
+    def _count_hit(self, framework: str, key: str, found: Entry, size: int, elapsed: float) -> None:
         saved = found.header.compile_time_s - elapsed
         self.stats.add("hits", framework=framework)
-        self.stats.add("bytes_read", len(data), framework=framework)
+        self.stats.add("bytes_read", size, framework=framework)
         self.stats.add("load_time_s", elapsed, framework=framework)
         self.stats.add("compile_time_saved_s", saved, framework=framework)
         name = found.header.name
@@ -296,7 +350,35 @@ class Cache:
             self.stats.add(function_counter(framework, name, "hits"))
             self.stats.add(function_counter(framework, name, "compile_time_saved_s"), saved)
         self.add_event({"event": "hit", "framework": framework, "name": name, "key": key})
-        return found, False
+
+    def refuses(self, key: str, header: EntryHeader) -> bool:
+        """Whether the entry ``header`` found under ``key`` cannot run on this host. If so, the
+        reason explains the miss, and this host's compile of ``key`` is saved under
+        :func:`own_key`. Said once per process, at info level (a mixed fleet is normal;
+        ``explain`` and ``stats`` count it)."""
+        reason = self.host.reason(header)
+        if reason is None:
+            return False
+        if OWN_KIND_SEP not in key:
+            self._remember_unrunnable(key, reason)
+        return True
+
+    def _remember_unrunnable(self, key: str, reason: str) -> None:
+        with self._warn_lock:
+            first = not self.unrunnable
+            if len(self.unrunnable) < MAX_EVENTS:
+                self.unrunnable[key] = reason
+                if reason != NO_CPU_TARGET:  # another host's: kept; else replaced
+                    self._beside.add(key)
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "compilecache: entry %s cannot run on this host (%s): a miss; %s",
+            key,
+            reason,
+            "this host's compile is kept beside it, for the hosts that can run it"
+            if reason != NO_CPU_TARGET
+            else "this host's compile replaces it",
+        )
 
     def _corrupt(self, framework: str, key: str, exc: Exception, *, remove: bool) -> None:
         if len(self.damaged) < MAX_EVENTS:
@@ -364,6 +446,9 @@ class Cache:
         if header.key in self._foreign:
             self.stats.add("skipped", framework=framework)
             return False
+        looked_up = header.key
+        if looked_up in self._beside:
+            header = replace(header, key=own_key(looked_up))
         try:
             data = entry.encode(header, payload, compress=compress, signing=self.signing)
             meta = EntryMeta(framework, header.name, header.compile_time_s)
@@ -379,7 +464,7 @@ class Cache:
             self._warn_failure("write to", exc)
             return False
         if self._flight is not None:
-            self._flight.wrote(header.key)
+            self._flight.wrote(looked_up)
         self.stats.add("writes", framework=framework)
         self.stats.add("bytes_written", len(data), framework=framework)
         self.stats.add("compile_time_s", header.compile_time_s, framework=framework)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from compilecache import entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry
+from compilecache.host import NO_CPU_TARGET
 from compilecache.runtime import history
 from compilecache.stats import function_counter
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
@@ -567,8 +568,20 @@ def record_miss(
     def remember() -> Explanation | None:
         try:
             damaged = cache.damaged.get(key)
+            unrunnable = cache.unrunnable.get(key)
             if why:
                 explanation = Explanation(framework, name, key, None, (), f"{name}: {why}")
+            elif unrunnable == NO_CPU_TARGET:
+                summary = f"{name or '(unnamed)'}: the stored entry {unrunnable}; replaced"
+                explanation = Explanation(framework, name, key, None, (), summary)
+            elif unrunnable is not None:
+                # The key's entry is there, built for another kind of host: that is why.
+                summary = (
+                    f"{name or '(unnamed)'}: the stored entry cannot run on this host "
+                    f"({unrunnable}); left in the store for the hosts that can, and compiled "
+                    "for this one"
+                )
+                explanation = Explanation(framework, name, key, None, (), summary)
             elif damaged is not None:
                 # Its own entry was there but unusable: that is why, not another entry's flags.
                 summary = (
@@ -608,6 +621,8 @@ def record_miss(
             }
             if internal:
                 record[entry.INTERNAL] = True
+            if unrunnable is not None:
+                record["unrunnable"] = unrunnable
             history.append(cache.store, history.MISS, record)
             if cache.events is not None:
                 cache.add_event(

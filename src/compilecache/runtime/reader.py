@@ -9,6 +9,9 @@ read from, and, when signing is configured, that a writer this process trusts si
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 from compilecache import entry
 from compilecache.signing import Signing
 from compilecache.stores.base import Store
@@ -43,3 +46,40 @@ class Reader:
         access time or copying it between levels; ``None`` when there is none."""
         data = store.peek(key)
         return None if data is None else self.decode(data, key)
+
+
+# Most headers fit in this; a longer one (torch's readable key components) takes a second read.
+_HEAD_GUESS = 64 * 1024
+
+
+def claimed_header(store: Store, key: str) -> entry.EntryHeader | None:
+    """What the entry under ``key`` says of itself (its header, read without its payload where
+    the store can read part of a value), unverified: for listings (``ls``'s CPU column), never
+    for serving. ``None`` when there is no entry; raises ``CorruptEntry`` for one that is not an
+    entry, and what the store raises."""
+    start = store.head(key, _HEAD_GUESS)
+    if start is None:
+        return None
+    end = entry.header_end(bytes(start[: entry.PREFIX_SIZE]))
+    if end > len(start):
+        start = store.head(key, end)
+        if start is None:
+            return None
+    return entry.unverified_header(start)
+
+
+def cpu_targets(store: Store, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """The CPU target each entry of ``keys`` records (``extra["cpu"]``: the CPU its code was
+    compiled for), from their headers, several at a time (a remote store answers each read in a
+    round trip); entries that record none, or cannot be read, are left out."""
+
+    def target(key: str) -> Any:
+        try:
+            header = claimed_header(store, key)
+        except Exception:  # a listing reports what it can read
+            return None
+        return header.extra.get("cpu") if header is not None else None
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = dict(zip(keys, pool.map(target, keys), strict=True))
+    return {key: cpu for key, cpu in found.items() if isinstance(cpu, dict)}

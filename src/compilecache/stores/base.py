@@ -112,6 +112,13 @@ class Store(abc.ABC):
         ``get``: a backend whose ``get`` records anything overrides it."""
         return self.get(key)
 
+    def head(self, key: str, size: int) -> bytes | None:
+        """The first ``size`` bytes of the value under ``key``, read as :meth:`peek` reads (for
+        listings that show what an entry's header says without reading its payload). The
+        default slices ``peek``; a backend that can read part of a value overrides it."""
+        value = self.peek(key)
+        return None if value is None else value[:size]
+
     def get_with_meta(self, key: str) -> Found | None:
         """``get`` and the entry's metadata (for a tier's backfill): in one read where the
         backend can (Redis, object stores, shared mounts), else a ``get`` and a ``stat``."""
@@ -218,6 +225,9 @@ class StoreWrapper(Store):
 
     def peek(self, key: str) -> bytes | None:
         return self.inner.peek(key)
+
+    def head(self, key: str, size: int) -> bytes | None:
+        return self.inner.head(key, size)
 
     def get_with_meta(self, key: str) -> Found | None:
         return self.inner.get_with_meta(key)

@@ -228,6 +228,9 @@ class Guarded(StoreWrapper):
     def peek(self, key: str) -> bytes | None:
         return self.guard.call("get", self.inner.peek, key, miss=_none)
 
+    def head(self, key: str, size: int) -> bytes | None:
+        return self.guard.call("get", self.inner.head, key, size, miss=_none)
+
     def get_with_meta(self, key: str) -> Found | None:
         return self.guard.call("get", self.inner.get_with_meta, key, miss=_none)
 

@@ -753,11 +753,18 @@ class LocalStore(Store):
     def peek(self, key: str) -> bytes | None:
         """The value under ``key`` without counting a hit, refreshing its LRU position or
         repairing anything: a damaged file raises CorruptEntry and stays where it is."""
+        return self._peek(key, -1)
+
+    def head(self, key: str, size: int) -> bytes | None:
+        """The first ``size`` bytes of the value, read from its file as :meth:`peek` reads."""
+        return self._peek(key, size)
+
+    def _peek(self, key: str, size: int) -> bytes | None:
         path = self.path_of(key)
         try:
             with open(path, "rb") as f:
                 header, _ = read_frame(f)
-                value = f.read()
+                value = f.read(size)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -765,6 +772,8 @@ class LocalStore(Store):
         if header["key"] != key:
             raise CorruptEntry(f"the file of {key!r} holds another key's data ({header['key']!r})")
         expected = header.get("size")
+        if size >= 0 and isinstance(expected, int):
+            expected = min(expected, size)
         if isinstance(expected, int) and expected != len(value):
             raise CorruptEntry(f"entry file truncated: {len(value)} of {expected} bytes")
         return value

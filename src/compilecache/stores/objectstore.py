@@ -740,15 +740,23 @@ def from_url(url: StoreURL) -> ObjectStore:
         if not bucket:
             raise ConfigError(f"no bucket or container in store URL {url.raw!r}")
         describe = f"{protocol}://{url.netloc}{url.path}".rstrip("/")
-        fs: Any = open_fs(
-            protocol,
-            bucket,
-            options,
-            timeout=timeout,
-            retries=retries,
-            describe=describe,
-            account=account,
-        )
+        try:
+            fs: Any = open_fs(
+                protocol,
+                bucket,
+                options,
+                timeout=timeout,
+                retries=retries,
+                describe=describe,
+                account=account,
+            )
+        except CompileCacheError:
+            raise
+        except Exception as exc:  # the client refused its options (a malformed key): say so
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(
+                f"{describe}: the client refused the URL's options: {first}"
+            ) from None
         root = f"{bucket}/{prefix}".rstrip("/")
         return ObjectStore(
             fs,

@@ -68,6 +68,7 @@ from urllib.parse import quote, urlencode
 
 from compilecache.config import parse_count, parse_seconds, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable, failure_text
+from compilecache.redaction import redact
 from compilecache.stores.base import (
     REDIS_PARAMS,
     WRAPPER_PARAMS,
@@ -650,12 +651,10 @@ def _info(fields: Sequence[bytes | None]) -> EntryInfo | None:
 
 
 def _redacted(url: StoreURL, db: int, namespace: str) -> str:
-    """The URL for messages and ``ls``: no password."""
-    host = url.netloc.rpartition("@")[2]
-    user = url.netloc.rpartition("@")[0].partition(":")[0] if "@" in url.netloc else ""
-    auth = f"{user}:***@" if "@" in url.netloc else ""
+    """The URL for messages and ``ls``: the server, database and namespace, no password and no
+    options."""
     path = f"/{namespace}" if url.scheme.endswith("+cluster") else f"/{db}/{namespace}"
-    return f"{url.scheme}://{auth}{host}{path}"
+    return redact(f"{url.scheme}://{url.netloc}{path}")
 
 
 def from_url(url: StoreURL) -> RedisStore:

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from compilecache.config import DEFAULT_COLD_STREAK, WritePlan
 from compilecache.errors import ConfigError, StoreUnavailable
+from compilecache.redaction import redact
 from compilecache.stores.base import (
     OBJECT_PARAMS,
     REDIS_CLIENT_PARAMS,
@@ -178,18 +179,8 @@ def check_options(url: StoreURL) -> None:
         also = f"; and its client's: {', '.join(sorted(client))}" if client else ""
         raise ConfigError(
             f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in store URL "
-            f"{_redacted(url.raw)!r}; {url.scheme}:// knows: {', '.join(sorted(known))}{also}"
+            f"{redact(url.raw)!r}; {url.scheme}:// knows: {', '.join(sorted(known))}{also}"
         )
-
-
-def _redacted(url: str) -> str:
-    """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    user_info, _, host = rest.partition("@")
-    user = user_info.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in user_info else url
 
 
 # -- backends ------------------------------------------------------------------------------------

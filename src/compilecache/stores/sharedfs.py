@@ -155,6 +155,20 @@ class SharedFSStore(OneReadStore):
             return value, meta_of(header)
         return None  # unreachable: the loop returns or raises
 
+    def head(self, key: str, size: int) -> bytes | None:
+        """The first ``size`` bytes of the value, read from its file without touching it."""
+        path = self.path_of(key)
+        try:
+            with open(path, "rb") as f:
+                header, _ = read_frame(f)
+                if header["key"] != key:
+                    raise CorruptEntry(f"{path} holds another key's data")
+                return f.read(size)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {path}: {exc}") from exc
+
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
         path = self.path_of(key)
         frame = encode_frame(key, meta or EntryMeta(), time.time(), len(value))

@@ -300,10 +300,15 @@ class Tiered(Store):
 
     def peek(self, key: str) -> bytes | None:
         """The first level's value, counting, touching and backfilling nothing."""
+        return self.head(key, -1)
+
+    def head(self, key: str, size: int) -> bytes | None:
+        """The first ``size`` bytes of the first level's value (all of it for ``-1``), counting,
+        touching and backfilling nothing."""
         first_error: Exception | None = None
         for level in self.levels:
             try:
-                value = level.peek(key)
+                value = level.peek(key) if size < 0 else level.head(key, size)
             except CorruptEntry:
                 raise  # damage is an answer about this entry, not a level failure
             except Exception as exc:

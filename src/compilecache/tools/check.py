@@ -30,6 +30,7 @@ from compilecache import config as config_mod
 from compilecache import unsigned
 from compilecache.config import Config, format_size
 from compilecache.errors import CompileCacheError
+from compilecache.redaction import redact
 from compilecache.stores import registry
 from compilecache.stores.base import EntryMeta, flag
 
@@ -148,7 +149,10 @@ def check(url: str | None = None, env: Mapping[str, str] | None = None) -> Check
         cfg = config_mod.load(env, url=url)
     except CompileCacheError as exc:
         report.problems.append(
-            Problem(f"the configuration does not load: {exc}", "correct the setting named there")
+            Problem(
+                redact(f"the configuration does not load: {exc}"),
+                "correct the setting named there",
+            )
         )
         report.frameworks = _framework_versions()
         return report
@@ -169,7 +173,7 @@ def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Sett
     out = []
     for name, variable in SETTINGS:
         value = getattr(cfg, name)
-        shown = format_size(value) if name == "max_size" else _text(value)
+        shown = format_size(value) if name == "max_size" else redact(_text(value))
         if name == "torch_precompile" and value is None:
             shown = "on for the torch releases it was tested on"
         if name == "url" and url:
@@ -218,7 +222,7 @@ def _framework_versions() -> dict[str, str]:
 def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
     """Open ``level`` and make a real round trip: a probe entry written, read back, removed (only
     read where the level is read-only)."""
-    shown = unsigned.redacted(level)
+    shown = redact(level)
     try:
         parsed = registry.parse_url(level, cfg.max_size, create=False)
         # The bare backend: no fail-open guard to hide (and warn about) what fails here.
@@ -227,6 +231,7 @@ def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
         text = str(exc)
         if "does not exist" in text:
             return Level(shown, True, True, None, "not made yet: the first run makes it")
+        text = redact(text)
         report.problems.append(Problem(_named(shown, text), _fix_for(text)))
         return Level(shown, False, False, detail=text)
     key = f"compilecache-check/{socket.gethostname()}-{os.getpid()}"
@@ -243,7 +248,7 @@ def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
             store.stat(key)
         latency = (time.perf_counter() - start) * 1000 / (3 if writable else 1)
     except Exception as exc:  # any failure of the round trip is this level's problem
-        text = str(exc) or type(exc).__name__
+        text = redact(str(exc) or type(exc).__name__)
         report.problems.append(Problem(_named(shown, text), _fix_for(text)))
         return Level(shown, False, False, detail=text)
     finally:

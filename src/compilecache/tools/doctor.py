@@ -461,6 +461,9 @@ def _pitfalls(
             "Set up trusted writers: COMPILECACHE_SIGNING_KEY_FILE where the cache is filled, "
             "COMPILECACHE_TRUSTED_KEYS everywhere it is read (`compilecache keygen`).",
         )
+    kinds = _host_kinds(cfg)
+    if kinds is not None:
+        found["host_kinds"] = kinds
     if cfg.disabled:
         found["disabled"] = Finding(
             "pitfall",
@@ -561,6 +564,51 @@ def _pitfalls(
             "torch",
         )
     return list(found.values())
+
+
+# How many of the store's entries doctor reads the CPU target of (the most recently used).
+_HOST_SAMPLE = 500
+
+
+def _host_kinds(cfg: config_mod.Config) -> Finding | None:
+    """Advice when the configured store holds entries compiled on several kinds of host (CPU
+    features, architecture): each host is served only what it can run, and compiles the rest.
+    Reads the headers of up to ``_HOST_SAMPLE`` entries; a store that does not open says
+    nothing here (``check`` is for that)."""
+    from compilecache.host import cpu_label
+    from compilecache.runtime.reader import cpu_targets
+
+    try:
+        store = registry.open_store(cfg.url, cfg.max_size, create=False)
+    except Exception:
+        return None
+    try:
+        infos = sorted(
+            (i for i in store.scan() if i.framework in ("jax", "torch")),
+            key=lambda i: -i.accessed,
+        )[:_HOST_SAMPLE]
+        targets = cpu_targets(store, [i.key for i in infos])
+    except Exception:
+        return None
+    finally:
+        store.close()
+    counts: dict[str, int] = {}
+    for target in targets.values():
+        label = cpu_label(target)
+        counts[label] = counts.get(label, 0) + 1
+    if len(counts) < 2:
+        return None
+    listed = ", ".join(f"{label} ({n})" for label, n in sorted(counts.items(), key=lambda c: -c[1]))
+    return Finding(
+        "advice",
+        f"the store holds entries compiled on {len(counts)} kinds of host",
+        f"Entries by the CPU they were compiled for: {listed}. Each host is served only what "
+        "its CPU can run (JAX: an entry whose CPU features it all has; torch: the same vector "
+        "features); the others miss, compile, and keep their own entry beside the first.",
+        "Nothing to fix: a mixed fleet is safe. To share more, fill the store from the host "
+        "kind with the fewest features for JAX, and from each kind for torch "
+        "(docs/fleet.md).",
+    )
 
 
 def analyze(

@@ -21,6 +21,7 @@ from typing import Any
 from compilecache.config import format_size
 from compilecache.entry import INTERNAL
 from compilecache.frameworks import is_internal
+from compilecache.redaction import redact
 from compilecache.runtime import explain, history
 from compilecache.stores.base import Store
 from compilecache.tools.statsreport import StatsReport
@@ -90,7 +91,7 @@ def _prom_counter(counter: str) -> tuple[str, str]:
 
 
 def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return redact(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
@@ -529,10 +530,10 @@ def build_html(store: Store, *, now: float | None = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">"
-        f"<title>compilecache report: {_esc(report.url)}</title>"
+        f"<title>compilecache report: {_esc(redact(report.url))}</title>"
         f"<style>{_CSS}</style></head><body>"
         "<h1>compilecache report</h1>"
-        f'<div class="sub">{_esc(report.url)}, generated '
+        f'<div class="sub">{_esc(redact(report.url))}, generated '
         f"{_esc(time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now)))}</div>"
         '<div class="numbers">'
         + "".join(f"<div><b>{_esc(v)}</b>{_esc(k)}</div>" for k, v in numbers)

@@ -23,6 +23,7 @@ from typing import Any
 
 from compilecache import stats
 from compilecache.frameworks import is_internal
+from compilecache.redaction import redact
 from compilecache.runtime import history, manifest
 from compilecache.stores.base import EntryInfo, Store
 
@@ -133,7 +134,7 @@ class StatsReport:
             )
             functions[function.label] = function
         return cls(
-            url=url,
+            url=redact(url),
             # Read at call time: the record follows the tuple, whoever extends it.
             counters=MappingProxyType({name: totals.get(name, 0.0) for name in stats.COUNTERS}),
             entries=entries,
@@ -203,7 +204,7 @@ class StatsReport:
         data["url"] = self.url
         data["frameworks"] = {fw: dict(values) for fw, values in self.frameworks.items()}
         data["functions"] = {label: fn.to_json() for label, fn in self.functions.items()}
-        data["levels"] = {url: dict(values) for url, values in self.levels.items()}
+        data["levels"] = {redact(url): dict(values) for url, values in self.levels.items()}
         data["internal"] = {
             fw: {"entries": n, "size_bytes": b} for fw, (n, b) in self.internal.items()
         }
