@@ -102,6 +102,7 @@ from compilecache.frameworks.torch_dynamo_repairs import (
     unwrapped,
     wrapped_path,
 )
+from compilecache.host import cpu_target
 from compilecache.patches import Patches
 from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
@@ -128,6 +129,58 @@ _USER_KEPT = "_compilecache_user_kept"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
 # test_torch_precompile.py, on 2.14 and 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.14.", "2.15.")
+
+
+# What Dynamo logs for each guard caching_precompile drops (torch/_dynamo/guards.py).
+_DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
+
+
+class _QuietDroppedGuards(logging.Filter):
+    """Keeps Dynamo's warnings about guards that package mode drops out of the program's
+    output while the mode is compilecache's (the program did not ask for it, and the guards are
+    put back in memory); compilecache's debug log keeps them."""
+
+    def __init__(self, packages: DynamoPackages) -> None:
+        super().__init__()
+        self.packages = packages
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.packages.enabled or _DROPPED_GUARD_WARNING not in str(record.msg):
+            return True
+        with contextlib.suppress(Exception):
+            log.debug("compilecache: torch: %s (put back in memory)", record.getMessage())
+        return False
+
+
+def packageable(fn: Any) -> bool:
+    """Whether torch's package mode can hold a compile of ``fn``: what it keys its package by
+    (a module's ``forward``, else ``fn``, unwrapped as torch unwraps it) is Python code of its
+    own. A class, a builtin or torch op, a ``functools.partial`` or a callable object is not."""
+    torch: Any = sys.modules.get("torch")
+    target = fn
+    if torch is not None and isinstance(fn, torch.nn.Module):
+        target = fn.forward
+    try:
+        target = importlib.import_module(EVAL_FRAME).innermost_fn(target)
+    except Exception:
+        return False
+    if isinstance(target, type):
+        return False
+    return isinstance(getattr(target, "__code__", None), types.CodeType)
+
+
+def detach_package(context: Any) -> None:
+    """Take the (not yet initialised) package out of a torch.compile context and out of the
+    frame converter it compiles with (``ConvertFrame`` and the ``ConvertFrameAssert`` inside
+    it): that compile then runs as with package mode off."""
+    package = getattr(context, "_package", None)
+    if package is None or package.is_initialized():
+        return
+    context._package = None
+    callback = getattr(context, "callback", None)
+    for holder in (callback, getattr(callback, "_inner_convert", None)):
+        if holder is not None and getattr(holder, "_package", None) is package:
+            holder._package = None
 
 
 class StoreDynamoCache:
@@ -237,6 +290,11 @@ class DynamoPackages:
                 self._pickling,
                 label="dynamo.guards_pickle",
             )
+            # Dynamo warns of every guard the mode drops: the mode is ours, not the program's,
+            # and the dropped guards are put back (their lines go to compilecache's debug log).
+            logger = logging.getLogger(module.__name__)
+            quiet = [*logger.filters, _QuietDroppedGuards(self)]
+            self.patches.replace(logger, "filters", quiet, label="dynamo.guard_warnings")
             guard = importlib.import_module("torch._guards").Guard
             self.patches.wrap(
                 guard, "set_export_info", self._exporting, label="dynamo.guard_export"
@@ -395,6 +453,11 @@ class DynamoPackages:
         :meth:`load`) inside this call, where the backend and its options are known."""
 
         def __call__(context: Any, fn: Any) -> Any:
+            if self.enabled and not packageable(fn):
+                # torch's package mode reads the function's code: a class, a builtin or a
+                # partial has none, and torch would raise into the program (AttributeError).
+                # Such a compile runs as in plain torch, without a package.
+                detach_package(context)
             # torch calls itself for a class's __call__ (2.15): the outer context comes back.
             outer = getattr(self.local, "context", None)
             self.local.context = context
@@ -750,7 +813,13 @@ class DynamoPackages:
             name=fn.__qualname__,
             versions=version_components(),
             components=components,
-            extra={"layer": LAYER, "sources": sources, "readable": readable(components)},
+            # The backends' output code is generated for this CPU: checked on every read.
+            extra={
+                "layer": LAYER,
+                "sources": sources,
+                "readable": readable(components),
+                "cpu": cpu_target(),
+            },
         )
         stored = self.cache.save(header, payload, any_time=True)
         if stored:
