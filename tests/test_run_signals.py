@@ -407,3 +407,75 @@ def test_as_pid_1_it_reaps_orphans(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "zombies 0" in proc.stdout, proc.stdout + proc.stderr
     assert leftover_spools(tmp_path) == []
+
+
+# A JAX program in its step loop (it prints "ready" once its loop runs), and a torch program that
+# is interrupted after a compile: Ctrl-C must end them as it ends them without compilecache.
+JAX_LOOP = r"""
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
+x = jnp.ones((64, 64))
+f(x).block_until_ready()
+print("ready", flush=True)
+while True:
+    f(x).block_until_ready()
+"""
+TORCH_INTERRUPTED = r"""
+import torch
+torch.compile(lambda x: x.sin() + 1)(torch.ones(3))
+raise KeyboardInterrupt
+"""
+
+
+def _interrupted_by_the_group(argv: list[str], env: dict[str, str]) -> int:
+    """Start ``argv`` in a process group of its own, wait for its "ready", then send SIGINT to
+    the whole group, as a terminal does; its exit status."""
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        os.killpg(proc.pid, signal.SIGINT)
+        return proc.wait(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_ends_a_jax_step_loop_as_without_compilecache(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    env = clean_env({"COMPILECACHE_URL": str(tmp_path / "store")})
+    plain = _interrupted_by_the_group([sys.executable, "-c", JAX_LOOP], env)
+    run = [sys.executable, "-m", "compilecache", "run", "--", sys.executable, "-c", JAX_LOOP]
+    cold = _interrupted_by_the_group(run, env)
+    warm = _interrupted_by_the_group(run, env)
+    assert plain == -signal.SIGINT  # killed by SIGINT, as Python ends on Ctrl-C
+    assert cold == warm == 128 + signal.SIGINT
+
+
+def test_a_keyboard_interrupt_after_torch_compiles_exits_130(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    env = clean_env(
+        {
+            "COMPILECACHE_URL": str(tmp_path / "store"),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "t"),
+        }
+    )
+    run = [
+        sys.executable,
+        "-m",
+        "compilecache",
+        "run",
+        "--",
+        sys.executable,
+        "-c",
+        TORCH_INTERRUPTED,
+    ]
+    proc = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-2000:]
+    assert "KeyboardInterrupt" in proc.stderr

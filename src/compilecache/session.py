@@ -115,6 +115,18 @@ class UnavailableStore(Store):
         pass
 
 
+def _import_what_the_exit_needs(cfg: Config) -> None:
+    """Import now the modules the exit hooks use. A module imported while the interpreter exits
+    may build a dataclass or a namedtuple, which runs ``exec`` on a string, and in CPython that
+    forgets that the program is dying of an unhandled KeyboardInterrupt: it then exits with
+    status 1 instead of being killed by SIGINT (130 in a shell), as the same program exits
+    without compilecache."""
+    from compilecache.runtime import history  # noqa: F401  (record_run)
+
+    if cfg.run_spool:
+        from compilecache.frameworks import facts  # noqa: F401  (the run spool)
+
+
 class Session:
     """compilecache enabled in this process."""
 
@@ -147,6 +159,7 @@ class Session:
             # per-compile events for the spool.
             self.cache.run_id = Path(cfg.run_spool).name
             self.cache.events = []
+        _import_what_the_exit_needs(cfg)
 
     @property
     def store(self) -> Tiered:
