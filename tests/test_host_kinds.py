@@ -361,9 +361,11 @@ def test_torch_graphs_and_packages_follow_the_same_vector_rule(tmp_path: Path) -
     def step(cpuinfo: str | None) -> tuple[dict[str, Any], dict[str, float]]:
         proc = _as_host(cpuinfo, tmp_path, runner, env)
         summary = [line for line in proc.stderr.splitlines() if line.startswith("compilecache: ")]
+        # "1 hit" and "2 hits", "1 miss" and "2 misses": counted under the plural.
+        plural = {"hit": "hits", "miss": "misses"}
         counts = {
-            m[1]: float(m[0])
-            for m in re.findall(r"(\d+) (hits|misses|built for another host)", summary[-1])
+            plural.get(m[1], m[1]): float(m[0])
+            for m in re.findall(r"(\d+) (hits?|miss(?:es)?|built for another host)", summary[-1])
         }
         return last_json(proc.stdout), counts
 

@@ -48,6 +48,7 @@ def _open(cfg: Config, url: str | None = None, *, create: bool = True) -> Tiered
         plan=config_mod.WritePlan.of_command(cfg),
         tier_writes=cfg.tier_writes,
         create=create,
+        command=True,
     )
 
 
@@ -88,7 +89,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"size                  {format_size(report.size_bytes)}")
     print(f"hits                  {report.hits}")
     print(f"misses                {report.misses}")
-    print(f"hit rate              {report.hit_rate:.1%}")
+    rate = f"{report.hit_rate:.1%}" if report.lookups else "n/a (no lookups counted yet)"
+    print(f"hit rate              {rate}")
     print(f"writes                {report.writes}")
     print(f"errors                {report.errors}")
     print(f"corrupt entries       {report.corrupt}")
@@ -97,7 +99,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"other hosts' entries  {report.count('unrunnable')} misses: built for a CPU this "
             "host cannot run (kept for those hosts; `explain` says which)"
         )
-    print(f"compile time stored   {report.compile_time_s:.1f} s")
+    print(f"compile time stored   {report.stored_compile_time_s:.1f} s")
     print(f"compile time saved    {report.compile_time_saved_s:.1f} s")
     print(f"signatures            {trust_line(_config(args))}")
     shown = {*HEADLINE, "corrupt", "unrunnable", "compile_time_s"}
@@ -287,8 +289,15 @@ def _info_json(info: EntryInfo) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from compilecache.runtime import manifest
+
     store = _store(args, create=False)
     infos = list(store.scan())
+    # A job's lookup list sits beside the entries, but is not a compiled entry: stats does not
+    # count it either.
+    lists = [i for i in infos if i.key.startswith(manifest.PREFIX)]
+    if not args.all:
+        infos = [i for i in infos if not i.key.startswith(manifest.PREFIX)]
     if args.framework:
         infos = [i for i in infos if i.framework == args.framework]
     sort_key = {
@@ -316,8 +325,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{i.compile_time_s:>7.2f}s {i.hits:>5} {_ago(now - i.accessed):>7}  "
             f"{cpu_label(cpus.get(i.key)):<20}  {i.key}"
         )
-    print(f"{len(infos)} entries, {format_size(sum(i.size for i in infos))}")
+    line = f"{_plural(len(infos), 'entry', 'entries')}, {format_size(sum(i.size for i in infos))}"
+    if lists and not args.all:
+        line += f" (and {_plural(len(lists), 'job lookup list')}, not listed: `ls --all`)"
+    print(line)
     return 0
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def _ago(seconds: float) -> str:
@@ -784,13 +800,18 @@ def build_parser() -> argparse.ArgumentParser:
     # Before the command (`compilecache --url X stats`) or after it (`compilecache stats --url
     # X`): the one given after the command wins.
     parser.add_argument("--url", help=URL_HELP)
+    # --json too, for the commands that print data (the others refuse it: see parse).
+    parser.add_argument("--json", action="store_true", help="print JSON (commands that print data)")
     sub = parser.add_subparsers(dest="command_name", required=True)
 
     def command(name: str, help_text: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--url", help=URL_HELP, default=argparse.SUPPRESS)
         if json_flag:
-            p.add_argument("--json", action="store_true", help="print JSON")
+            p.add_argument(
+                "--json", action="store_true", help="print JSON", default=argparse.SUPPRESS
+            )
+        p.set_defaults(takes_json=json_flag)
         return p
 
     p = command("run", "run a command with compilecache enabled in it", json_flag=False)
@@ -851,6 +872,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("ls", "list entries")
     p.add_argument("--sort", choices=("key", "size", "accessed", "hits"), default="key")
     p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
+    p.add_argument(
+        "--all", action="store_true", help="also the jobs' lookup lists kept for prefetching"
+    )
     p.set_defaults(func=cmd_ls)
 
     p = command("show", "show one entry's metadata and key components")
@@ -926,11 +950,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     usage (argparse would show the top-level one), and exits with status 2."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     if extra:
-        commands = next(
-            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-        ).choices
         commands[args.command_name].error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.json and not getattr(args, "takes_json", True):
+        commands[args.command_name].error(
+            f"{args.command_name} prints no data: --json is not taken"
+        )
     return args
 
 

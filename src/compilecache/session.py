@@ -144,6 +144,9 @@ class Session:
             lease_ttl=cfg.lease_ttl,
             wait_timeout=cfg.wait_timeout,
         )
+        # A reader of a fleet's cache writes only its own levels: there it keeps its own compile
+        # of a key whose shared entry it does not trust (so its next run is warm).
+        self.cache.own_levels_only = plan.shared_read_only
         self.installed: set[str] = set()
         # Tiers with a remote level: prefetch the job's manifest now, record it at exit.
         self.manifest: Prefetch | None = None
@@ -167,9 +170,19 @@ class Session:
 
     def stats(self) -> dict[str, float]:
         """This process's counters (hits, misses, writes, errors, bytes, seconds saved, ...),
-        once the entry writes handed to the background thread so far are done."""
+        once the entry writes handed to the background thread so far are done. ``errors``
+        holds one per outage of a guarded level (a remote level that went down), whichever
+        level it was: a level behind a local one is counted as a store of its own is."""
         self.cache.wait_writes()
-        return self.cache.stats.snapshot()
+        values = self.cache.stats.snapshot()
+        outages = sum(
+            level.health.stats().get("outages", 0.0)
+            for level in self.store.levels
+            if level.health is not None
+        )
+        if outages:
+            values["errors"] = values.get("errors", 0.0) + outages
+        return values
 
     def summary(self) -> Summary:
         return Summary.of(self.stats())

@@ -72,6 +72,12 @@ class Summary:
         if self.unrunnable:
             foreign += f", {self.unrunnable} built for another host"
         return (
-            f"compilecache: {self.hits} hits, {self.misses} misses{foreign}, {self.writes} "
-            f"writes, {self.errors} errors, {self.compile_time_saved_s:.1f}s compile time saved"
+            f"compilecache: {_count(self.hits, 'hit')}, {_count(self.misses, 'miss', 'misses')}"
+            f"{foreign}, {_count(self.writes, 'write')}, {_count(self.errors, 'error')}, "
+            f"{self.compile_time_saved_s:.1f}s compile time saved"
         )
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    """``1 hit``, ``2 hits``."""
+    return f"{n} {one}" if n == 1 else f"{n} {many or one + 's'}"

@@ -40,7 +40,7 @@ def message(levels: list[str]) -> str:
 
 
 def marker_path(url: str, env: Mapping[str, str] | None = None) -> str:
-    """The file that records that this host was told about ``url``."""
+    """The file that records that this host was told about the shared level ``url``."""
     digest = hashlib.sha256(url.encode()).hexdigest()[:20]
     return os.path.join(os.path.dirname(config_mod.host_key_path(env)), f"unsigned-{digest}")
 
@@ -73,17 +73,25 @@ def first_run_warning(env: Mapping[str, str]) -> str | None:
         return None
     if not levels:
         return None
-    marker = marker_path(cfg.url, env)
-    if os.path.exists(marker):
+    # Once per host and shared store: whatever levels of this host's own stand in front of it
+    # (and whatever else the URL holds), each shared level is said once.
+    untold = [level for level in levels if not os.path.exists(marker_path(level, env))]
+    if not untold:
         return None
-    if not all(_answers(level) for level in levels):
+    if not all(_answers(level) for level in untold):
         return None  # a store that does not open is reported by the run's processes instead
-    try:
-        os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
-        with open(marker, "x"):
-            pass
-    except FileExistsError:
+    told = []
+    for level in untold:
+        marker = marker_path(level, env)
+        try:
+            os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
+            with open(marker, "x"):
+                pass
+        except FileExistsError:
+            continue  # another run said it meanwhile
+        except OSError:
+            pass  # no state directory: say it every time rather than never
+        told.append(level)
+    if not told:
         return None
-    except OSError:
-        pass  # no state directory: say it every time rather than never
-    return message(levels)
+    return message(told)

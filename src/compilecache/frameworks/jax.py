@@ -323,7 +323,7 @@ class JaxCacheAdapter:
         )
         # JAX already zstd-compressed the executable: do not compress it twice.
         stored = self.cache.save(header, value, compress=False)
-        reason = "" if stored else self.cache.skip_reason(compile_time)
+        reason = "" if stored else self.cache.skip_reason(compile_time, store_key(key))
         self._explain(key, components, readable, compile_time, stored, reason)
 
     def _verify(self, key: str, value: bytes) -> Exception | bool | None:

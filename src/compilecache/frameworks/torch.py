@@ -491,7 +491,7 @@ class Integration:
             prefix=f"{FRAMEWORK}/{layer}/",
             compile_time_s=header.compile_time_s,
             stored=stored,
-            reason="" if stored else self.cache.skip_reason(header.compile_time_s),
+            reason="" if stored else self.cache.skip_reason(header.compile_time_s, header.key),
             background=True,
         )
 

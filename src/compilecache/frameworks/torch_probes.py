@@ -236,7 +236,7 @@ class ProbeCache:
             log.debug("compilecache: stored %s not used: %s", key.name, exc.__cause__)
         except Exception as exc:  # never raise into torch: a miss, and torch does the work
             # A store error is one, whatever asked: the headline count says the store failed.
-            cache.stats.add("errors", framework=FRAMEWORK)
+            cache.count_error(FRAMEWORK, exc)
             cache.stats.add(f"{FRAMEWORK}.probe_errors")
             cache.warn_once("torch:probe-get", f"probe answer not read, torch probes: {exc}")
         cache.stats.add(f"{FRAMEWORK}.{counter}_misses")
@@ -275,7 +275,7 @@ class ProbeCache:
                 stored = True
                 cache.stats.add(f"{FRAMEWORK}.probe_writes")
             except Exception as exc:
-                cache.stats.add("errors", framework=FRAMEWORK)
+                cache.count_error(FRAMEWORK, exc)
                 cache.stats.add(f"{FRAMEWORK}.probe_errors")
                 cache.warn_once("torch:probe-put", f"probe answer not stored: {exc}")
         if explain:

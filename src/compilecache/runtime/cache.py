@@ -96,8 +96,11 @@ class Cache:
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
         # Keys under which this process found an entry signed with another key: it does not
-        # write over them (and so never leads their compile for others).
+        # write over them (and so never leads their compile for others), unless every level it
+        # writes is this host's own (own_levels_only, set by the session for a reader of a
+        # fleet's cache): there it keeps its own compile, and the shared entry stays as it is.
         self._foreign: set[str] = set()
+        self.own_levels_only = False
         # Keys whose entry this process found damaged (and removed), with why: the miss that
         # follows is explained by that, not by the nearest other entry.
         self.damaged: dict[str, str] = {}
@@ -106,6 +109,8 @@ class Cache:
         # this host's compiles of those keys go to their own_key.
         self.host = host or HostCheck(live=True)
         self.unrunnable: dict[str, str] = {}
+        # Why the store took no write though this process may write (read-only media), once.
+        self.store_read_only = ""
         self._beside: set[str] = set()
         # Set by the session: a label for this run's history records, and (under
         # ``compilecache run`` / ``doctor``) a list that collects per-compile events in memory.
@@ -137,6 +142,13 @@ class Cache:
             log.debug("compilecache: %s %s failed: %s", what, self.store.url, exc)
             return
         self.warn_once(f"{what}:{type(exc).__name__}", f"{what} {self.store.url} failed: {exc}")
+
+    def count_error(self, framework: str, exc: Exception) -> None:
+        """Count a storage failure, once: the first failure of a level's outage, which its guard
+        warned about, is counted by that guard (one error per outage, whichever level and
+        whoever noticed: see ``Session.stats``), not again here."""
+        if not (isinstance(exc, StoreUnavailable) and exc.reported):
+            self.stats.add("errors", framework=framework)
 
     def warn_once(self, category: str, message: str) -> None:
         """Log ``message`` as a warning the first time ``category`` occurs, at debug later."""
@@ -172,7 +184,7 @@ class Cache:
         except LevelSkipped:
             return None  # the level's outage was counted when it began
         except Exception as exc:
-            self.stats.add("errors", framework=framework)
+            self.count_error(framework, exc)
             self._warn_failure("read from", exc)
             return None
         if data is None:
@@ -314,7 +326,7 @@ class Cache:
             self._corrupt(framework, key, exc, remove=False)
             return None, False
         except Exception as exc:  # any backend failure must degrade to a miss
-            self.stats.add("errors", framework=framework)
+            self.count_error(framework, exc)
             self.stats.add("misses", framework=framework)
             self._warn_failure("read from", exc)
             return None, False
@@ -422,8 +434,13 @@ class Cache:
 
     def writes(self, key: str) -> bool:
         """Whether :meth:`save` would store a compile of ``key`` (not read-only, and no entry
-        signed with another key seen there)."""
-        return not self.read_only and key not in self._foreign
+        signed with another key seen there, unless only this host's own levels are written)."""
+        return not self.read_only and (self.own_levels_only or key not in self._foreign)
+
+    def is_foreign(self, key: str) -> bool:
+        """Whether this process found an entry signed with another key under ``key``."""
+        with self._warn_lock:
+            return key in self._foreign
 
     def save(
         self,
@@ -443,7 +460,7 @@ class Cache:
         if header.compile_time_s < self.min_compile_time and not any_time:
             self.stats.add("skipped", framework=framework)
             return False
-        if header.key in self._foreign:
+        if header.key in self._foreign and not self.own_levels_only:
             self.stats.add("skipped", framework=framework)
             return False
         looked_up = header.key
@@ -453,14 +470,16 @@ class Cache:
             data = entry.encode(header, payload, compress=compress, signing=self.signing)
             meta = EntryMeta(framework, header.name, header.compile_time_s)
             self.store.put(header.key, data, meta)
-        except (LevelSkipped, ReadOnlyStore, EntryTooLarge):
+        except (LevelSkipped, ReadOnlyStore, EntryTooLarge) as exc:
             # Not failures of this write: a level in back-off after a failure that was counted
             # and warned about (an outage costs one error), a store that takes no writes, an
             # entry larger than the store's whole bound (the store warned once).
             self.stats.add("skipped", framework=framework)
+            if isinstance(exc, ReadOnlyStore):
+                self._say_read_only()
             return False
         except Exception as exc:  # a failed write must never fail the user's compile
-            self.stats.add("errors", framework=framework)
+            self.count_error(framework, exc)
             self._warn_failure("write to", exc)
             return False
         if self._flight is not None:
@@ -472,18 +491,35 @@ class Cache:
             self.stats.add(function_counter(framework, header.name, "writes"))
         return True
 
+    def _say_read_only(self) -> None:
+        """A store that takes no writes though this process may write (read-only media): said
+        once. Under ``compilecache run`` as one line after the run's summary (once for all its
+        processes), else as a warning of this process."""
+        with self._warn_lock:
+            if self.store_read_only:
+                return
+            self.store_read_only = (
+                f"{self.store.url} is read-only: reads are served, nothing is written"
+            )
+        if self.events is not None:
+            self.add_event({"event": "setting", "summary": self.store_read_only})
+        else:
+            self.warn_once("read-only", self.store_read_only)
+
     def skip_reason(self, compile_time_s: float, key: str | None = None) -> str:
         """Why :meth:`save` stored nothing for a compile of ``compile_time_s`` seconds (of
         ``key``, when given) for miss explanations: read-only, below the minimum compile time,
         an entry signed with another key left in place, or a failed write."""
         if self.read_only:
             return self.read_only_reason
+        if self.store_read_only:
+            return self.store_read_only
         if compile_time_s < self.min_compile_time:
             return (
                 f"compiled in {compile_time_s:.2f}s, below "
                 f"COMPILECACHE_MIN_COMPILE_TIME={self.min_compile_time:g}"
             )
-        if key is not None and key in self._foreign:
+        if key is not None and key in self._foreign and not self.own_levels_only:
             return "an entry signed with another key is stored there; left in place"
         return "the write failed (see the warning)"
 

@@ -571,6 +571,17 @@ def record_miss(
             unrunnable = cache.unrunnable.get(key)
             if why:
                 explanation = Explanation(framework, name, key, None, (), f"{name}: {why}")
+            elif cache.is_foreign(key):
+                kept = (
+                    "compiled and kept in this host's own level"
+                    if stored
+                    else "compiled; the entry is left in place"
+                )
+                summary = (
+                    f"{name or '(unnamed)'}: the stored entry is signed with a key this process "
+                    f"does not trust (COMPILECACHE_TRUSTED_KEYS); {kept}"
+                )
+                explanation = Explanation(framework, name, key, None, (), summary)
             elif unrunnable == NO_CPU_TARGET:
                 summary = f"{name or '(unnamed)'}: the stored entry {unrunnable}; replaced"
                 explanation = Explanation(framework, name, key, None, (), summary)

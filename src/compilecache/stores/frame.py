@@ -140,6 +140,19 @@ def write_atomic(tmp: Path, path: Path, chunks: tuple[bytes, ...], *, fsync: boo
         raise
 
 
+def _not_a_directory(path: str) -> str | None:
+    """``path``, or the nearest of its parents that exists, when that is not a directory (then
+    no store can be made there); ``None`` otherwise."""
+    current = os.path.abspath(path)
+    while True:
+        if os.path.lexists(current):
+            return None if os.path.isdir(current) else current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
 def directory_and_size(url: StoreURL) -> tuple[str, int]:
     """The directory and size bound of a directory URL (``/path``, ``~/path``, ``file:///path``,
     ``?max_size=``), for the local and the shared-filesystem store.
@@ -150,6 +163,11 @@ def directory_and_size(url: StoreURL) -> tuple[str, int]:
     path = url.path if url.scheme == "file" and not url.netloc else url.netloc + url.path
     if not path:
         raise StoreUnavailable(f"no directory in store URL {url.raw!r}")
+    blocker = _not_a_directory(os.path.expanduser(path))
+    if blocker is not None:
+        # The same answer for every command: run, check and stats all say it.
+        where = "" if blocker == os.path.expanduser(path) else f" ({blocker} is a file)"
+        raise StoreUnavailable(f"cannot use {path} as a cache directory: Not a directory{where}")
     if not url.create and not os.path.isdir(os.path.expanduser(path)):
         raise StoreUnavailable(f"no compilecache store at {path} (the directory does not exist)")
     size = url.max_size or DEFAULT_MAX_SIZE

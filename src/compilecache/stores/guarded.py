@@ -84,12 +84,15 @@ class Guard(Health):
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        command: bool = False,
     ) -> None:
         if backoff < 0 or max_backoff < backoff:
             raise ConfigError(f"backoff must be 0 <= backoff <= max_backoff, got {backoff}")
         if deadline is not None and deadline <= 0:
             raise ConfigError(f"deadline must be positive, got {deadline}")
         self.url = url
+        # For a one-shot command (stats, ls): no "retrying later" in its warnings.
+        self.command = command
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.deadline = deadline
@@ -184,7 +187,12 @@ class Guard(Health):
             self._counters["timeouts"] += 1 if timed_out else 0
             self._counters["outages"] += 1 if self._consecutive == 1 else 0
         text = failure_text(self.url, what, exc)
-        _warn_once(self.url, f"{text}; skipping it for {period:.0f}s, then retrying")
+        then = (
+            "left out of this command"
+            if self.command
+            else f"skipping it for {period:.0f}s, then retrying"
+        )
+        _warn_once(self.url, f"{text}; {then}")
         failure = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(text)
         failure.reported = True  # warned above (or before, for this URL): not again upstream
         return failure
@@ -206,10 +214,16 @@ class Guarded(StoreWrapper):
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        command: bool = False,
     ) -> None:
         super().__init__(inner)
         self.guard = Guard(
-            inner.url, backoff=backoff, max_backoff=max_backoff, deadline=deadline, clock=clock
+            inner.url,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            deadline=deadline,
+            clock=clock,
+            command=command,
         )
         self.health = self.guard
         self.counters = guarded(inner.counters, self.guard)
@@ -322,7 +336,7 @@ def _is_timeout(exc: BaseException | None) -> bool:
     return False
 
 
-def guard(store: Store, url: StoreURL) -> Store:
+def guard(store: Store, url: StoreURL, *, command: bool = False) -> Store:
     """``store`` wrapped in :class:`Guarded` unless it lives on this machine.
 
     URL options: ``backoff`` (seconds, default 30), ``max_backoff`` (default 300), ``deadline``
@@ -338,4 +352,5 @@ def guard(store: Store, url: StoreURL) -> Store:
         backoff=backoff,
         max_backoff=max(backoff, parse_seconds(params, "max_backoff", DEFAULT_MAX_BACKOFF)),
         deadline=parse_seconds(params, "deadline", None),
+        command=command,
     )

@@ -310,16 +310,17 @@ def open_level(
     *,
     read_only: bool = False,
     create: bool = True,
+    command: bool = False,
 ) -> Store:
     """One level: backend -> guard (remote levels fail open) -> read-only (``?readonly=1`` or
-    ``read_only``)."""
+    ``read_only``). ``command``: opened for one command (stats, ls), not a running program."""
     parsed = url if isinstance(url, StoreURL) else parse_url(url, max_size, create=create)
     store = open_backend(parsed)
     if not is_local(parsed):
         # Imported here: a local-only cache never loads the network wrappers.
         from compilecache.stores.guarded import guard
 
-        store = guard(store, parsed)
+        store = guard(store, parsed, command=command)
     if read_only or flag(parsed.params, "readonly"):
         store = ReadOnly(store)
     return store
@@ -333,6 +334,7 @@ def open_store(
     tier_writes: WritePolicy = "all",
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
+    command: bool = False,
 ) -> Tiered:
     """Open ``url``: one level, or several separated by commas (tiers, fastest first); one
     level alone is tiers of one level, so that every caller asks the same questions.
@@ -352,7 +354,7 @@ def open_store(
     plan = plan or WritePlan()
     read_only = plan.levels_read_only
     if len(urls) == 1:
-        level = open_level(urls[0], max_size, read_only=read_only, create=create)
+        level = open_level(urls[0], max_size, read_only=read_only, create=create, command=command)
         return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
     # Read-only reaches every level (no backfill either), and so the tiers as a whole.
     return from_urls(
@@ -363,6 +365,7 @@ def open_store(
         create=create,
         cold_streak=cold_streak,
         shared_read_only=plan.shared_read_only,
+        command=command,
     )
 
 
@@ -389,6 +392,7 @@ def from_urls(
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
     shared_read_only: bool = False,
+    command: bool = False,
 ) -> Tiered:
     """The tiers of ``COMPILECACHE_URL=a,b,c``, fastest first (``shared_read_only``: the levels
     other than local ones are read-only).
@@ -404,7 +408,7 @@ def from_urls(
         parsed = parse_url(text, max_size, create=create)
         try:
             shared = shared_read_only and not is_local(parsed)
-            levels.append(open_level(parsed, read_only=read_only or shared))
+            levels.append(open_level(parsed, read_only=read_only or shared, command=command))
         except StoreUnavailable as exc:
             log.warning("compilecache: level %s left out: %s", text, exc)
             first_error = first_error or exc

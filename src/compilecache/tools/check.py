@@ -165,6 +165,14 @@ def check(url: str | None = None, env: Mapping[str, str] | None = None) -> Check
         )
     for level in registry.split_levels(cfg.url):
         report.levels.append(_probe(level, cfg, report))
+    reachable = [level.url for level in report.levels if level.reachable]
+    if reachable and len(report.levels) > 1:
+        # Tiers: a level that is down is skipped, and the others go on serving.
+        serving = f"the other levels ({', '.join(reachable)}) serve meanwhile"
+        report.problems = [
+            Problem(p.what, p.fix.replace(UNCACHED, serving).replace(DIRECTORY_MEANWHILE, serving))
+            for p in report.problems
+        ]
     _warnings(cfg, report)
     return report
 
@@ -176,6 +184,8 @@ def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Sett
         shown = format_size(value) if name == "max_size" else redact(_text(value))
         if name == "torch_precompile" and value is None:
             shown = "on for the torch releases it was tested on"
+        if name == "job" and not value:
+            shown = "(decided by each run: a fingerprint of the command it runs)"
         if name == "url" and url:
             source = "argument (--url)"
         elif env.get(variable, "").strip():
@@ -235,8 +245,18 @@ def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
         report.problems.append(Problem(_named(shown, text), _fix_for(text)))
         return Level(shown, False, False, detail=text)
     key = f"compilecache-check/{socket.gethostname()}-{os.getpid()}"
+    media_read_only = store.read_only and not flag(parsed.params, "readonly")
+    if media_read_only:
+        report.warnings.append(
+            Problem(
+                f"{shown} is read-only (read-only media, or a directory this user cannot "
+                "write): runs read its entries and write nothing",
+                "expected for a store shipped in an image; to keep new compiles, put a "
+                "writable local level in front of it: COMPILECACHE_URL=~/.cache/cc," + shown,
+            )
+        )
     try:
-        writable = not cfg.read_only and not flag(parsed.params, "readonly")
+        writable = not cfg.read_only and not flag(parsed.params, "readonly") and not store.read_only
         start = time.perf_counter()
         if writable:
             store.put(key, PROBE_PAYLOAD, EntryMeta("check", "probe"))
@@ -261,14 +281,25 @@ def _named(level: str, text: str) -> str:
     return text if level.split("?")[0] in text else f"{level}: {text}"
 
 
+# What a run does while a level is unusable: with one level, it runs uncached (check says it in
+# these words, replaced for tiers by what the other levels do).
+UNCACHED = "compilecache runs uncached meanwhile, never failing the program"
+DIRECTORY_MEANWHILE = "runs meanwhile are uncached, never failing the program"
+
+
 def _fix_for(text: str) -> str:
+    if "as a cache directory" in text:
+        return (
+            "point COMPILECACHE_URL (or --url) at a directory, or at a path where one can be "
+            f"made; {DIRECTORY_MEANWHILE}"
+        )
     if "install" in text:
         return "install the package named above"
     if "unknown option" in text or "unknown store URL scheme" in text:
         return "correct the URL (COMPILECACHE_URL or --url)"
     return (
         "check that the server or bucket exists and answers from this host (credentials, "
-        "network); compilecache runs uncached meanwhile, never failing the program"
+        f"network); {UNCACHED}"
     )
 
 

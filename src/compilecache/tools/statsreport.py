@@ -28,7 +28,18 @@ from compilecache.runtime import history, manifest
 from compilecache.stores.base import EntryInfo, Store
 
 # Totals that count events; the JSON shows them as integers (the others stay floats, as always).
-INTEGER_COUNTERS = ("hits", "misses", "writes", "errors", "corrupt", "skipped")
+INTEGER_COUNTERS = (
+    "hits",
+    "misses",
+    "writes",
+    "errors",
+    "corrupt",
+    "foreign",
+    "unrunnable",
+    "skipped",
+    "entries",
+    "size_bytes",
+)
 
 
 def _frozen(nested: Mapping[str, Mapping[str, float]]) -> Mapping[str, Mapping[str, float]]:
@@ -84,6 +95,9 @@ class StatsReport:
     # What the programs' own framework settings changed (a cache switched off, a threshold, a
     # directory served from the store), newest first, each once: why a count may be low.
     settings: tuple[str, ...] = ()
+    # The compile time the stored entries hold (what their compiles took), from the entries
+    # themselves: the same on every level, whoever counted what.
+    stored_compile_time_s: float = 0.0
 
     @classmethod
     def of(cls, store: Store) -> StatsReport:
@@ -103,6 +117,7 @@ class StatsReport:
         stored: dict[tuple[str, str], tuple[int, int]] = {}  # (framework, name) -> entries, bytes
         internal: dict[str, tuple[int, int]] = {}
         entries = size = 0
+        stored_time = 0.0
         for info in infos:
             if info.key.startswith(manifest.PREFIX):
                 continue  # a job's lookup list, kept beside the entries: not a compiled entry
@@ -112,6 +127,7 @@ class StatsReport:
                 internal[fw_name] = (n + 1, b + info.size)
             entries += 1
             size += info.size
+            stored_time += info.compile_time_s
             fw = frameworks.setdefault(info.framework or "other", {})
             # Integers on purpose: the JSON has always shown entry counts and sizes as such.
             fw["entries"] = int(fw.get("entries", 0)) + 1
@@ -143,6 +159,7 @@ class StatsReport:
             functions=MappingProxyType(functions),
             levels=_frozen(levels),
             internal=MappingProxyType(internal),
+            stored_compile_time_s=stored_time,
         )
 
     # -- the headline numbers -----------------------------------------------------------------
@@ -187,9 +204,13 @@ class StatsReport:
 
     @property
     def hit_rate(self) -> float:
-        """Hits / (hits + misses); 0 before any lookup."""
-        lookups = self.hits + self.misses
+        """Hits / (hits + misses); 0 before any lookup (:attr:`lookups` says whether any)."""
+        lookups = self.lookups
         return self.hits / lookups if lookups else 0.0
+
+    @property
+    def lookups(self) -> int:
+        return self.hits + self.misses
 
     def to_json(self) -> dict[str, Any]:
         """What ``stats --json`` prints: the totals of ``COUNTERS`` (event counts as integers),
@@ -202,13 +223,18 @@ class StatsReport:
         data["entries"] = self.entries
         data["size_bytes"] = self.size_bytes
         data["url"] = self.url
-        data["frameworks"] = {fw: dict(values) for fw, values in self.frameworks.items()}
+        data["frameworks"] = {
+            fw: {k: int(v) if k in INTEGER_COUNTERS else v for k, v in values.items()}
+            for fw, values in self.frameworks.items()
+        }
+        data["stored_compile_time_s"] = self.stored_compile_time_s
         data["functions"] = {label: fn.to_json() for label, fn in self.functions.items()}
         data["levels"] = {redact(url): dict(values) for url, values in self.levels.items()}
         data["internal"] = {
             fw: {"entries": n, "size_bytes": b} for fw, (n, b) in self.internal.items()
         }
-        data["hit_rate"] = self.hit_rate
+        # None before any lookup: no rate, rather than a rate of 0.
+        data["hit_rate"] = self.hit_rate if self.lookups else None
         data["settings"] = list(self.settings)
         return data
 
