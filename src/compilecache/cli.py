@@ -418,7 +418,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from compilecache.runtime.reader import Reader
 
     reader = Reader(_config(args).signing)
-    results = [_describe(store, key, reader) for key in keys]
+    results = [_readable(_describe(store, key, reader)) for key in keys]
     if args.json:
         _print_json(results[0] if len(results) == 1 else results)
     else:
@@ -427,8 +427,54 @@ def cmd_show(args: argparse.Namespace) -> int:
         for n, result in enumerate(results):
             if n:
                 print()
-            _print_tree(result)
+            _print_tree(_for_people(result))
     return 1 if any("error" in r for r in results) else 0
+
+
+def _readable(value: Any) -> Any:
+    """``value`` with every string that is not text (a framework's key component holding a
+    pickle or a raw digest) replaced by its length and digest: nothing ``show`` prints garbles
+    a terminal."""
+    if isinstance(value, dict):
+        return {k: _readable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_readable(v) for v in value]
+    if isinstance(value, str) and not all(c.isprintable() or c in "\t\n" for c in value):
+        import hashlib
+
+        raw = value.encode("utf-8", "surrogateescape")
+        return f"<{len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()[:16]}>"
+    return value
+
+
+# Longest value a line of ``show`` prints (a whole configuration can be one value).
+_SHOWN_CHARS = 200
+
+
+def _for_people(result: dict[str, Any]) -> dict[str, Any]:
+    """What ``show`` prints without ``--json``: each key component once, by its readable value
+    where the entry records one (else its digest), and no value longer than a line."""
+    found = result.get("entry")
+    if isinstance(found, dict):
+        extra = dict(found.get("extra") or {})
+        readable = extra.pop("readable", None)
+        components = dict(found.get("components") or {})
+        if isinstance(readable, dict):
+            components = {k: readable.get(k, v) for k, v in components.items()}
+            components.update({k: v for k, v in readable.items() if k not in components})
+        found = {**found, "components": components, "extra": extra}
+        result = {**result, "entry": found}
+    shortened: dict[str, Any] = _short(result)
+    return shortened
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _short(v) for k, v in value.items()}
+    text = str(value) if not isinstance(value, (int, float)) else value
+    if isinstance(text, str) and len(text) > _SHOWN_CHARS:
+        return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters; --json shows all)"
+    return value
 
 
 _TIMES = ("created", "accessed")

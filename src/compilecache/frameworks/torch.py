@@ -72,6 +72,7 @@ import inspect
 import json
 import logging
 import os
+import pickle
 import pickletools
 import re
 import sys
@@ -327,7 +328,7 @@ class Integration:
             if precompile is not False
             else None
         )
-        self.kernels = KernelCache(cache, on_built=self.accounting.kernel_built)
+        self.kernels = KernelCache(cache, on_built=self._kernel_built)
         self.kernels.off = self.off
         self.build_hook = BuildHook(self.kernels)
         probes = ProbeCache(cache)
@@ -673,6 +674,24 @@ class Integration:
         # The precompiled header's preprocessing answered, its .gch from the store
         # (torch_headers).
         self.header_hook.install(module)
+        if hasattr(module, "_worker_compile_cpp"):
+            self.patches.wrap(module, "_worker_compile_cpp", self._compiling_cpp)
+
+    def _compiling_cpp(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torch builds a kernel's binaries only where its own directory lacks them: those it
+        found there also go to the store (on the background thread), so that a new machine
+        is as warm as this one."""
+        kernels = self.kernels
+        background = self.cache.background
+
+        @functools.wraps(original)
+        def _worker_compile_cpp(lock_path: Any, cpp_builders: Any, *args: Any, **kw: Any) -> Any:
+            result = original(lock_path, cpp_builders, *args, **kw)
+            with contextlib.suppress(Exception):  # a convenience: never in torch's way
+                background.add(functools.partial(kernels.built_before, list(cpp_builders)))
+            return result
+
+        return _worker_compile_cpp
 
     def _hook_clear(self, cls: Any, layer: str) -> None:
         """torch's ``clear()`` empties its directory for a cold compile: after it, this process
@@ -731,6 +750,13 @@ class Integration:
             info = self.cache.store.stat(key) if key else None
         except Exception:  # a store that is down: the hit counts, the time saved is unknown
             info = None
+        if info is None and key and self.cache.writes(key) and not self.switches.layer_off(layer):
+            # torch's own directory had it, the store does not: the store gets it too, so that
+            # a new machine is as warm as this one (a program that ran under plain torch before).
+            name = _graph_name(layer)  # the compiling thread's context: not the queue's
+            self.cache.background.add(
+                functools.partial(self._backfill, layer, torch_key, key, name)
+            )
         if info is not None:
             saved = float(info.meta.compile_time_s)
             stats.add("compile_time_saved_s", saved, framework=FRAMEWORK)
@@ -740,6 +766,43 @@ class Integration:
                 stats.add(
                     function_counter(FRAMEWORK, info.meta.name, "compile_time_saved_s"), saved
                 )
+
+    def _backfill(self, layer: str, torch_key: str, key: str, name: str) -> None:
+        """Store the entry torch's own directory served for ``torch_key`` (the newest file
+        under its key: torch checks a candidate's guards wherever it comes from). Runs on the
+        background thread; never raises."""
+        try:
+            module = sys.modules[CODECACHE if layer == FX else AUTOGRAD_CACHE]
+            cls = module.FxGraphCache if layer == FX else module.AOTAutogradCache
+            directory = cls._get_tmp_dir_for_key(torch_key)
+            paths = [os.path.join(directory, name) for name in os.listdir(directory)]
+            newest = max(paths, key=os.path.getmtime)
+            with open(newest, "rb") as f:
+                payload = f.read()
+            cache_id, version = _KNOWN_IDS[layer]
+            remote_key = f"pt2:{cache_id}::{torch_key}:c{version}"
+            taken_s = _time_taken_s(payload)
+            extra: dict[str, Any] = {
+                "encoding": "pickle",
+                "time_taken_ms": int(taken_s * 1000),
+                "layer": layer,
+                "remote_key": remote_key,
+                "time_taken_s": taken_s,
+                "source": "torch-local",
+                "cpu": cpu_target(),
+            }
+            header = EntryHeader(
+                framework=FRAMEWORK,
+                key=key,
+                name=name,
+                compile_time_s=taken_s,
+                versions=torch_versions(),
+                extra=extra,
+            )
+            if self.cache.save(header, payload):
+                self.cache.stats.add(f"{FRAMEWORK}.{layer}.local_backfills")
+        except Exception as exc:  # a convenience: the program is served either way
+            log.debug("compilecache: torch's local %s entry %s not stored: %s", layer, key, exc)
 
     def _hook_autograd_cache(self, module: Any) -> None:
         if hasattr(module, "_get_debug_lines_for_cache_key"):
@@ -867,6 +930,13 @@ class Integration:
 
         return wrapper
 
+    def _kernel_built(self, seconds: float) -> None:
+        """A kernel binary took ``seconds`` to build: its own entry's time, not also its FX
+        graph's or its Dynamo package's."""
+        self.accounting.kernel_built(seconds)
+        if self.dynamo is not None:
+            self.dynamo.kernel_built(seconds)
+
     def uninstall(self) -> None:
         with self.lock:
             for name in HOOKED_MODULES:
@@ -974,6 +1044,21 @@ def _written_later(key: str) -> bool:
     """AOTAutograd entries are written at the first backward, after their compile returned, and
     Dynamo's packages once their AOTAutograd entries are."""
     return key.startswith((f"{FRAMEWORK}/aot/", torch_dynamo_key.PREFIX))
+
+
+def _time_taken_s(payload: bytes) -> float:
+    """What an FX graph or AOTAutograd entry took to compile, as torch recorded it in the entry
+    (``_time_taken_ns``, or the forward and backward times); 0 where it does not say."""
+    try:
+        entry = pickle.loads(payload)
+        nanoseconds = getattr(entry, "_time_taken_ns", None)
+        if nanoseconds is None:
+            nanoseconds = getattr(entry, "forward_time_taken_ns", 0) + getattr(
+                entry, "backward_time_taken_ns", 0
+            )
+        return max(0.0, float(nanoseconds or 0) / 1e9)
+    except Exception:
+        return 0.0
 
 
 def _unwrap(data: bytes, *, pickled: bool) -> tuple[bytes, dict[str, Any], float]:

@@ -55,9 +55,10 @@ import os
 import pickle
 import sys
 import threading
+import time
 import types
 import weakref
-from collections import ChainMap
+from collections import ChainMap, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -150,6 +151,17 @@ class _QuietDroppedGuards(logging.Filter):
         with contextlib.suppress(Exception):
             log.debug("compilecache: torch: %s (put back in memory)", record.getMessage())
         return False
+
+
+def last_frame_compile_s() -> float:
+    """How long Dynamo's last frame compile took, its tracing and its backends' compiles
+    (torch's own timing, ``_compile.compile_inner``); 0 where torch does not say."""
+    try:
+        utils: Any = sys.modules["torch._dynamo.utils"]
+        times = utils.compilation_time_metrics.get("_compile.compile_inner") or ()
+        return float(times[-1]) if times else 0.0
+    except Exception:
+        return 0.0
 
 
 def packageable(fn: Any) -> bool:
@@ -259,6 +271,11 @@ class DynamoPackages:
         self.watching = False
         # Whether caching_precompile is on because of us (then Dynamo's guards are put back).
         self.enabled = False
+        # What each package's frames took to compile (tracing and backends): what a hit saves.
+        self.compile_s: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        # Recent kernel builds, (when each ended, how long it took): those within a frame's
+        # compile are not its package's time.
+        self._kernel_builds: deque[tuple[float, float]] = deque(maxlen=1000)
 
     # -- installing -------------------------------------------------------------------------
 
@@ -695,6 +712,11 @@ class DynamoPackages:
 
     # -- writing ------------------------------------------------------------------------------
 
+    def kernel_built(self, seconds: float) -> None:
+        """A kernel binary was built (counted in its own entry, so not in its package's)."""
+        with self.lock:
+            self._kernel_builds.append((time.monotonic(), seconds))
+
     def recorded(self, package: Any) -> None:
         """Dynamo finished a frame of ``package``: keep the guards it dropped, and write the
         package if its backends are all there (else when the last one is recorded)."""
@@ -719,6 +741,12 @@ class DynamoPackages:
                     found.setdefault(scope, {})[name] = named
             with self.lock:
                 self.keys[package] = key
+                # A hit saves the frame's compile; the kernels built meanwhile are their entries'.
+                frame_s = last_frame_compile_s()
+                since = time.monotonic() - frame_s
+                kernels_s = sum(s for end, s in self._kernel_builds if end >= since)
+                own = max(0.0, frame_s - kernels_s)
+                self.compile_s[package] = self.compile_s.get(package, 0.0) + own
                 known = self.dropped.setdefault(package, {})
                 problem = problem or merge_dropped(known, found)
                 if problem and package not in self.unverifiable:
@@ -811,6 +839,7 @@ class DynamoPackages:
             framework=FRAMEWORK,
             key=key,
             name=fn.__qualname__,
+            compile_time_s=self.compile_s.get(package, 0.0),
             versions=version_components(),
             components=components,
             # The backends' output code is generated for this CPU: checked on every read.

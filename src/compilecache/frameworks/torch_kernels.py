@@ -310,6 +310,25 @@ class KernelCache:
             # not been moved there.
             self._save(key, target, elapsed)
 
+    def built_before(self, builders: list[Any]) -> None:
+        """Store the binaries of ``builders`` that torch found already built in its own
+        directory (it builds nothing then) and the store lacks: their build time is unknown,
+        so they save nothing when counted, but a new machine loads them. Never raises."""
+        for builder in builders:
+            try:
+                if self.off_for(builder) or not _cacheable(builder):
+                    continue
+                if not os.path.exists(str(builder.get_target_file_path())):
+                    continue
+                key, target = self.key_for(builder)
+                if (
+                    self.cache.writes(key.store_key)
+                    and self.cache.store.stat(key.store_key) is None
+                ):
+                    self._save(key, target, 0.0)
+            except Exception as exc:
+                log.debug("compilecache: torch's own kernel binary not stored: %s", exc)
+
     def _fetch(self, key: KernelKey, target: str) -> bool:
         try:
             found = self.cache.load(FRAMEWORK, key.store_key)
