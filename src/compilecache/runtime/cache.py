@@ -145,10 +145,12 @@ class Cache:
 
     def count_error(self, framework: str, exc: Exception) -> None:
         """Count a storage failure, once: the first failure of a level's outage, which its guard
-        warned about, is counted by that guard (one error per outage, whichever level and
-        whoever noticed: see ``Session.stats``), not again here."""
+        warned about, is counted in the total by that guard (one error per outage, whichever
+        level and whoever noticed: see ``Session.stats``), and here only for its framework."""
         if not (isinstance(exc, StoreUnavailable) and exc.reported):
             self.stats.add("errors", framework=framework)
+        elif framework:
+            self.stats.add(f"{framework}.errors")  # the framework that met it, all the same
 
     def warn_once(self, category: str, message: str) -> None:
         """Log ``message`` as a warning the first time ``category`` occurs, at debug later."""
