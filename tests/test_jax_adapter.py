@@ -30,7 +30,7 @@ from compilecache.runtime import history
 from compilecache.runtime.cache import Cache
 from compilecache.stats import function_counter
 from compilecache.stores.local import LocalStore
-from tests.conftest import clean_env, last_json
+from tests.conftest import clean_env, last_json, run_python
 
 # -- jax_compilation_cache_check_contents, in real processes -------------------------------------
 
@@ -326,3 +326,17 @@ def test_check_contents_in_the_adapter(adapter: Any) -> None:
     assert adapter.get(KEY) == _jax_value(1, b"executable A")  # now a hit
     stats = adapter.cache.stats.snapshot()
     assert stats["writes"] == writes and stats["hits"] == 1 and stats["misses"] == 3
+
+
+def test_the_cache_jax_builds_is_a_cache_interface(tmp_path: Path) -> None:
+    """What ``get_file_cache`` hands JAX is one of JAX's ``CacheInterface``s (JAX's own
+    ``compilation_cache_test.py::test_get_file_cache`` checks it)."""
+    program = (
+        "import compilecache, sys; compilecache.enable(sys.argv[1])\n"
+        "import jax\n"
+        "from jax._src import compilation_cache as cc, compilation_cache_interface as ci\n"
+        "cache = cc._get_cache(jax.devices()[0].client)\n"
+        "print(isinstance(cache, ci.CacheInterface), type(cache).__name__)\n"
+    )
+    proc = run_python(["-c", program, str(tmp_path / "store")], clean_env())
+    assert proc.stdout.split() == ["True", "JaxCacheAdapter"]

@@ -44,6 +44,7 @@ import os
 import sys
 import threading
 import time
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -737,6 +738,20 @@ class _Installed:
 _installed: _Installed | None = None
 
 
+def _adapter_class() -> type[JaxCacheAdapter]:
+    """:class:`JaxCacheAdapter` as a subclass of JAX's ``CacheInterface`` where JAX has one, so
+    that whatever checks what ``get_file_cache`` returned (JAX's own tests do) finds one."""
+    try:
+        interface = _private("jax._src.compilation_cache_interface").CacheInterface
+    except Exception:
+        return JaxCacheAdapter
+    if not isinstance(interface, type) or issubclass(JaxCacheAdapter, interface):
+        return JaxCacheAdapter
+    made: type[JaxCacheAdapter] = types.new_class("JaxCacheAdapter", (JaxCacheAdapter, interface))
+    made.__doc__, made.__module__ = JaxCacheAdapter.__doc__, JaxCacheAdapter.__module__
+    return made
+
+
 def hook_available() -> tuple[bool, str]:
     """Whether this JAX has the private functions the hook needs; the reason when it does not."""
     try:
@@ -776,7 +791,7 @@ def install(cache: Cache, cfg: Config) -> bool:
         return False
     if _installed is not None:
         uninstall()
-    adapter = JaxCacheAdapter(cache)
+    adapter = _adapter_class()(cache)
     installed = _Installed(
         adapter, ProgramSettings(), explain.SettingNotes(cache, FRAMEWORK), Patches()
     )
