@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "stats",
         "host",
         "redaction",
+        "variables",
         "atomicfile",
         "_importhook",
         "patches",

@@ -168,3 +168,39 @@ def test_store_opened_from_a_relative_url_survives_chdir(
         store.close()
     assert (tmp_path / "rel" / "cache").is_dir()
     assert not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_every_variable_compilecache_reads_is_in_the_one_table() -> None:
+    """The names the code reads are the table's (docs and ``check`` list the table)."""
+    import re
+
+    from compilecache.variables import KNOWN_VARIABLES
+
+    source = Path(__file__).resolve().parent.parent / "src" / "compilecache"
+    read = {
+        name
+        for path in source.rglob("*.py")
+        for name in re.findall(r"COMPILECACHE_[A-Z_]*[A-Z]", path.read_text())
+    }
+    assert read - KNOWN_VARIABLES == set()
+
+
+def test_a_mistyped_variable_is_reported_with_the_nearest_name(tmp_path: Path) -> None:
+    from compilecache.variables import describe_unknown, unknown_variables
+
+    env = {"COMPILECACHE_MAXSIZE": "5GB", "COMPILECACHE_URL": "/x", "COMPILECACHE_ZZZ": "1"}
+    assert unknown_variables(env) == [
+        ("COMPILECACHE_MAXSIZE", "COMPILECACHE_MAX_SIZE"),
+        ("COMPILECACHE_ZZZ", None),
+    ]
+    said = describe_unknown(unknown_variables(env))
+    assert said[0].endswith("(did you mean COMPILECACHE_MAX_SIZE?)")
+    for command in (["check"], ["run", "--", sys.executable, "-c", "pass"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "compilecache", *command],
+            env=clean_env({"COMPILECACHE_MAXSIZE": "5GB", "XDG_CACHE_HOME": str(tmp_path)}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "COMPILECACHE_MAXSIZE is not a compilecache variable" in proc.stdout + proc.stderr

@@ -17,6 +17,9 @@ from urllib.parse import urlsplit
 
 from compilecache.errors import ConfigError
 from compilecache.signing import Signing, parse_public_list, read_private, require_ed25519
+from compilecache.variables import VARIABLES as VARIABLES
+from compilecache.variables import describe_unknown as describe_unknown
+from compilecache.variables import unknown_variables as unknown_variables
 
 _Default = TypeVar("_Default", float, None)
 

@@ -201,6 +201,14 @@ def _shared_store_warning(env: Mapping[str, str]) -> str | None:
     return first_run_warning(env)
 
 
+def _unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """Sentences for the ``COMPILECACHE_*`` variables compilecache does not read (a typo would
+    otherwise be silently ignored)."""
+    from compilecache import variables
+
+    return variables.describe_unknown(variables.unknown_variables(env))
+
+
 def _redacted(line: str) -> str:
     """``line`` through the one redaction of URLs, imported only for a line that may quote one
     (``re`` costs every run a few milliseconds)."""
@@ -227,6 +235,8 @@ def run(command: Sequence[str], overrides: Mapping[str, str] | None = None) -> i
     try:
         spool = _make_spool()
         env = child_environment(os.environ, spool, overrides)
+        for said in _unknown_variables(env):
+            print(f"compilecache: warning: {said}", file=sys.stderr)
         warning = _shared_store_warning(env)
         if warning:
             print(_redacted(f"compilecache: warning: {warning}"), file=sys.stderr)

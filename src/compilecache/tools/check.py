@@ -34,31 +34,10 @@ from compilecache.redaction import redact
 from compilecache.stores import registry
 from compilecache.stores.base import EntryMeta, flag
 
-# (setting, its variable) in the order people read them.
-SETTINGS = (
-    ("url", "COMPILECACHE_URL"),
-    ("max_size", "COMPILECACHE_MAX_SIZE"),
-    ("disabled", "COMPILECACHE_DISABLE"),
-    ("read_only", "COMPILECACHE_READ_ONLY"),
-    ("min_compile_time", "COMPILECACHE_MIN_COMPILE_TIME"),
-    ("frameworks", "COMPILECACHE_FRAMEWORKS"),
-    ("log_level", "COMPILECACHE_LOG"),
-    ("tier_writes", "COMPILECACHE_TIER_WRITES"),
-    ("writers", "COMPILECACHE_WRITERS"),
-    ("lease_ttl", "COMPILECACHE_LEASE_TTL"),
-    ("wait_timeout", "COMPILECACHE_WAIT_TIMEOUT"),
-    ("job", "COMPILECACHE_JOB"),
-    ("prefetch", "COMPILECACHE_PREFETCH"),
-    ("torch_precompile", "COMPILECACHE_TORCH_PRECOMPILE"),
-    ("cold_streak", "COMPILECACHE_COLD_STREAK"),
-)
+# (setting, its variable): the one table of variables, config.VARIABLES.
+SETTINGS = tuple((name, var) for name, var, kind in config_mod.VARIABLES if kind == "setting")
 # Secrets: said to be set, never shown.
-SECRETS = (
-    ("secret", "COMPILECACHE_SECRET"),
-    ("secret_file", "COMPILECACHE_SECRET_FILE"),
-    ("signing_key_file", "COMPILECACHE_SIGNING_KEY_FILE"),
-    ("trusted_keys", "COMPILECACHE_TRUSTED_KEYS"),
-)
+SECRETS = tuple((name, var) for name, var, kind in config_mod.VARIABLES if kind == "secret")
 FRAMEWORK_PACKAGES = ("jax", "jaxlib", "torch", "triton")
 # Below this, a bound keeps hardly any compiled program (and a bare number is bytes).
 SMALL_BOUND = 10 * 1000**2
@@ -173,7 +152,7 @@ def check(url: str | None = None, env: Mapping[str, str] | None = None) -> Check
             Problem(p.what, p.fix.replace(UNCACHED, serving).replace(DIRECTORY_MEANWHILE, serving))
             for p in report.problems
         ]
-    _warnings(cfg, report)
+    _warnings(cfg, report, env)
     return report
 
 
@@ -303,7 +282,9 @@ def _fix_for(text: str) -> str:
     )
 
 
-def _warnings(cfg: Config, report: CheckReport) -> None:
+def _warnings(cfg: Config, report: CheckReport, env: Mapping[str, str]) -> None:
+    for said in config_mod.describe_unknown(config_mod.unknown_variables(env)):
+        report.warnings.append(Problem(said, "correct its name, or unset it"))
     shared = unsigned.shared_unsigned(cfg)
     if shared:
         report.warnings.append(
