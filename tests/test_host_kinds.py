@@ -390,3 +390,39 @@ def test_torch_graphs_and_packages_follow_the_same_vector_rule(tmp_path: Path) -
     if newer:
         _, upward = step(_cpuinfo(add=(newer[0],)))
         assert upward.get("built for another host", 0) >= 3, upward
+
+
+def test_doctor_notes_a_store_filled_by_several_kinds_of_host(tmp_path: Path) -> None:
+    from compilecache.stores.local import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    cache = Cache(store)
+    here = host.cpu_target()
+    for n, cpu in enumerate(
+        [here, {**here, "features": ["sse2"]}, {"machine": "aarch64", "features": ["asimd"]}]
+    ):
+        assert cache.save(_header("jax", "", cpu, f"jax/f{n}-{n}"), b"x" * 100)
+    cache.close()
+    proc = subprocess.run(
+        [sys.executable, "-m", "compilecache", "doctor", "--", sys.executable, "-c", "pass"],
+        env=clean_env({"COMPILECACHE_URL": str(tmp_path / "store")}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert "the store holds entries compiled on 3 kinds of host" in out, out
+    assert "aarch64" in out
+    # One kind of host: nothing to say.
+    alone = tmp_path / "alone"
+    single = Cache(LocalStore(alone))
+    assert single.save(_header("jax", "", here, "jax/g-1"), b"x" * 100)
+    single.close()
+    quiet = subprocess.run(
+        [sys.executable, "-m", "compilecache", "doctor", "--", sys.executable, "-c", "pass"],
+        env=clean_env({"COMPILECACHE_URL": str(alone)}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "kinds of host" not in quiet.stdout + quiet.stderr
