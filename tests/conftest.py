@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -54,6 +56,36 @@ def run_python(
         f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     )
     return proc
+
+
+def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m compilecache ARGS`` in a fresh process: the finished process."""
+    return subprocess.run(
+        [sys.executable, "-m", "compilecache", *args],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def in_mount_namespace(script: str, *args: str) -> list[str]:
+    """The command that runs the shell ``script`` (``args`` are its ``$0``, ``$1``, ...) in a
+    private mount namespace, where it may bind-mount over files and directories without
+    touching the machine's (root only: :func:`mount_namespaces_work`)."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *args]
+
+
+@functools.cache
+def mount_namespaces_work() -> bool:
+    """Whether :func:`in_mount_namespace` can bind-mount here (it needs root)."""
+    if shutil.which("unshare") is None or sys.platform != "linux":
+        return False
+    probe = in_mount_namespace("mount --bind /proc/cpuinfo /proc/cpuinfo")
+    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 def in_threads(

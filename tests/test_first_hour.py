@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,22 +20,13 @@ from compilecache.entry import EntryHeader
 from compilecache.runtime import explain, history
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
-from tests.conftest import JAX_PROGRAM, clean_env, last_json
+from tests.conftest import JAX_PROGRAM, clean_env, last_json, run_cli
 
 # A child that looks at its session without importing a framework: compilecache enables it.
 ACTIVE = "import compilecache; s = compilecache.active(); print('session', s is not None)"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
-    """``python -m compilecache ARGS``: the finished process."""
-    return subprocess.run(
-        [sys.executable, "-m", "compilecache", *args],
-        env=clean_env(env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+cli = run_cli
 
 
 def ours(stderr: str) -> list[str]:

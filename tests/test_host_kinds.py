@@ -10,7 +10,6 @@ rule, and that the program's results stay the same when it misses.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shutil
@@ -28,7 +27,14 @@ from compilecache.entry import EntryHeader
 from compilecache.host import SAME_VECTORS, SUPERSET, HostCheck, cpu_problem
 from compilecache.runtime.cache import OWN_KIND_SEP, Cache, own_key
 from compilecache.stores.memory import MemoryStore
-from tests.conftest import JAX_PROGRAM, clean_env, last_json, same_jax_results
+from tests.conftest import (
+    JAX_PROGRAM,
+    clean_env,
+    in_mount_namespace,
+    last_json,
+    mount_namespaces_work,
+    same_jax_results,
+)
 
 X86 = ["avx", "avx2", "f16c", "fma", "sse4_2", "avx512f", "avx512bw", "avx512dq", "avx512vl"]
 
@@ -163,25 +169,8 @@ def test_an_entry_this_host_can_run_is_served_as_before() -> None:
 # -- other hosts, played in fresh processes ------------------------------------------------------
 
 
-@functools.cache
-def _namespaces_work() -> bool:
-    unshare = shutil.which("unshare")
-    if unshare is None or sys.platform != "linux":
-        return False
-    probe = [
-        unshare,
-        "-m",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        "mount --bind /proc/cpuinfo /proc/cpuinfo",
-    ]
-    return subprocess.run(probe, capture_output=True).returncode == 0
-
-
 needs_namespaces = pytest.mark.skipif(
-    not _namespaces_work(),
+    not mount_namespaces_work(),
     reason="playing another host needs a private mount namespace (unshare -m; root): not here",
 )
 
@@ -206,18 +195,9 @@ def _as_host(
     if cpuinfo is not None:
         fake = tmp_path / f"cpuinfo-{abs(hash(cpuinfo))}"
         fake.write_text(cpuinfo)
-        script = 'mount --bind "$0" /proc/cpuinfo && exec "$@"'
-        command = [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            str(fake),
-            *command,
-        ]
+        command = in_mount_namespace(
+            'mount --bind "$0" /proc/cpuinfo && exec "$@"', str(fake), *command
+        )
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{command}: {proc.returncode}\n{proc.stderr[-3000:]}"
     return proc

@@ -8,7 +8,6 @@ under ``compilecache run``.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,24 +17,19 @@ import pytest
 
 from compilecache.summary import Summary
 from tests import servers
-from tests.conftest import JAX_PROGRAM, clean_env
+from tests.conftest import (
+    JAX_PROGRAM,
+    clean_env,
+    in_mount_namespace,
+    mount_namespaces_work,
+    run_cli,
+)
 from tests.servers import RedisServer, free_port, namespace
 
 redis_server = servers.redis_server
 
 
-def cc(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``compilecache ARGS`` in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "compilecache", *args],
-        env=clean_env(env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+cc = run_cli
 
 
 def run_jax(
@@ -93,16 +87,8 @@ def test_a_file_as_the_store_is_the_same_error_for_every_command(tmp_path: Path)
 # -- 2. a read-only store -----------------------------------------------------------------------
 
 
-def _namespaces_work() -> bool:
-    unshare = shutil.which("unshare")
-    if unshare is None or sys.platform != "linux":
-        return False
-    probe = [unshare, "-m", "--propagation", "private", "true"]
-    return subprocess.run(probe, capture_output=True).returncode == 0
-
-
 @pytest.mark.skipif(
-    not _namespaces_work(), reason="a read-only bind mount needs a mount namespace (root)"
+    not mount_namespaces_work(), reason="a read-only bind mount needs a mount namespace (root)"
 )
 def test_a_read_only_store_serves_reads_and_says_once_that_it_writes_nothing(
     tmp_path: Path,
@@ -126,21 +112,7 @@ def test_a_read_only_store_serves_reads_and_says_once_that_it_writes_nothing(
         f"{sys.executable} -m compilecache run -- {sys.executable} {new_program}"
     )
     proc = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            str(store),
-            str(mounted),
-            "sh",
-            "-c",
-            runs,
-        ],
+        in_mount_namespace(script, "sh", str(store), str(mounted), "sh", "-c", runs),
         env=clean_env({"COMPILECACHE_URL": str(mounted), "MOUNTED": str(mounted)}),
         capture_output=True,
         text=True,

@@ -16,7 +16,8 @@ from compilecache.summary import Summary
 
 __all__ = ["Summary"]  # re-exported: the summary line lives in its own (import-free) module
 
-COUNTERS = (
+# The headline counts of events (``stats --json`` shows them as integers).
+EVENT_COUNTERS = (
     "hits",
     "misses",
     "writes",
@@ -25,6 +26,9 @@ COUNTERS = (
     "foreign",
     "unrunnable",
     "skipped",
+)
+COUNTERS = (
+    *EVENT_COUNTERS,
     "bytes_read",
     "bytes_written",
     "compile_time_s",

@@ -28,18 +28,7 @@ from compilecache.runtime import history, manifest
 from compilecache.stores.base import EntryInfo, Store
 
 # Totals that count events; the JSON shows them as integers (the others stay floats, as always).
-INTEGER_COUNTERS = (
-    "hits",
-    "misses",
-    "writes",
-    "errors",
-    "corrupt",
-    "foreign",
-    "unrunnable",
-    "skipped",
-    "entries",
-    "size_bytes",
-)
+INTEGER_COUNTERS = (*stats.EVENT_COUNTERS, "entries", "size_bytes")
 
 
 def _frozen(nested: Mapping[str, Mapping[str, float]]) -> Mapping[str, Mapping[str, float]]:
