@@ -367,6 +367,8 @@ TORCH_CPU_LAYERS = frozenset({"fx", "aot", "dynamo"})
 # Why an entry of such a layer that records no CPU is refused: written by a compilecache that did
 # not record one. Not another host's entry: this host's compile replaces it.
 NO_CPU_TARGET = "records no CPU target (written before compilecache recorded one)"
+# Distinct CPU targets a HostCheck remembers its answer for (a fleet has a few kinds of host).
+_MAX_ANSWERS = 256
 
 
 def _python_problem(header: EntryHeader) -> str | None:
@@ -395,6 +397,7 @@ class HostCheck:
         self.fallback_cpu = fallback_cpu
         self.live = live
         self._jax_devices: dict[str, set[str]] | None = None
+        self._answers: dict[tuple[Any, ...], str | None] = {}
 
     def reason(self, header: EntryHeader) -> str | None:
         if header.framework == "jax":
@@ -454,7 +457,22 @@ class HostCheck:
         if not isinstance(cpu, Mapping):
             # An entry of a layer whose code depends on the CPU must say which CPU.
             return NO_CPU_TARGET if required else None
-        return cpu_problem(cpu, cpu_target(), rule)
+        # The answer for a recorded CPU, once per process: entries of one host kind record the
+        # same target, and a read then costs a dictionary lookup.
+        try:
+            memo_key = (
+                rule,
+                str(cpu.get("machine")),
+                tuple(cpu.get("features") or ()),
+                cpu.get("sve_bits"),
+            )
+        except TypeError:  # a malformed record: judged afresh, as any other
+            return cpu_problem(cpu, cpu_target(), rule)
+        if memo_key not in self._answers:
+            if len(self._answers) > _MAX_ANSWERS:
+                self._answers.clear()
+            self._answers[memo_key] = cpu_problem(cpu, cpu_target(), rule)
+        return self._answers[memo_key]
 
     def jax_devices(self) -> dict[str, set[str]]:
         """Platform -> device kinds JAX sees here (initialises its backends once, on demand)."""
