@@ -226,6 +226,7 @@ def _keys(url: str) -> list[str]:
 def test_jax_entries_are_not_served_to_a_host_with_fewer_features_and_are_to_one_with_more(
     tmp_path: Path,
 ) -> None:
+    pytest.importorskip("jax")
     if "avx2" not in host.cpu_target()["features"]:
         pytest.skip("this host has no avx2 to take away")
     url = str(tmp_path / "store")
@@ -292,6 +293,7 @@ def _kind_of(cpuinfo: str) -> str:
 
 
 def test_jax_entries_of_another_architecture_are_refused(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
     if shutil.which("setarch") is None or host.cpu_target()["machine"] != "x86_64":
         pytest.skip("needs setarch on x86_64 (linux32 makes uname -m say i686)")
     url = str(tmp_path / "store")
