@@ -60,7 +60,7 @@ _DECOMPRESS_CHUNK = 8 * 1024 * 1024
 
 def _plain(value: Any) -> Any:
     """What ``json.dumps`` cannot write in a header's mappings: a dataclass as its fields (what
-    ``asdict`` would have made of it), anything else an error as before."""
+    ``asdict`` would have made of it); anything else is an error, as json's own."""
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -1,6 +1,6 @@
 """JAX integration: route JAX's persistent compilation cache through compilecache.
 
-The hook (jax.md, "two private hooks work", option b): replace
+The hook: replace
 ``jax._src.compilation_cache.get_file_cache`` with a factory that returns our adapter, and point
 ``jax_compilation_cache_dir`` at a constant marker. It survives ``reset_cache()``, works whether we
 are installed before or after ``import jax`` (as long as it is before the first compile), and keeps

@@ -1,7 +1,7 @@
 """torch.compile integration: Inductor's FX graph cache, the AOTAutograd cache, the autotune
 caches and the CPU kernel binaries, all through compilecache.
 
-Hooks (torch.md; each checked on the installed torch, with a warning and no change if missing):
+Hooks (each checked on the installed torch, with a warning and no change if missing):
 
 - **Remote caches.** Inductor's ``RemoteCache`` subclasses (``torch._inductor.remote_cache``)
   build their backend from the class attribute ``backend_override_cls`` when it is set (torch's
@@ -54,7 +54,7 @@ torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here i
 always happens before the first compile looks anything up.
 
 The backend never raises into torch: an exception from a remote ``put`` fails the user's compile
-(torch.md). Store errors are counted misses or failed writes (:class:`compilecache.runtime.cache.Cache`).
+(torch's AOTAutograd write is outside any ``try``). Store errors are counted misses or failed writes (:class:`compilecache.runtime.cache.Cache`).
 
 Stored payloads are torch's own bytes: for ``fx`` and ``aot`` the pickled entry (torch's JSON
 wrapper and its base64 are removed, the Cache compresses it), for ``autotune`` torch's JSON.

@@ -3,7 +3,7 @@
 With ``cpp_cache_precompile_headers`` (torch's default), Inductor compiles the header every CPU
 kernel includes (``cpp_prefix.h``: the ATen vector library and more) once into a ``.gch`` file
 and every kernel build reuses it: without it each kernel parses the headers again, and a cold
-compile of a transformers GPT-2 took 1.35x as long (issue 23). torch's ``_precompile_header``
+compile of a transformers GPT-2 took 1.35x as long. torch's ``_precompile_header``
 does three things on every first compile of a process, hit or miss:
 
 1. it preprocesses the header (``g++ -E``: 0.15-0.2 s) and hashes the output (``openssl

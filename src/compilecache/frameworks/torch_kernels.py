@@ -3,7 +3,7 @@
 Inductor's FX graph entries hold the C++ *source* of their CPU kernels. On a machine whose
 ``TORCHINDUCTOR_CACHE_DIR`` is empty, loading such an entry runs the C++ compiler again for every
 kernel, plus one dry-run build per candidate vector ISA (the ``VecISA`` probes): on a small MLP
-that is most of a cold compile (torch.md: a remote FX hit saves almost nothing on CPU). So the
+that is most of a cold compile (a remote FX hit alone saves almost nothing on a CPU). So the
 binaries travel too, as separate entries.
 
 The hook is :meth:`torch._inductor.cpp_builder.CppBuilder.build`, the one method every
