@@ -78,7 +78,7 @@ COMPAT_TORCH_TESTS ?= tests/test_host.py tests/test_torch_bundle.py tests/test_t
 	tests/test_torch_extensions.py tests/test_triton.py tests/test_torch_switches.py \
 	tests/test_torch_precompile.py tests/test_torch_corpus.py tests/test_host_kinds.py
 COMPAT_JAX_TESTS ?= tests/test_host.py tests/test_host_kinds.py tests/test_jax_versions.py \
-	tests/test_jax_adapter.py \
+	tests/test_jax_adapter.py tests/test_jax_read_ahead.py \
 	tests/test_jax.py tests/test_explain.py tests/test_bundle.py
 COMPAT_PYTEST ?= -n 0 -p no:cacheprovider --durations=10
 # The JAX venvs hold no torch: this test's torch entry is then refused for that reason instead.

@@ -472,3 +472,35 @@ def test_a_lookup_while_the_list_is_read_waits_for_the_prefetch() -> None:
     start = time.monotonic()
     assert reader.get("jax/other") is None
     assert time.monotonic() - start < 1.0
+
+
+def test_a_store_of_one_level_reads_its_manifest_only_when_a_framework_asks(
+    tmp_path: Path,
+) -> None:
+    """One level: nothing to fetch, so nothing is read at start; the job's list is read (on the
+    asking thread) and kept only for a framework that prepares its entries ahead."""
+    cfg = Config(url="x", job="one-level")
+    store = Tiered([LocalStore(tmp_path / "store")])
+    try:
+        quiet = manifest.Prefetch(store, cfg, Reader())
+        quiet.start()
+        assert quiet._thread is None  # no thread, no read, at start
+        quiet.prefetcher.before_read("jax/a")
+        assert quiet.record() is False  # nobody asked for the list: none is written
+        assert manifest.load(store, manifest.key_of("one-level"), Reader()) == []
+
+        asking = manifest.Prefetch(store, cfg, Reader())
+        asking.start()
+        assert asking.prefetcher.job_keys(0.1) == []
+        for key in ("jax/a", "jax/b"):
+            asking.prefetcher.before_read(key)
+        assert asking.record() is True
+        assert not store.levels[0].peek(manifest.key_of("one-level") + manifest.PACK_SUFFIX)
+
+        again = manifest.Prefetch(store, cfg, Reader())
+        again.start()
+        assert again.prefetcher.job_keys(0.1) == ["jax/a", "jax/b"]
+        again.prefetcher.before_read("jax/b")
+        assert again.record() is False  # nothing new: the manifest stands
+    finally:
+        store.close()

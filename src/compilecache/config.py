@@ -181,8 +181,9 @@ class Config:
     # or only process 0 does ("first", JAX's own rule).
     writers: Literal["all", "first"] = "all"
     # The job's name for its lookup manifest (COMPILECACHE_JOB; default: a fingerprint of the
-    # command line and framework versions), and whether a fresh host prefetches it
-    # (COMPILECACHE_PREFETCH, default on) from the remote levels.
+    # command line and framework versions), and whether it is read at start
+    # (COMPILECACHE_PREFETCH, default on): a fresh host prefetches its entries from the remote
+    # levels, and JAX's executables are read ahead.
     job: str = ""
     prefetch: bool = True
     # After this many new, quick compiles in a row, lookups stop waiting for the remote levels'

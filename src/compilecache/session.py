@@ -130,7 +130,9 @@ def _import_what_the_exit_needs(cfg: Config) -> None:
 class Session:
     """compilecache enabled in this process."""
 
-    def __init__(self, cfg: Config, store: Store, plan: WritePlan) -> None:
+    def __init__(
+        self, cfg: Config, store: Store, plan: WritePlan, *, prefetch: bool = True
+    ) -> None:
         self.config = cfg
         self.plan = plan
         self.read_only = not plan.saves
@@ -148,9 +150,10 @@ class Session:
         # of a key whose shared entry it does not trust (so its next run is warm).
         self.cache.own_levels_only = plan.shared_read_only
         self.installed: set[str] = set()
-        # Tiers with a remote level: prefetch the job's manifest now, record it at exit.
+        # The job's manifest: read at start (tiers with a remote level prefetch it; a framework
+        # may prepare its entries ahead), recorded at exit.
         self.manifest: Prefetch | None = None
-        if cfg.prefetch and len(self.store.levels) > 1:
+        if cfg.prefetch and prefetch:
             self.manifest = Prefetch(self.store, cfg, self.cache.reader)
             self.cache.prefetcher = self.manifest.prefetcher
         self._flushed: dict[str, float] = {}
@@ -326,7 +329,8 @@ def enable(
             # Never break the program: it runs uncached. One problem, said once and counted
             # once; no framework is hooked (a lookup per compile would each fail the same way).
             log.warning("compilecache: not enabled: %s", exc)
-            session = Session(cfg, UnavailableStore(redact(cfg.url), str(exc)), plan)
+            unavailable = UnavailableStore(redact(cfg.url), str(exc))
+            session = Session(cfg, unavailable, plan, prefetch=False)
             session.cache.stats.add("errors")
             _active = session
             return session

@@ -55,7 +55,7 @@ import zstandard
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry
-from compilecache.frameworks import jax_words, jax_xla
+from compilecache.frameworks import jax_preload, jax_words, jax_xla
 from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
@@ -160,6 +160,8 @@ class _Pending:
     looked_up: bool = False
     # A lookup that jax_compilation_cache_check_contents turned into a compile: put() compares.
     verify: bool = False
+    # How JAX compiles it (jax_preload.how_compiled): recorded in the entry, for read-ahead.
+    how: dict[str, Any] | None = None
 
 
 def _clock() -> float | None:
@@ -219,6 +221,15 @@ class JaxCacheAdapter:
     ) -> None:
         slot = self._slot(key)
         slot.args, slot.hashes = args, hashes
+
+    def served(self, key: str) -> None:
+        """JAX's lookup of ``key`` was served without :meth:`get` (read ahead): forget its key."""
+        with self._lock:
+            self._pending.pop(key, None)
+
+    def remember_how_compiled(self, key: str, how: dict[str, Any]) -> None:
+        """JAX missed ``key`` and compiles it with what ``how`` says (its entry records it)."""
+        self._slot(key).how = how
 
     def get(self, key: str) -> bytes | None:
         if self.check_contents and key not in self._verified:
@@ -313,6 +324,8 @@ class JaxCacheAdapter:
         # XLA compiles CPU code for this CPU and its key does not say which: every read checks
         # this against the reading host (host.HostCheck).
         extra["cpu"] = cpu_target()
+        if slot.how:
+            extra[jax_preload.EXTRA] = slot.how
         header = EntryHeader(
             framework=FRAMEWORK,
             key=store_key(key),
@@ -733,6 +746,8 @@ class _Installed:
     # COMPILECACHE_WRITERS: "all" processes of a multi-process job write, or only the "first".
     writers: str = "all"
     watches_writes: bool = False
+    # The read-ahead of the job's executables (None: no manifest, COMPILECACHE_PREFETCH=0).
+    preloader: jax_preload.Preloader | None = None
 
 
 _installed: _Installed | None = None
@@ -850,6 +865,7 @@ def install(cache: Cache, cfg: Config) -> bool:
     patches.wrap(compilation_cache, "get_file_cache", get_file_cache)
     patches.wrap(compilation_cache, "get_cache_key", get_cache_key)
     _tap_key_steps(patches, tap)
+    installed.preloader = _read_ahead(cache, installed)
     # Drop any cache JAX initialised earlier so that the next compile builds ours.
     compilation_cache.reset_cache()
     installed.writers = cfg.writers  # COMPILECACHE_WRITERS: all, or first
@@ -859,6 +875,82 @@ def install(cache: Cache, cfg: Config) -> bool:
     _release_leases_after_compiles(cache, installed)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
+
+
+def _read_ahead(cache: Cache, installed: _Installed) -> jax_preload.Preloader | None:
+    """Serve JAX's lookups from executables deserialised ahead (jax_preload.py), started once
+    the program's backends exist; record how each miss is compiled, for the entry it writes.
+    ``None`` where the session reads no manifest or this JAX lacks the functions."""
+    compilation_cache = _private("jax._src.compilation_cache")
+    xla_bridge = _private("jax._src.xla_bridge")
+    needed = ("get_executable_and_time", "decompress_executable", "extract_executable_and_time")
+    if cache.prefetcher is None or not all(hasattr(compilation_cache, n) for n in needed):
+        return None
+    if not callable(getattr(xla_bridge, "backends", None)):
+        return None
+    if _positional(compilation_cache.get_executable_and_time) != 4:
+        return None  # before JAX passed the executable's devices (0.4.x): JAX's own path
+    adapter = installed.adapter
+
+    def wanted() -> bool:
+        # Only for a cache JAX reads: not turned off, and not checking its contents (the check
+        # compares a fresh compile's bytes with the stored ones, and XLA names what it compiles
+        # after what the process loaded before: a deserialisation beside it changes them).
+        flag = getattr(_private("jax._src.config"), "compilation_cache_check_contents", None)
+        return bool(_jax_value(ENABLE_OPTION)) and not (flag is not None and bool(flag.value))
+
+    preloader = jax_preload.Preloader(cache, FRAMEWORK, store_key, wanted)
+
+    def ours(backend: Any) -> bool:
+        # JAX's cache for this backend is compilecache's, and reads as a cache: a disabled
+        # cache, another one, or jax_compilation_cache_check_contents get nothing read ahead.
+        get_cache = getattr(compilation_cache, "_get_cache", None)
+        return (
+            get_cache is not None and get_cache(backend) is adapter and not adapter.check_contents
+        )
+
+    def get_executable_and_time(original: Callable[..., Any]) -> Callable[..., Any]:
+        def get_executable_and_time(
+            cache_key: str, compile_options: Any, backend: Any, executable_devices: Any
+        ) -> Any:
+            try:
+                preloader.start()  # the backends exist by now, whatever the program did
+                if ours(backend):
+                    loaded = preloader.claim(
+                        cache_key, compile_options, backend, executable_devices
+                    )
+                    if loaded is not None:
+                        adapter.served(cache_key)
+                        return loaded
+            except Exception as exc:  # never raise into JAX: its own path reads
+                log.debug("compilecache: read-ahead of %s not used: %s", cache_key, exc)
+            found = original(cache_key, compile_options, backend, executable_devices)
+            try:
+                if found[0] is None:  # a miss: JAX compiles with these, and its entry says so
+                    how = jax_preload.how_compiled(compile_options, executable_devices, backend)
+                    if how:
+                        adapter.remember_how_compiled(cache_key, how)
+            except Exception as exc:
+                log.debug("compilecache: how %s is compiled not recorded: %s", cache_key, exc)
+            return found
+
+        return get_executable_and_time
+
+    def backends(original: Callable[[], Any]) -> Callable[[], Any]:
+        def backends() -> Any:
+            found = original()
+            preloader.start()  # once: the program's backends exist (never raises)
+            return found
+
+        return backends
+
+    patches = installed.patches
+    patches.wrap(compilation_cache, "get_executable_and_time", get_executable_and_time)
+    patches.wrap(xla_bridge, "backends", backends)
+    initialized = getattr(xla_bridge, "backends_are_initialized", None)
+    if callable(initialized) and initialized():
+        preloader.start()
+    return preloader
 
 
 def _tap_key_steps(patches: Patches, tap: _KeyTap) -> None:
@@ -1132,6 +1224,8 @@ def uninstall() -> None:
         return
     installed, _installed = _installed, None
     installed.patches.undo()
+    if installed.preloader is not None:
+        installed.preloader.stop()
     if installed.set_dir and _jax_value(DIR_OPTION) == MARKER_DIR:
         try:
             _private("jax").config.update(DIR_OPTION, installed.saved_dir)

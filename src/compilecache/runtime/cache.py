@@ -202,6 +202,41 @@ class Cache:
             return found
         return None if OWN_KIND_SEP in key else self.peek(framework, own_key(key))
 
+    def read_ahead(self, framework: str, key: str) -> tuple[Entry, int, float] | None:
+        """The verified entry under ``key`` (or this host's own compile of it, where the stored
+        one cannot run here), its stored size and the seconds its read took, for a framework preparing a lookup
+        the job is expected to make: nothing is counted or recorded, nothing is copied between
+        levels but what a lookup would copy, and every failure is ``None`` (the lookup itself
+        then reads, counts and explains as usual). Never raises. A framework that serves the
+        entry calls :meth:`count_read_ahead` when the lookup comes."""
+        start = time.perf_counter()
+        for name in (key, own_key(key)):
+            try:
+                if self.prefetcher is not None:
+                    self.prefetcher.wait_for(name)
+                data = self.store.get(name)
+                if data is None:
+                    return None
+                found = self.reader.decode(data, name)
+            except Exception as exc:
+                log.debug("compilecache: %s not read ahead: %s", name, exc)
+                return None
+            if found.header.framework != framework:
+                return None
+            if self.host.reason(found.header) is None:
+                return found, len(data), time.perf_counter() - start
+        return None
+
+    def count_read_ahead(
+        self, framework: str, key: str, found: Entry, size: int, elapsed: float
+    ) -> None:
+        """A lookup of ``key`` was served what :meth:`read_ahead` read (``size`` stored bytes,
+        read in ``elapsed`` seconds): count the hit, and list the lookup for the job's
+        manifest, as :meth:`load` would have."""
+        if self.prefetcher is not None:
+            self.prefetcher.record(key)
+        self._count_hit(framework, key, found, size, elapsed)
+
     def load_or_lead(self, framework: str, key: str, *, lead: bool = True) -> Entry | None:
         """:meth:`load`, coordinated with other processes missing the same key (single-flight).
 

@@ -20,6 +20,10 @@ whose every listed entry is already local reads that copy and prefetches nothing
 starts on one host never touch the network (a new key, or a fresh host, goes to the remote
 levels as before).
 
+A store of one level fetches nothing: it keeps the list (no pack) only for a framework that
+prepares its entries ahead (the JAX integration deserialises its executables on a thread,
+:mod:`compilecache.frameworks.jax_preload`), and reads it only when that framework asks.
+
 The job is named by ``COMPILECACHE_JOB``, or fingerprinted from the command line and the
 framework versions. A manifest is only a list of keys: a wrong or stale one costs a prefetch of
 entries nobody asks for, never a wrong hit (every entry is still checked when it is used). A
@@ -124,17 +128,21 @@ def save(store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signin
     ones a fresh host reads them from), and the manifest alone into the first level, this host's
     own (a start that finds every entry local reads it there). The pack goes first: a reader of
     the new manifest finds the pack that goes with it. Never raises; ``False`` when the manifest
-    was written nowhere."""
+    is not where a start reads it (the shared levels; the only level of a store of one)."""
     keys = [k for k in keys if not k.startswith(PREFIX)][:MAX_KEYS]
     if not keys:
         return False
     data = _encode(key, job, json.dumps(keys).encode(), signing)
-    pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), signing)
+    # A pack is for a fresh host reading the slower levels: a store of one level has none.
+    pack = None
+    if len(store.levels) > 1:
+        pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), signing)
     written = False
     local = store.levels[0]
     if data is not None and not local.read_only:
         try:
             local.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
+            written = len(store.levels) == 1  # else it is the shared levels' copy that counts
         except Exception as exc:
             log.debug("compilecache: could not write %s to %s: %s", key, local.url, exc)
     for level in store.levels[1:]:
@@ -218,15 +226,40 @@ class Prefetch:
         self.store = store
         self.prefetcher = Prefetcher(store)
         self.reader = reader  # the session's cache's: what it signs with and accepts
-        self.job = job_name(cfg)
-        self.key = key_of(self.job)
+        self._cfg = cfg
+        self._job: tuple[str, str] | None = None  # (job, key), named on first use
+        self._job_lock = threading.Lock()
         self.known: list[str] | None = None  # the manifest found at start, once read
         self._thread: threading.Thread | None = None
+        if len(store.levels) == 1:
+            # Nothing to fetch: the list is read only if a framework asks for it (to prepare its
+            # entries ahead), on that framework's thread; nothing is read at start.
+            self.prefetcher.read_job_keys_with(self._read_local)
+
+    @property
+    def job(self) -> str:
+        return self._named()[0]
+
+    @property
+    def key(self) -> str:
+        return self._named()[1]
+
+    def _named(self) -> tuple[str, str]:
+        # Named on the manifest's thread, not in enable(): naming a job reads the framework
+        # versions (importlib.metadata), which the program's start need not wait for.
+        with self._job_lock:
+            if self._job is None:
+                job = job_name(self._cfg)
+                self._job = (job, key_of(job))
+            return self._job
 
     def start(self) -> None:
         """Read the manifest and start prefetching, on a daemon thread: ``enable()`` never
         waits for the network."""
-        self.prefetcher.expect()  # before any lookup: they wait for the list, not race it
+        if len(self.store.levels) == 1:
+            return  # nothing to fetch (the list is read when a framework asks: __init__)
+        # Before any lookup: they wait for the list, not race it.
+        self.prefetcher.expect()
         self._thread = threading.Thread(target=self._run, name="compilecache-manifest", daemon=True)
         self._thread.start()
 
@@ -239,17 +272,24 @@ class Prefetch:
             else:
                 self.known = wanted = load_remote(self.store, self.key, self.reader)
         finally:
+            self.prefetcher.set_job_keys(self.known or [])
             try:  # always: an empty list releases the lookups waiting for it
                 pack = (self.key + PACK_SUFFIX, unpacker(self.key + PACK_SUFFIX, self.reader))
                 self.prefetcher.start(wanted, pack=pack)
             except Exception as exc:  # never fail a program for a prefetch
                 log.debug("compilecache: prefetch of %s failed: %s", self.key, exc)
 
+    def _read_local(self) -> list[str]:
+        self.known = load(self.store.levels[0], self.key, self.reader)
+        return self.known
+
     def record(self) -> bool:
         """Write this run's lookups as the job's manifest, unless the manifest already says so."""
         keys = self.prefetcher.lookups()  # the manifest itself is read with peek: never among them
         if not keys:
             return False
+        if len(self.store.levels) == 1 and not self.prefetcher.job_keys_asked:
+            return False  # one level: a manifest only serves a framework's read-ahead
         if self._thread is not None:
             self._thread.join(timeout=1.0)
         if self.known is not None and set(keys) <= set(self.known):

@@ -15,7 +15,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from compilecache.stores.base import EntryMeta, Pack, Store
 from compilecache.stores.tiered import Tiered
@@ -48,16 +48,59 @@ class Prefetcher:
         # Cleared by expect() until start() has registered what it will fetch.
         self._planned = threading.Event()
         self._planned.set()
+        # The keys the job's last runs looked up (its manifest), once read: what a framework
+        # may prepare ahead of its lookups (the JAX integration deserialises them).
+        self._job_keys: list[str] = []
+        self._job_keys_read = threading.Event()
+        # Whether a framework asked for them (a store of one level keeps a manifest only then),
+        # and what reads them when one asks first (a store of one level reads nothing at start).
+        self.job_keys_asked = False
+        self._read_job_keys: Callable[[], Sequence[str]] | None = None
 
     def lookups(self) -> list[str]:
         """The keys this process looked up, in first-lookup order."""
         return list(self._looked_up)
 
+    def set_job_keys(self, keys: Sequence[str]) -> None:
+        """The job's manifest has been read: ``keys``, in the order its last runs asked."""
+        self._job_keys = list(keys)
+        self._job_keys_read.set()
+
+    def read_job_keys_with(self, read: Callable[[], Sequence[str]]) -> None:
+        """The job's manifest is read by ``read``, on the thread of the first :meth:`job_keys`."""
+        self._read_job_keys = read
+
+    def job_keys(self, timeout: float) -> list[str]:
+        """The keys of the job's manifest, waiting up to ``timeout`` seconds for it to be read
+        (``[]`` when it is not read by then, or there is none)."""
+        with self._lock:
+            read, self._read_job_keys = self._read_job_keys, None
+            self.job_keys_asked = True
+        if read is not None:
+            found: Sequence[str] = []
+            try:
+                found = read()
+            except Exception as exc:  # no list: nothing is prepared ahead
+                log.debug("compilecache: the job's manifest not read: %s", exc)
+            finally:
+                self.set_job_keys(found)
+        self._job_keys_read.wait(timeout)
+        return list(self._job_keys)
+
     def before_read(self, key: str) -> None:
         """A lookup of ``key`` is about to read the tiers: record it, and wait while the key is
         on its way (or the list of keys to fetch still is)."""
+        self.record(key)
+        self.wait_for(key)
+
+    def record(self, key: str) -> None:
+        """``key`` was looked up: listed for the job's next manifest."""
         if len(self._looked_up) < MAX_LOOKUPS_RECORDED:
             self._looked_up.setdefault(key)
+
+    def wait_for(self, key: str) -> None:
+        """Wait while ``key`` is on its way to the first level (or the list of keys to fetch
+        still is); a read that is not a lookup (a read ahead) waits without being recorded."""
         if not self._planned.is_set() and not _holds(self.tiers.levels[0], key):
             # The manifest is still being read: its prefetch may cover this key.
             self._planned.wait(PLAN_WAIT_S)
