@@ -199,23 +199,49 @@ def test_held_bytes_are_bounded_and_unclaimed_ones_dropped(
 ) -> None:
     monkeypatch.setattr(jax_preload, "MAX_HELD_BYTES", 100)
     monkeypatch.setattr(jax_preload, "KEEP_S", 0.2)
-    first = jax_preload._Slot()
-    assert preloader._room_for(first, 80)
+    assert preloader._room_for(80)
+    preloader._slots["a"] = first = jax_preload._Slot(size=80)
     first.ready.set()
-    preloader._slots["a"] = first
     # No room for 80 more until "a" is claimed or dropped: the thread gives up after KEEP_S.
     start = time.monotonic()
-    assert not preloader._room_for(jax_preload._Slot(), 80)
+    assert not preloader._room_for(80)
     assert time.monotonic() - start >= 0.2
     # A claim frees the room while the thread waits.
-    second = jax_preload._Slot()
-    waiting = threading.Thread(target=lambda: preloader._room_for(second, 80))
+    got: list[bool] = []
+    waiting = threading.Thread(target=lambda: got.append(preloader._room_for(80)))
     waiting.start()
     preloader.claim("a", _options(), _backend(), _devices(_backend()))
     waiting.join(5)
-    assert second.size == 80 and preloader._held == 80
+    assert got == [True] and preloader._held == 80
     # What nobody claims is dropped.
+    preloader._slots["b"] = second = jax_preload._Slot(size=80)
     second.ready.set()
-    preloader._slots["b"] = second
     preloader._expire()
+    assert preloader._slots == {} and preloader._held == 0
+
+
+def test_a_lookup_never_waits_for_a_read_or_for_room(preloader: Any, monkeypatch: Any) -> None:
+    """The slot a lookup waits on exists only while the executable is being deserialised: a
+    lookup that comes while the thread reads the entry, or waits for room, reads as usual, and
+    the thread then leaves that key alone."""
+    backend = _backend()
+    reading = threading.Event()
+    release = threading.Event()
+
+    def slow_read(framework: str, key: str) -> Any:
+        reading.set()
+        release.wait(5)
+        header = EntryHeader(framework="jax", key=key, name="jit_f", compile_time_s=1.0)
+        return Entry(header, b"payload"), 7, 0.001
+
+    monkeypatch.setattr(preloader.cache, "read_ahead", slow_read)
+    monkeypatch.setattr(preloader, "_deserialise", lambda *a: pytest.fail("deserialised"))
+    thread = threading.Thread(target=preloader._read_ahead, args=("k", {"cpu": backend}))
+    thread.start()
+    assert reading.wait(5)
+    start = time.monotonic()
+    assert preloader.claim("k", _options(), backend, _devices(backend)) is None
+    assert time.monotonic() - start < 1.0
+    release.set()
+    thread.join(5)
     assert preloader._slots == {} and preloader._held == 0

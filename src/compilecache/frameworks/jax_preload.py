@@ -76,8 +76,8 @@ class _Loaded:
 
 @dataclass
 class _Slot:
-    """A key the thread has started on: done when ``ready`` is set (``loaded`` is then the
-    executable, or ``None`` when it could not be read ahead)."""
+    """A key the thread is deserialising (``size`` stored bytes held for it): done when
+    ``ready`` is set (``loaded`` is then the executable, or ``None`` when it could not be)."""
 
     size: int = 0
     ready: threading.Event = field(default_factory=threading.Event)
@@ -201,7 +201,9 @@ class Preloader:
             timer.start()
 
     def _read_ahead(self, key: str, backends: dict[str, Any]) -> bool:
-        """Read and deserialise ``key`` unless its lookup came first; ``False`` to stop."""
+        """Read and deserialise ``key`` unless its lookup came first; ``False`` to stop. The
+        key's slot (which its lookup waits for) is made only once its bytes are read and room is
+        held for them: a lookup never waits for a read or for room, only for the deserialising."""
         if not self._wanted():
             return False
         with self._lock:
@@ -209,23 +211,31 @@ class Preloader:
                 return False
             if key in self._passed or key in self._slots:
                 return True
-            slot = self._slots[key] = _Slot()
         try:
             found = self.cache.read_ahead(self.framework, self._store_key(key))
-            if found is None:
-                return True
-            entry, size, read_s = found
-            if not self._room_for(slot, size):
-                return False
-            slot.loaded = self._deserialise(entry, size, read_s, backends)
-            return True
         except Exception as exc:
             log.debug("compilecache: %s not read ahead: %s", key, exc)
             return True
+        if found is None:
+            return True
+        entry, size, read_s = found
+        if not self._room_for(size):
+            return False
+        with self._lock:
+            if self._stopped or key in self._passed:  # looked up meanwhile: JAX's path read it
+                self._held -= size
+                self._lock.notify_all()
+                return not self._stopped
+            slot = self._slots[key] = _Slot(size=size)
+        try:
+            slot.loaded = self._deserialise(entry, size, read_s, backends)
+        except Exception as exc:
+            log.debug("compilecache: %s not read ahead: %s", key, exc)
         finally:
             slot.ready.set()
+        return True
 
-    def _room_for(self, slot: _Slot, size: int) -> bool:
+    def _room_for(self, size: int) -> bool:
         """Hold ``size`` more bytes, once claims leave room (``False``: none came in time)."""
         deadline = time.monotonic() + KEEP_S
         with self._lock:
@@ -236,7 +246,6 @@ class Preloader:
                 self._lock.wait(left)
             if self._stopped:
                 return False
-            slot.size = size
             self._held += size
             return True
 
