@@ -133,13 +133,19 @@ def same_jax_results(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def stored_entries(url: str) -> dict[str, bytes]:
-    """Every entry's bytes in the store at ``url``, read with ``peek`` (a read that changes
-    nothing: no access time, no hit counted)."""
+    """Every compile's entry in the store at ``url`` (not the job's manifest, the list of keys a
+    run looked up), read with ``peek`` (a read that changes nothing: no access time, no hit
+    counted)."""
+    from compilecache.runtime import manifest
     from compilecache.stores.registry import open_url
 
     store = open_url(url)
     try:
-        return {info.key: store.peek(info.key) or b"" for info in store.scan()}
+        return {
+            info.key: store.peek(info.key) or b""
+            for info in store.scan()
+            if not info.key.startswith(manifest.PREFIX)
+        }
     finally:
         store.close()
 

@@ -204,11 +204,11 @@ class Cache:
 
     def read_ahead(self, framework: str, key: str) -> tuple[Entry, int, float] | None:
         """The verified entry under ``key`` (or this host's own compile of it, where the stored
-        one cannot run here), its stored size and the seconds its read took, for a framework preparing a lookup
-        the job is expected to make: nothing is counted or recorded, nothing is copied between
-        levels but what a lookup would copy, and every failure is ``None`` (the lookup itself
-        then reads, counts and explains as usual). Never raises. A framework that serves the
-        entry calls :meth:`count_read_ahead` when the lookup comes."""
+        one cannot run here), its stored size and the seconds its read took, for a framework
+        preparing a lookup the job is expected to make: nothing is counted or recorded, nothing
+        is copied between levels but what a lookup would copy, and every failure is ``None``
+        (the lookup itself then reads, counts and explains as usual). Never raises. A framework
+        that serves the entry calls :meth:`count_read_ahead` when the lookup comes."""
         start = time.perf_counter()
         for name in (key, own_key(key)):
             try:

@@ -123,6 +123,23 @@ def load_remote(store: Tiered, key: str, reader: Reader) -> list[str]:
     return load(store.levels[0], key, reader)
 
 
+def unreadable(store: Tiered, key: str, reader: Reader) -> bool:
+    """Whether a level holds a manifest under ``key`` that ``reader`` cannot use (signed with
+    another secret, or damaged). Never raises."""
+    for level in store.levels:
+        try:
+            data = level.peek(key)
+        except Exception:
+            continue  # a level that cannot say: not a reason to leave the list unwritten
+        if data is None:
+            continue
+        try:
+            reader.decode(data, key)
+        except Exception:
+            return True
+    return False
+
+
 def save(store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signing | None) -> bool:
     """Write the manifest of this run, and its pack, into the slower levels of ``store`` (the
     ones a fresh host reads them from), and the manifest alone into the first level, this host's
@@ -294,5 +311,7 @@ class Prefetch:
             self._thread.join(timeout=1.0)
         if self.known is not None and set(keys) <= set(self.known):
             return False  # nothing new: the manifest stands
+        if not self.known and unreadable(self.store, self.key, self.reader):
+            return False  # another writer's (another secret) or damaged: left alone
         merged = list(dict.fromkeys([*keys, *(self.known or [])]))
         return save(self.store, self.key, self.job, merged, self.reader.signing)
