@@ -124,19 +124,18 @@ def load_remote(store: Tiered, key: str, reader: Reader) -> list[str]:
 
 
 def unreadable(store: Tiered, key: str, reader: Reader) -> bool:
-    """Whether a level holds a manifest under ``key`` that ``reader`` cannot use (signed with
-    another secret, or damaged). Never raises."""
-    for level in store.levels:
-        try:
-            data = level.peek(key)
-        except Exception:
-            continue  # a level that cannot say: not a reason to leave the list unwritten
-        if data is None:
-            continue
-        try:
-            reader.decode(data, key)
-        except Exception:
-            return True
+    """Whether the first level holds a manifest under ``key`` that ``reader`` cannot use
+    (signed with another secret, or damaged). Never raises; a level that cannot say holds none."""
+    try:
+        data = store.levels[0].peek(key)
+    except Exception:
+        return False
+    if data is None:
+        return False
+    try:
+        reader.decode(data, key)
+    except Exception:
+        return True
     return False
 
 
