@@ -37,12 +37,15 @@ test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
 
 # etils and s3fs let bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// so);
-# transformers gives bench_torch --real its models (random init, nothing downloaded).
+# transformers gives bench_torch --real its models (random init, nothing downloaded); optax and
+# scikit-learn give bench_jax_read_ahead optax's own test suite.
 bench: $(STAMP)
-	$(PY) -m pip install --quiet $(TORCH) 'etils[epath]' s3fs transformers
+	$(PY) -m pip install --quiet $(TORCH) 'etils[epath]' s3fs transformers optax scikit-learn
 	$(PY) benchmarks/bench_store.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_jax_warm.py
+	$(PY) benchmarks/bench_jax_read_ahead.py --workloads step many
+	$(PY) benchmarks/bench_jax_read_ahead.py --workloads optax --rounds 3
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_torch.py
 	$(PY) benchmarks/bench_torch.py --real

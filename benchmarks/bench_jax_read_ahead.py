@@ -244,7 +244,10 @@ def main() -> int:
     )
     print(markdown)
     if not args.no_write:
-        save_results(NAME, False, results_record(NAME, machine, False, results=results), markdown)
+        # One results file per set of workloads: step and many, and the test suite apart.
+        default = sorted(args.workloads) == ["many", "step"]
+        name = NAME if default else f"{NAME}-{'-'.join(args.workloads)}"
+        save_results(name, False, results_record(name, machine, False, results=results), markdown)
     return 0
 
 
