@@ -238,7 +238,7 @@ def main() -> int:
     markdown = (
         "# A warm JAX start: compilecache against JAX's own cache\n\n"
         f"{machine_markdown(machine)}\n\nMedians of {args.rounds} rounds; each round runs the "
-        "three variants in fresh processes, in rotating order, on caches filled once. Every "
+        "variants in fresh processes, in rotating order, on caches filled once. Every "
         f"run of a workload computed the same digest and every warm run hit every compile.\n\n"
         f"{table}\n"
     )
