@@ -220,28 +220,60 @@ def test_held_bytes_are_bounded_and_unclaimed_ones_dropped(
     assert preloader._slots == {} and preloader._held == 0
 
 
-def test_a_lookup_never_waits_for_a_read_or_for_room(preloader: Any, monkeypatch: Any) -> None:
-    """The slot a lookup waits on exists only while the executable is being deserialised: a
-    lookup that comes while the thread reads the entry, or waits for room, reads as usual, and
-    the thread then leaves that key alone."""
+def test_a_lookup_during_the_read_waits_for_that_read_and_never_for_room(
+    preloader: Any, monkeypatch: Any
+) -> None:
+    """Each entry is read once (one hit in the store's own count): a lookup that comes while the
+    thread reads its entry is served from that read, even when the thread would otherwise wait
+    for room; a read that finds nothing sends the lookup down JAX's own path at once."""
+    monkeypatch.setattr(jax_preload, "MAX_HELD_BYTES", 10)
+    monkeypatch.setattr(jax_preload, "KEEP_S", 30.0)
     backend = _backend()
+    _hold(preloader, "unclaimed", backend, _options())  # 10 bytes held: no room for more
+    preloader._held = 10
+    reads: list[str] = []
     reading = threading.Event()
     release = threading.Event()
 
     def slow_read(framework: str, key: str) -> Any:
+        reads.append(key)
         reading.set()
         release.wait(5)
+        if key == "jax/gone":
+            return None
         header = EntryHeader(framework="jax", key=key, name="jit_f", compile_time_s=1.0)
         return Entry(header, b"payload"), 7, 0.001
 
+    executable = object()
+
+    def deserialise(entry: Entry, size: int, read_s: float, backends: Any) -> Any:
+        devices = [int(d.id) for d in backend.devices()]
+        options = _options().SerializeAsString()
+        return jax_preload._Loaded(executable, 1000, options, devices, backend, entry, size, 0)
+
     monkeypatch.setattr(preloader.cache, "read_ahead", slow_read)
-    monkeypatch.setattr(preloader, "_deserialise", lambda *a: pytest.fail("deserialised"))
-    thread = threading.Thread(target=preloader._read_ahead, args=("k", {"cpu": backend}))
-    thread.start()
-    assert reading.wait(5)
-    start = time.monotonic()
-    assert preloader.claim("k", _options(), backend, _devices(backend)) is None
-    assert time.monotonic() - start < 1.0
-    release.set()
-    thread.join(5)
-    assert preloader._slots == {} and preloader._held == 0
+    monkeypatch.setattr(preloader, "_deserialise", deserialise)
+    for key, expected in (("k", (executable, 1000)), ("gone", None)):
+        reading.clear()
+        release.clear()
+        thread = threading.Thread(target=preloader._read_ahead, args=(key, {"cpu": backend}))
+        thread.start()
+        assert reading.wait(5)
+        got: list[Any] = []
+        lookup = threading.Thread(
+            target=lambda k=key, into=got: into.append(
+                preloader.claim(k, _options(), backend, _devices(backend))
+            )
+        )
+        start = time.monotonic()
+        lookup.start()
+        time.sleep(0.2)
+        assert got == []  # waiting for the read under way
+        release.set()
+        lookup.join(5)
+        thread.join(5)
+        assert got == [expected]
+        assert time.monotonic() - start < 5  # not KEEP_S: the room was not waited for
+    assert reads == ["jax/k", "jax/gone"]
+    assert preloader.cache.stats.snapshot()["jax.read_ahead_hits"] == 1
+    assert set(preloader._slots) == {"unclaimed"} and preloader._held == 10

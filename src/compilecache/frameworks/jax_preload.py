@@ -12,9 +12,9 @@ When JAX's lookup of a key comes (``compilation_cache.get_executable_and_time``)
 is handed over only if the key, the serialised compile options, the devices and the backend are
 the ones of that lookup, and JAX's cache is compilecache's, not checking contents; otherwise, or
 when the key was not read ahead, JAX's own path reads and deserialises as before. A key being
-deserialised when its lookup comes is waited for (the work is half done). At most
-``MAX_HELD_BYTES`` of entries are held unclaimed; what is not claimed ``KEEP_S`` seconds after the
-last read ahead is dropped. Only CPU executables of a single-process job are read ahead: a GPU
+read or deserialised when its lookup comes is waited for (the work is half done, and each entry
+is read once); never the room for it. At most ``MAX_HELD_BYTES`` of entries are held unclaimed;
+what is not claimed ``KEEP_S`` seconds after the last read ahead is dropped. Only CPU executables of a single-process job are read ahead: a GPU
 executable holds device memory while it waits, and that has not been measured.
 """
 
@@ -82,6 +82,9 @@ class _Slot:
     size: int = 0
     ready: threading.Event = field(default_factory=threading.Event)
     loaded: _Loaded | None = None
+    # The entry read, until it is deserialised, and how long its read took.
+    entry: Any = None
+    read_s: float = 0.0
 
 
 class Preloader:
@@ -103,6 +106,9 @@ class Preloader:
         self._slots: dict[str, _Slot] = {}
         # Keys whose lookup came before the thread reached them: it skips them.
         self._passed: set[str] = set()
+        # The key the thread is reading now, and lookups waiting for that read.
+        self._reading: str | None = None
+        self._asked: set[str] = set()
         self._held = 0
         self._lock = threading.Condition()
         self._started = False
@@ -134,7 +140,7 @@ class Preloader:
         was deserialised for exactly these compile options, devices and backend; ``None``
         otherwise (JAX's own path then reads it). Counts the hit. Never raises."""
         with self._lock:
-            slot = self._slots.get(key)
+            slot = self._slots.get(key) or self._wait_for_read(key)
             if slot is None:
                 self._passed.add(key)
                 return None
@@ -159,6 +165,23 @@ class Preloader:
             log.debug("compilecache: %s read ahead not used: %s", key, exc)
             return None
         return loaded.executable, loaded.compile_time
+
+    def _wait_for_read(self, key: str) -> _Slot | None:
+        """Under the lock: the slot of ``key`` once the thread's read of it ends, when that
+        read is under way (its bytes come no later than a read of the lookup's own would, and
+        the entry is read once); ``None`` when it is not, or the read found nothing usable."""
+        if self._reading != key:
+            return None
+        self._asked.add(key)
+        self._lock.notify_all()  # the thread, should it wait for room: this key needs none
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        while self._reading == key and key not in self._slots:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._lock.wait(left)
+        self._asked.discard(key)
+        return self._slots.get(key)
 
     def stop(self) -> None:
         """Read nothing more and drop what is held."""
@@ -201,9 +224,10 @@ class Preloader:
             timer.start()
 
     def _read_ahead(self, key: str, backends: dict[str, Any]) -> bool:
-        """Read and deserialise ``key`` unless its lookup came first; ``False`` to stop. The
-        key's slot (which its lookup waits for) is made only once its bytes are read and room is
-        held for them: a lookup never waits for a read or for room, only for the deserialising."""
+        """Read and deserialise ``key`` unless its lookup came first; ``False`` to stop. A
+        lookup that comes during the read waits for it; the key's slot (which the lookup then
+        waits on) is made once the bytes are read and room is held for them, room the key's
+        own lookup never waits for."""
         if not self._wanted():
             return False
         with self._lock:
@@ -211,35 +235,55 @@ class Preloader:
                 return False
             if key in self._passed or key in self._slots:
                 return True
+            self._reading = key
+        try:
+            slot, go_on = self._read(key)
+        finally:
+            with self._lock:
+                self._reading = None
+                self._lock.notify_all()  # a lookup waiting for this read
+        if slot is None:
+            return go_on
+        try:
+            slot.loaded = self._deserialise(slot.entry, slot.size, slot.read_s, backends)
+        except Exception as exc:
+            log.debug("compilecache: %s not read ahead: %s", key, exc)
+        finally:
+            slot.entry = None  # held by what was loaded, or not at all
+            slot.ready.set()
+        return True
+
+    def _read(self, key: str) -> tuple[_Slot | None, bool]:
+        """The read of ``key`` (the thread's ``_reading``): its slot, made and held, or
+        ``None`` (nothing usable, no room in time, or stopped); and whether to go on."""
         try:
             found = self.cache.read_ahead(self.framework, self._store_key(key))
         except Exception as exc:
             log.debug("compilecache: %s not read ahead: %s", key, exc)
-            return True
+            return None, True
         if found is None:
-            return True
+            return None, True
         entry, size, read_s = found
-        if not self._room_for(size):
-            return False
+        if not self._room_for(size, key):
+            return None, False
         with self._lock:
-            if self._stopped or key in self._passed:  # looked up meanwhile: JAX's path read it
+            if self._stopped:
                 self._held -= size
-                self._lock.notify_all()
-                return not self._stopped
-            slot = self._slots[key] = _Slot(size=size)
-        try:
-            slot.loaded = self._deserialise(entry, size, read_s, backends)
-        except Exception as exc:
-            log.debug("compilecache: %s not read ahead: %s", key, exc)
-        finally:
-            slot.ready.set()
-        return True
+                return None, False
+            slot = self._slots[key] = _Slot(size=size, entry=entry, read_s=read_s)
+            return slot, True
 
-    def _room_for(self, size: int) -> bool:
-        """Hold ``size`` more bytes, once claims leave room (``False``: none came in time)."""
+    def _room_for(self, size: int, key: str | None = None) -> bool:
+        """Hold ``size`` more bytes, once claims leave room or ``key``'s lookup waits for it
+        (``False``: neither came in time, or stopped)."""
         deadline = time.monotonic() + KEEP_S
         with self._lock:
-            while self._held and self._held + size > MAX_HELD_BYTES and not self._stopped:
+            while (
+                self._held
+                and self._held + size > MAX_HELD_BYTES
+                and not self._stopped
+                and key not in self._asked
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
