@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_until
+
 HOST = "127.0.0.1"
 _BIN = Path(sys.executable).parent
 
@@ -90,14 +92,16 @@ def free_port(*, bus: bool = False) -> int:
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
         with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {HOST}:{port} within {timeout}s")
+            return True
+        return False
+
+    if not wait_until(listening, timeout, interval=0.05):
+        raise RuntimeError(f"{what} did not listen on {HOST}:{port} within {timeout}s")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -293,8 +297,7 @@ class RedisCluster:
     def _wait_ok(self, timeout: float) -> None:
         import redis
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def all_ok() -> bool:
             states = []
             for node in self.nodes:
                 with contextlib.suppress(redis.RedisError):
@@ -303,10 +306,10 @@ class RedisCluster:
                     client.close()
                     text = info.decode() if isinstance(info, bytes) else str(info)
                     states.append("cluster_state:ok" in text)
-            if len(states) == len(self.nodes) and all(states):
-                return
-            time.sleep(0.1)
-        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+            return len(states) == len(self.nodes) and all(states)
+
+        if not wait_until(all_ok, timeout, interval=0.1):
+            raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
 
     def stop(self) -> None:
         for node in self.nodes:

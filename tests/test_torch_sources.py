@@ -20,6 +20,7 @@ from compilecache.frameworks import torch_sources
 from compilecache.frameworks.torch_probes import ProbeCache
 from compilecache.runtime.cache import Cache
 from compilecache.stores.memory import MemoryStore
+from tests.polling import wait_until
 
 pytest.importorskip("torch")
 
@@ -268,10 +269,7 @@ def test_a_grown_template_bundle_is_stored_after_the_burst(
     env = jinja2.Environment()
     for source in ("{{ a }}", "{{ b }}", "{{ c }}"):
         bundle.code(source, lambda source=source: env.compile(source))
-    deadline = time.monotonic() + 5
-    while store.stat(bundle.key.store_key) is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert store.stat(bundle.key.store_key) is not None
+    assert wait_until(lambda: store.stat(bundle.key.store_key) is not None)
     again = torch_templates.TemplateBundle(ProbeCache(Cache(store)), bundle.key)
     code = again.code("{{ b }}", lambda: pytest.fail("compiled again"))
     assert env.template_class.from_code(env, code, env.make_globals(None), None).render(b=7) == "7"
