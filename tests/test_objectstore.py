@@ -45,6 +45,8 @@ def s3(moto_server: MotoServer, bucket: str) -> Iterator[ObjectStore]:
 
 
 class TestS3Store(StoreConformance):
+    REOPENS_FROM_URL = False
+
     CAPABILITIES = frozenset({"counters", "leases"})
 
     @pytest.fixture
@@ -54,6 +56,8 @@ class TestS3Store(StoreConformance):
 
 class TestAzureStore(StoreConformance):
     """Azure Blob Storage on Azurite, through obstore."""
+
+    REOPENS_FROM_URL = False
 
     CAPABILITIES = frozenset({"counters", "leases"})
 
@@ -70,6 +74,8 @@ class TestAzureStore(StoreConformance):
 class TestFsspecMemoryStore(StoreConformance):
     """The generic path: a protocol without conditional writes (one PUT per object)."""
 
+    REOPENS_FROM_URL = False
+
     CAPABILITIES = frozenset({"counters"})
 
     @pytest.fixture
@@ -79,6 +85,8 @@ class TestFsspecMemoryStore(StoreConformance):
 
 class TestFsspecRenameStore(StoreConformance):
     """A filesystem-like protocol: values are written to a temporary name, then renamed."""
+
+    REOPENS_FROM_URL = False
 
     CAPABILITIES = frozenset({"counters"})
 

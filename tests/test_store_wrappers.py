@@ -57,6 +57,8 @@ class TestGuardedSharedMount(StoreConformance):
 
 
 class TestGuardedS3(StoreConformance):
+    REOPENS_FROM_URL = False
+
     CAPABILITIES = frozenset({"counters", "leases"})
 
     @pytest.fixture
@@ -65,6 +67,8 @@ class TestGuardedS3(StoreConformance):
 
 
 class TestTieredFromRegistry(StoreConformance):
+    REOPENS_FROM_URL = False
+
     @pytest.fixture
     def store(self, tmp_path: Path, redis_server: RedisServer) -> Iterator[Store]:
         s = _tiers(tmp_path, redis_server, namespace())

@@ -34,6 +34,8 @@ def mem() -> MemoryStore:
 
 
 class TestTieredMemory(StoreConformance):
+    REOPENS_FROM_URL = False
+
     CAPABILITIES = frozenset({"counters", "history"})
 
     @pytest.fixture
@@ -42,6 +44,8 @@ class TestTieredMemory(StoreConformance):
 
 
 class TestTieredLocalRedis(StoreConformance):
+    REOPENS_FROM_URL = False
+
     @pytest.fixture
     def store(self, tmp_path: Path, redis_server: RedisServer) -> Iterator[Store]:
         s = from_urls([str(tmp_path / "local"), f"{redis_server.url}/{namespace()}"])

@@ -15,7 +15,9 @@ import uuid
 
 import pytest
 
+from compilecache.errors import ReadOnlyStore
 from compilecache.stores.base import EntryMeta, Store
+from compilecache.stores.registry import open_url
 from tests.conftest import in_threads
 
 
@@ -117,13 +119,28 @@ class CapabilityConformance:
         again = leases.get_or_claim(key, 30)
         assert again is not None and again[0] is not None and again[0][0] == b"there"
 
-    def test_facts(self, store: Store) -> None:
-        assert isinstance(store.read_only, bool) and isinstance(store.scans_cheaply, bool)
-        assert store.health is None or isinstance(store.health.stats(), dict)
+    def test_facts_say_what_the_store_does(self, store: Store, writer: Store) -> None:
+        writer.put("jax/facts", b"written", EntryMeta("jax", "jit_facts", 1.0))
+        assert store.get("jax/facts") == b"written"
+        if store.read_only:  # it says it refuses writes: it does
+            with pytest.raises(ReadOnlyStore):
+                store.put("jax/other", b"refused")
+            assert writer.get("jax/other") is None
+        else:
+            store.put("jax/other", b"taken")
+            assert store.get("jax/other") == b"taken"
+        if store.health is not None:  # a guarded store that met no failure is up, and says so
+            assert store.health.available()
+            stats = store.health.stats()
+            assert stats["down"] == 0 and stats["errors"] == 0 and stats["outages"] == 0
 
 
 class StoreConformance(CapabilityConformance):
     """Behaviour every :class:`~compilecache.stores.base.Store` must have."""
+
+    # Whether the store's URL alone opens its data again (not where the fixture adds endpoints,
+    # credentials or a filesystem object, or composes levels).
+    REOPENS_FROM_URL = True
 
     def test_miss_is_none(self, store: Store) -> None:
         assert store.get("absent") is None
@@ -221,6 +238,14 @@ class StoreConformance(CapabilityConformance):
 
         assert in_threads(worker, 4) == []
 
-    def test_close_is_idempotent(self, store: Store) -> None:
+    def test_close_is_idempotent_and_keeps_what_was_written(self, store: Store) -> None:
+        store.put("jax/kept", b"kept", EntryMeta("jax", "jit_kept", 1.0))
         store.close()
-        store.close()
+        store.close()  # a second close raises nothing
+        if not self.REOPENS_FROM_URL:
+            return
+        again = open_url(store.url)  # the next opener of the same URL finds the entry
+        try:
+            assert again.get("jax/kept") == b"kept"
+        finally:
+            again.close()
