@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     # output files
     (
         "errors",
+        "units",
         "signing",
         "config",
         "entry",

@@ -8,77 +8,32 @@ the offending variable.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 from urllib.parse import urlsplit
 
 from compilecache.errors import ConfigError
 from compilecache.signing import Signing, parse_public_list, read_private, require_ed25519
+from compilecache.units import DEFAULT_COLD_STREAK as DEFAULT_COLD_STREAK
+from compilecache.units import DEFAULT_MAX_SIZE as DEFAULT_MAX_SIZE
+from compilecache.units import format_size as format_size
+from compilecache.units import parse_count as parse_count
+from compilecache.units import parse_duration as parse_duration
+from compilecache.units import parse_seconds as parse_seconds
+from compilecache.units import parse_size as parse_size
 from compilecache.variables import VARIABLES as VARIABLES
 from compilecache.variables import describe_unknown as describe_unknown
 from compilecache.variables import unknown_variables as unknown_variables
 
-_Default = TypeVar("_Default", float, None)
-
-DEFAULT_MAX_SIZE = 10 * 1000**3
 # Single-flight compiles: a compiling process's lease lasts this long unless renewed (it is
 # renewed while the compile runs, so this bounds how long a crashed compiler blocks others)...
 DEFAULT_LEASE_TTL = 30.0
 # ...and the others wait at most this long for its entry before compiling themselves.
 DEFAULT_WAIT_TIMEOUT = 1800.0
-# Lookups stop waiting for a remote level's answer after this many new, quick compiles in a row
-# (COMPILECACHE_COLD_STREAK; 0: always wait). See compilecache.stores.coldstreak.
-DEFAULT_COLD_STREAK = 5
 KNOWN_FRAMEWORKS = ("jax", "torch", "triton")
 LOG_LEVELS = ("debug", "info", "warning")
-
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """Parse ``"20GB"``, ``"512MiB"`` or ``"1000"`` (a bare number is bytes) into bytes."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _SIZE_UNITS:
-        raise ConfigError(f"{what}: cannot read {text!r} as a size (examples: 500MB, 20GB, 1GiB)")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
-
-
-def parse_duration(text: str, what: str = "duration") -> float:
-    """Parse ``"7d"``, ``"12h"``, ``"30m"`` or ``"45"`` (seconds) into seconds."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]?)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _DURATION_UNITS:
-        raise ConfigError(f"{what}: cannot read {text!r} as a duration (examples: 7d, 12h, 30m)")
-    return float(match.group(1)) * _DURATION_UNITS[unit]
-
-
-def format_size(n: float) -> str:
-    """Render a byte count for people: ``1.5 MB``."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def default_url(env: Mapping[str, str]) -> str:
@@ -301,32 +256,6 @@ def load(
             else None
         ),
     )
-
-
-def parse_count(settings: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
-    """The whole number ``settings[name]`` (an environment, a URL's options), at least
-    ``minimum``; ``default`` when it is unset or empty."""
-    text = settings.get(name, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < minimum:
-        wanted = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
-        raise ConfigError(f"{name}: expected {wanted}, got {text!r}")
-    return int(text)
-
-
-def parse_seconds(
-    settings: Mapping[str, str], name: str, default: _Default, *, positive: bool = False
-) -> float | _Default:
-    """The duration ``settings[name]`` in seconds (``30``, ``1.5s``, ``2m``; an environment, a
-    URL's options), or ``default`` when it is unset or blank: the one reader of durations."""
-    text = (settings.get(name) or "").strip()
-    if not text:
-        return default
-    value = parse_duration(text, name)
-    if positive and value <= 0:
-        raise ConfigError(f"{name} must be positive, got {text!r}")
-    return value
 
 
 def _secret(env: Mapping[str, str]) -> bytes | None:

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from compilecache.config import DEFAULT_MAX_SIZE, parse_size
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, StoreURL
+from compilecache.units import DEFAULT_MAX_SIZE, parse_size
 
 FRAME_MAGIC = b"CCS1"
 _FRAME_PREFIX = struct.Struct(">4sI")

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from compilecache.config import parse_seconds
 from compilecache.errors import (
     ConfigError,
     CorruptEntry,
@@ -48,6 +47,7 @@ from compilecache.stores.base import (
     is_local,
 )
 from compilecache.stores.capabilities import Counters, Found, Health, History, Leases
+from compilecache.units import parse_seconds
 
 log = logging.getLogger("compilecache")
 

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from compilecache.config import DEFAULT_MAX_SIZE, format_size
 from compilecache.errors import (
     CompileCacheError,
     CorruptEntry,
@@ -60,6 +59,7 @@ from compilecache.stores.frame import (
     write_atomic,
 )
 from compilecache.stores.leasefile import LeaseFiles
+from compilecache.units import DEFAULT_MAX_SIZE, format_size
 
 log = logging.getLogger("compilecache")
 

@@ -66,7 +66,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from compilecache.config import parse_count, parse_seconds, parse_size
 from compilecache.errors import ConfigError, StoreUnavailable, failure_text
 from compilecache.redaction import redact
 from compilecache.stores.base import (
@@ -89,6 +88,7 @@ from compilecache.stores.capabilities import (
 )
 from compilecache.stores.resp import URL_OPTIONS as BUILTIN_OPTIONS
 from compilecache.stores.resp import RespClient, RespError, ResponseError
+from compilecache.units import parse_count, parse_seconds, parse_size
 
 DEFAULT_NAMESPACE = "compilecache"
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024

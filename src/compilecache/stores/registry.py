@@ -20,10 +20,9 @@ import importlib.util
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from compilecache.config import DEFAULT_COLD_STREAK, WritePlan
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.redaction import redact
 from compilecache.stores.base import (
@@ -40,6 +39,7 @@ from compilecache.stores.base import (
 )
 from compilecache.stores.readonly import ReadOnly
 from compilecache.stores.tiered import Tiered, WritePolicy
+from compilecache.units import DEFAULT_COLD_STREAK
 
 log = logging.getLogger("compilecache")
 
@@ -326,11 +326,23 @@ def open_level(
     return store
 
 
+class LevelWrites(Protocol):
+    """Which levels a store takes writes on (the configuration's ``WritePlan`` says it)."""
+
+    @property
+    def levels_read_only(self) -> bool:
+        """No level is written, backfills included."""
+
+    @property
+    def shared_read_only(self) -> bool:
+        """Only this host's own levels (a local directory, memory) are written."""
+
+
 def open_store(
     url: str,
     max_size: int | None = None,
     *,
-    plan: WritePlan | None = None,
+    plan: LevelWrites | None = None,
     tier_writes: WritePolicy = "all",
     create: bool = True,
     cold_streak: int = DEFAULT_COLD_STREAK,
@@ -351,8 +363,8 @@ def open_store(
     urls = split_levels(url)
     if not urls:
         raise ConfigError("empty store URL")
-    plan = plan or WritePlan()
-    read_only = plan.levels_read_only
+    read_only = plan.levels_read_only if plan is not None else False
+    shared_read_only = plan.shared_read_only if plan is not None else False
     if len(urls) == 1:
         level = open_level(urls[0], max_size, read_only=read_only, create=create, command=command)
         return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
@@ -364,7 +376,7 @@ def open_store(
         read_only=read_only,
         create=create,
         cold_streak=cold_streak,
-        shared_read_only=plan.shared_read_only,
+        shared_read_only=shared_read_only,
         command=command,
     )
 

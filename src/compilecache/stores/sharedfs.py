@@ -44,7 +44,6 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from compilecache.config import DEFAULT_MAX_SIZE, parse_seconds
 from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, OneReadStore, StoreURL, flag
 from compilecache.stores.capabilities import Counters
@@ -59,6 +58,7 @@ from compilecache.stores.frame import (
     write_atomic,
 )
 from compilecache.stores.leasefile import LeaseFiles
+from compilecache.units import DEFAULT_MAX_SIZE, parse_seconds
 
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0

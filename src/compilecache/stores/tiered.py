@@ -39,13 +39,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
-from compilecache.config import DEFAULT_COLD_STREAK
 from compilecache.errors import ConfigError, CorruptEntry, LevelSkipped, ReadOnlyStore
 from compilecache.stores.base import EntryInfo, EntryMeta, Store, get_or_claim
 from compilecache.stores.capabilities import Claim, Found, History, Leases
 from compilecache.stores.coldstreak import ColdStreak
 from compilecache.stores.fleetledger import TierCounters
 from compilecache.stores.writebehind import WriteBehind
+from compilecache.units import DEFAULT_COLD_STREAK
 
 log = logging.getLogger("compilecache")
 
