@@ -226,13 +226,13 @@ class Guarded(StoreWrapper):
             command=command,
         )
         self.health = self.guard
-        self.counters = guarded(inner.counters, self.guard)
+        self.counters = _under(inner.counters, self.guard)
         # A level in back-off keeps no history: nothing written, nothing read (an explanation
         # per miss would otherwise wait for a timeout).
-        self.history = guarded(inner.history, self.guard, misses={"add": _none, "read": list})
+        self.history = _under(inner.history, self.guard, misses={"add": _none, "read": list})
         # A level in back-off cannot coordinate: a claim fails at once (LevelSkipped), and the
         # single-flight layer compiles without a lease; a folded read is a miss.
-        self.leases = guarded(inner.leases, self.guard, misses={"get_or_claim": _no_read})
+        self.leases = _under(inner.leases, self.guard, misses={"get_or_claim": _no_read})
 
     # -- the Store protocol --------------------------------------------------------------------
 
@@ -302,7 +302,7 @@ class _GuardedCapability:
         return call
 
 
-def guarded(
+def _under(
     capability: C | None, guard: Guard, *, misses: Mapping[str, Callable[[], Any]] | None = None
 ) -> C | None:
     """``capability`` with every method run under ``guard`` (``None`` stays ``None``).
@@ -336,7 +336,7 @@ def _is_timeout(exc: BaseException | None) -> bool:
     return False
 
 
-def guard(store: Store, url: StoreURL, *, command: bool = False) -> Store:
+def for_level(store: Store, url: StoreURL, *, command: bool = False) -> Store:
     """``store`` wrapped in :class:`Guarded` unless it lives on this machine.
 
     URL options: ``backoff`` (seconds, default 30), ``max_backoff`` (default 300), ``deadline``

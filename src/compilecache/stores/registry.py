@@ -7,7 +7,7 @@ Every store compilecache uses is opened here (the session, the CLI, bundles, ``o
 3. the backend is looked up in the scheme table (imported lazily, with an install hint when its
    package is missing, the way fsspec's registry does it), in the ``compilecache.stores``
    entry-point group, or among fsspec's protocols;
-4. backend -> :func:`~compilecache.stores.guarded.guard` (remote levels fail open) ->
+4. backend -> :func:`~compilecache.stores.guarded.for_level` (remote levels fail open) ->
    :class:`~compilecache.stores.readonly.ReadOnly` (``?readonly=1`` or a read-only session);
 5. the levels -> :class:`~compilecache.stores.tiered.Tiered` (one level too: every caller then
    asks one shape of store, and each capability is placed once, there).
@@ -318,9 +318,9 @@ def open_level(
     store = open_backend(parsed)
     if not is_local(parsed):
         # Imported here: a local-only cache never loads the network wrappers.
-        from compilecache.stores.guarded import guard
+        from compilecache.stores.guarded import for_level
 
-        store = guard(store, parsed, command=command)
+        store = for_level(store, parsed, command=command)
     if read_only or flag(parsed.params, "readonly"):
         store = ReadOnly(store)
     return store
