@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_torch.py
 	$(PY) benchmarks/bench_torch.py --real
 	$(PY) benchmarks/bench_torch_precompile.py
+	$(PY) benchmarks/bench_torch_portable.py
 	$(PY) benchmarks/bench_singleflight.py
 	$(PY) benchmarks/bench_fleet.py
 

@@ -142,20 +142,9 @@ def _last_line(text: str) -> str:
 def summarize(
     model: str, runs: list[dict[str, Any]], rounds: int, failed: dict[str, str]
 ) -> dict[str, Any]:
-    by_round: dict[int, dict[str, dict[str, Any]]] = {}
-    for run in runs:
-        by_round.setdefault(run["round"], {})[run["variant"]] = run
-    overhead: dict[str, list[float]] = {v: [] for v in VARIANTS if v != "eager"}
-    ratios: dict[str, list[float]] = {v: [] for v in VARIANTS if v != "eager"}
-    for variants in by_round.values():
-        eager = variants["eager"]["wall_s"]
-        base = variants["torch_warm_local"]["wall_s"] - eager
-        for name in overhead:
-            if name not in variants:
-                continue
-            extra = variants[name]["wall_s"] - eager
-            overhead[name].append(extra)
-            ratios[name].append(common.ratio(extra, base))
+    overhead, ratios = common.overhead_against(
+        runs, [v for v in VARIANTS if v != "eager"], "torch_warm_local"
+    )
     digests = {r["digest"] for r in runs if r["variant"] != "eager"}
     return {
         "model": model,
@@ -223,22 +212,12 @@ def main() -> int:
             bench = Model(model, Path(tmp))
             common.progress(f"{model}: seeding")
             seeds[model] = bench.seed()
-            runs = []
-            for number, variant in common.rotations(list(VARIANTS), args.rounds):
-                record = bench.run(variant)
-                if record is not None:
-                    record["round"] = number
-                    runs.append(record)
+            runs = common.interleaved(bench.run, list(VARIANTS), args.rounds)
             summaries.append(summarize(model, runs, args.rounds, bench.failed))
             all_runs += [{"model": model, **r} for r in runs]
     text = markdown(info, summaries, seeds)
-    print(text)
-    if not args.no_write:
-        data = common.results_record(
-            NAME, info, False, summaries=summaries, seeds=seeds, runs=all_runs
-        )
-        paths = common.write_results(NAME, data, text)
-        common.progress(f"wrote {paths[0]} and {paths[1]}")
+    data = common.results_record(NAME, info, False, summaries=summaries, seeds=seeds, runs=all_runs)
+    common.publish(NAME, text, not args.no_write, data)
     return 0
 
 

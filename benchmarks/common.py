@@ -258,6 +258,49 @@ def save_results(name: str, quick: bool, data: dict[str, Any], markdown: str) ->
     progress(f"wrote {paths[0]} and {paths[1]}")
 
 
+def interleaved(
+    run: Callable[[str], dict[str, Any] | None], variants: Sequence[str], rounds: int
+) -> list[dict[str, Any]]:
+    """``rounds`` rounds of every variant (rotating order), each record marked with its round;
+    a variant whose ``run`` gives ``None`` (it could not run) is left out of that round."""
+    records = []
+    for number, variant in rotations(variants, rounds):
+        record = run(variant)
+        if record is not None:
+            record["round"] = number
+            records.append(record)
+    return records
+
+
+def overhead_against(
+    runs: Sequence[Mapping[str, Any]], variants: Sequence[str], base: str
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per round, each variant's compile overhead (its ``wall_s`` minus the ``eager`` run's of
+    the round) and its ratio to ``base``'s overhead: two lists per variant."""
+    by_round: dict[int, dict[str, Mapping[str, Any]]] = {}
+    for run in runs:
+        by_round.setdefault(run["round"], {})[run["variant"]] = run
+    overhead: dict[str, list[float]] = {v: [] for v in variants}
+    ratios: dict[str, list[float]] = {v: [] for v in variants}
+    for of_round in by_round.values():
+        eager = of_round["eager"]["wall_s"]
+        reference = of_round[base]["wall_s"] - eager
+        for name in variants:
+            if name in of_round:
+                extra = of_round[name]["wall_s"] - eager
+                overhead[name].append(extra)
+                ratios[name].append(ratio(extra, reference))
+    return overhead, ratios
+
+
+def publish(name: str, text: str, write: bool, data: Mapping[str, Any]) -> None:
+    """Print the results' markdown; unless told not to, write it and ``data`` to results/."""
+    print(text)
+    if write:
+        paths = write_results(name, data, text)
+        progress(f"wrote {paths[0]} and {paths[1]}")
+
+
 def write_results(name: str, data: Mapping[str, Any], markdown: str) -> tuple[Path, Path]:
     """Write ``results/<name>.json`` and ``results/<name>.md``; return both paths."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
