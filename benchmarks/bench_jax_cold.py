@@ -93,7 +93,7 @@ HOOKS_CHILD = TIMED_CHILD.format(
     setup=(
         "import compilecache\n"
         "compilecache.enable()\n"
-        "from compilecache.frameworks import jax as integration\n"
+        "from compilecache.frameworks.jax.integration import integration\n"
         "TIMED = integration.JaxCacheAdapter"
     ),
     # The work a miss leaves to compilecache's background thread (the key's components, the

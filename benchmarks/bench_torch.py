@@ -17,7 +17,7 @@ empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TMPDIR`` unless the scenario says otherw
   bootstrap with ``COMPILECACHE_URL`` = a local directory, or the same entries copied into Redis;
 - ``compilecache, PCH off``: the same with Inductor's precompiled headers turned off, as
   compilecache did before issue 23 (it now keeps torch's default, the header carried through the
-  store: :mod:`compilecache.frameworks.torch_headers`);
+  store: :mod:`compilecache.frameworks.torch.headers`);
 - ``compilecache same machine``: compilecache's first run's own directories again (a second run
   on the same machine: torch's local caches serve the graphs, compilecache counts them as hits of
   its ``torch-local`` level); ``compilecache same machine, torch local off``: the alternative of
@@ -98,7 +98,7 @@ PHASES: dict[str, Any] = {
 # Inductor's precompiled headers off, as compilecache did before issue 23.
 CHILD = r"""
 import runpy, sys
-from compilecache.frameworks import torch as integration
+from compilecache.frameworks.torch import integration
 if sys.argv[1] == "pch-off":
     integration.INDUCTOR_FLAGS["cpp_cache_precompile_headers"] = False
 if sys.argv[1] == "torch-local-off":

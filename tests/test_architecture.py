@@ -330,7 +330,7 @@ def test_integrations_are_handed_the_configuration() -> None:
 
 def test_framework_words_live_with_their_framework() -> None:
     """runtime/explain.py is the mechanism only: it names no framework. Each framework's words
-    live in frameworks/<name>_words.py, and JAX's name exactly the steps the integration hashes."""
+    live in frameworks/<name>/words.py, and JAX's name exactly the steps the integration hashes."""
     frameworks = {"jax", "torch", "triton", "xla"}
     named = [
         f"explain.py:{node.lineno}"
@@ -341,8 +341,8 @@ def test_framework_words_live_with_their_framework() -> None:
     ]
     assert named == []
 
-    from compilecache.frameworks import jax as jax_integration
-    from compilecache.frameworks import jax_words
+    from compilecache.frameworks.jax import integration as jax_integration
+    from compilecache.frameworks.jax import words as jax_words
     from compilecache.runtime import explain
 
     assert tuple(jax_words.JAX.labels) == jax_words.STEPS == jax_integration._LAYOUTS[0]

@@ -12,7 +12,7 @@ import pytest
 
 from compilecache import runner
 from compilecache.frameworks.facts import JaxFacts, ProcessFacts, TorchFacts
-from compilecache.frameworks.jax import MARKER_DIR
+from compilecache.frameworks.jax.integration import MARKER_DIR
 from compilecache.tools import doctor
 from compilecache.tools.doctor import RunResult
 from tests.conftest import clean_env
@@ -217,7 +217,7 @@ def test_jax_pitfalls() -> None:
     events = [{"event": "setting", "framework": "jax", "setting": said}]
     report = doctor.analyze(["p"], [RunResult(0, facts=facts, events=events), RunResult(0)], {})
     titles = [f.title for f in report.findings]
-    # XLA's cache paths no longer reach the key under compilecache (frameworks/jax_xla.py).
+    # XLA's cache paths no longer reach the key under compilecache (frameworks/jax/xla.py).
     assert not any("the cache directory is part of every key" in t for t in titles)
     assert any("jax_persistent_cache_min_compile_time_secs=60" in t for t in titles)
     assert [f.detail for f in report.findings if f.kind == "advice" and f.detail == said]

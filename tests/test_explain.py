@@ -20,7 +20,8 @@ import pytest
 from compilecache import entry
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import jax_words, torch_words
+from compilecache.frameworks.jax import words as jax_words
+from compilecache.frameworks.torch import words as torch_words
 from compilecache.runtime import explain, history
 from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta

@@ -34,7 +34,7 @@ def entries(store: Path) -> dict[str, Any]:
 
 def test_hook_is_live_on_installed_jax() -> None:
     """Fails loudly when a JAX upgrade removes the private functions the hook relies on."""
-    from compilecache.frameworks import jax as integration
+    from compilecache.frameworks.jax import integration
 
     ok, reason = integration.hook_available()
     assert ok, reason
@@ -202,7 +202,7 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
     import jax.numpy as jnp
 
     import compilecache
-    from compilecache.frameworks import jax as integration
+    from compilecache.frameworks.jax import integration
 
     seen: list[tuple[str, tuple[Any, ...], dict[str, str] | None]] = []
     remember = integration.JaxCacheAdapter.remember_key_args

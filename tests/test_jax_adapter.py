@@ -25,7 +25,7 @@ import zstandard
 
 from compilecache import entry
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import jax as integration
+from compilecache.frameworks.jax import integration
 from compilecache.runtime import history
 from compilecache.runtime.cache import Cache
 from compilecache.stats import function_counter

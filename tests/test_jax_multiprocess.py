@@ -15,7 +15,7 @@ import pytest
 from compilecache import config
 from compilecache.entry import EntryHeader
 from compilecache.errors import ConfigError
-from compilecache.frameworks import jax_words
+from compilecache.frameworks.jax import words as jax_words
 from compilecache.runtime import explain, history
 from compilecache.stores.registry import open_url
 from compilecache.tools import bundle

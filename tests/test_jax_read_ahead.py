@@ -2,7 +2,7 @@
 only for the same key, compile options, devices and backend.
 
 The end-to-end tests run real JAX compiles in fresh processes; the unit tests drive the
-:class:`~compilecache.frameworks.jax_preload.Preloader` with JAX's real option and device
+:class:`~compilecache.frameworks.jax.preload.Preloader` with JAX's real option and device
 objects and a local store.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from compilecache import entry
 from compilecache.entry import Entry, EntryHeader
-from compilecache.frameworks import jax_preload
+from compilecache.frameworks.jax import preload as jax_preload
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.prefetch import Prefetcher
 from compilecache.stores.local import LocalStore
@@ -58,7 +58,7 @@ def _reads_ahead() -> bool:
     """Whether this JAX passes a lookup the executable's devices (what a read-ahead needs)."""
     from jax._src import compilation_cache
 
-    from compilecache.frameworks import jax as integration
+    from compilecache.frameworks.jax import integration
 
     return integration._positional(compilation_cache.get_executable_and_time) == 4
 

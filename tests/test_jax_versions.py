@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compilecache import entry
-from compilecache.frameworks import jax as integration
+from compilecache.frameworks.jax import integration
 from compilecache.runtime import history
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env

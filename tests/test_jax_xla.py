@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from compilecache.frameworks import jax_xla
+from compilecache.frameworks.jax import xla as jax_xla
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env, last_json, run_python
 

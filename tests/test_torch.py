@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from compilecache import entry
-from compilecache.frameworks import torch_kernels
+from compilecache.frameworks.torch import kernels as torch_kernels
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
@@ -64,7 +64,7 @@ import compilecache
 session = compilecache.enable(url)
 from compilecache.workloads import torch_step
 result = torch_step.run(model, salt=salt or None)
-from compilecache.frameworks import torch as integration
+from compilecache.frameworks.torch import integration
 result["hooks"] = integration.hook_status()
 result["stats"] = session.stats()
 print(json.dumps(result), flush=True)
@@ -184,7 +184,7 @@ def test_hooks_are_live_on_installed_torch() -> None:
     of torch's is changed: torch's own questions "use the remote cache?" say yes for the store,
     in every thread, and everything is as before after disable."""
     import compilecache
-    from compilecache.frameworks import torch as integration
+    from compilecache.frameworks.torch import integration
 
     autograd = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
     importlib.import_module("torch._inductor.codecache")
@@ -392,7 +392,7 @@ def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
     session = compilecache.enable(f"memory://kernels-{uuid.uuid4().hex}")
     assert session is not None
     cpp_builder = pytest.importorskip("torch._inductor.cpp_builder")
-    from compilecache.frameworks import torch as integration
+    from compilecache.frameworks.torch import integration
 
     assert integration.hook_status()["kernel.CppBuilder.build"]
     yield {"session": session, "cpp_builder": cpp_builder, "inductor": inductor}
@@ -524,7 +524,7 @@ class Failing:
 
 
 def test_store_keys() -> None:
-    from compilecache.frameworks.torch import store_key
+    from compilecache.frameworks.torch.integration import store_key
 
     assert store_key("fx", "pt2:fx-graph-v1::fabc123:c1") == "torch/fx/fabc123"
     assert store_key("aot", "pt2:autograd-experimental::aXyz:c1") == "torch/aot/aXyz"
@@ -535,7 +535,7 @@ def test_store_keys() -> None:
 
 @pytest.fixture
 def integration_on_memory() -> Iterator[Any]:
-    from compilecache.frameworks import torch as integration
+    from compilecache.frameworks.torch import integration
 
     cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
     integration.install(cache)
@@ -570,7 +570,7 @@ def test_backend_never_raises_into_torch() -> None:
     import torch._inductor.config
     import torch._inductor.remote_cache  # noqa: F401
 
-    from compilecache.frameworks import torch as integration
+    from compilecache.frameworks.torch import integration
 
     cache = Cache(Adapted(Failing()))  # a store of the plain protocol, as the registry opens it
     integration.install(cache)
@@ -587,7 +587,7 @@ def test_backend_never_raises_into_torch() -> None:
 
 def test_a_missing_hook_warns_and_leaves_torch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A torch without the private names a hook needs: one warning, nothing changed, no raise."""
-    from compilecache.frameworks import torch as integration
+    from compilecache.frameworks.torch import integration
 
     cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
     hooks = integration.Integration(cache)
@@ -621,7 +621,7 @@ def test_a_missing_hook_warns_and_leaves_torch_alone(monkeypatch: pytest.MonkeyP
 
 
 def test_debug_lines_become_components() -> None:
-    from compilecache.frameworks.torch import parse_debug_lines
+    from compilecache.frameworks.torch.integration import parse_debug_lines
 
     lines = [
         "[abc123] inductor_config[cpp.simdlen]: None",

@@ -37,11 +37,11 @@ from compilecache import entry
 from compilecache.cli import main
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError
-from compilecache.frameworks import torch_artifacts
-from compilecache.frameworks.torch_artifacts import import_blob, read_blob, write_blob
 from compilecache.runtime.cache import Cache
 from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
+from compilecache.tools import torch_artifacts
+from compilecache.tools.torch_artifacts import import_blob, read_blob, write_blob
 from tests.conftest import clean_env, last_json, run_python
 from tests.test_torch import (
     MODEL,
@@ -371,7 +371,7 @@ def test_blob_import_writes_entries_like_the_integration_and_reports_the_rest(
     assert aot.extra["source"] == "torch-mega-cache"
 
     # The torch integration reads the imported entry back as torch wrote it.
-    from compilecache.frameworks import torch as integration
+    from compilecache.frameworks.torch import integration
 
     integration.install(Cache(target))
     try:
@@ -474,7 +474,7 @@ def test_sniffing_and_bundle_paths_never_import_torch(tmp_path: Path) -> None:
     program = (
         "import sys\n"
         "from compilecache.cli import main\n"
-        "from compilecache.frameworks.torch_artifacts import sniff\n"
+        "from compilecache.tools.torch_artifacts import sniff\n"
         "assert sniff(sys.argv[1]) == 'torch'\n"
         "assert main(['export', sys.argv[2], '--url', sys.argv[3]]) == 0\n"
         "assert sniff(sys.argv[2]) == 'bundle'\n"

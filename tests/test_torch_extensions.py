@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from compilecache.frameworks import torch_extensions
+from compilecache.frameworks.torch import extensions as torch_extensions
 from compilecache.runtime import fileset, history
 from compilecache.stores.local import LocalStore
 from tests.conftest import ROOT, clean_env, last_json, run_python

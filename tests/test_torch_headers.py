@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from compilecache.frameworks import torch_headers
-from compilecache.frameworks.torch_probes import ProbeCache
+from compilecache.frameworks.torch import headers as torch_headers
+from compilecache.frameworks.torch.probes import ProbeCache
 from compilecache.runtime.cache import Cache
 from compilecache.stores.memory import MemoryStore
 

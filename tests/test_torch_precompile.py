@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from compilecache import entry, runner
-from compilecache.frameworks import torch_dynamo, torch_dynamo_key
-from compilecache.frameworks import torch_dynamo_guards as guards
-from compilecache.frameworks import torch_dynamo_repairs as repairs
+from compilecache.frameworks.torch import dynamo as torch_dynamo
+from compilecache.frameworks.torch.dynamo import guards, repairs
+from compilecache.frameworks.torch.dynamo import key as torch_dynamo_key
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from compilecache.frameworks import torch_sources
-from compilecache.frameworks.torch_probes import ProbeCache
+from compilecache.frameworks.torch import sources as torch_sources
+from compilecache.frameworks.torch.probes import ProbeCache
 from compilecache.runtime.cache import Cache
 from compilecache.stores.memory import MemoryStore
 from tests.polling import wait_until
@@ -215,7 +215,7 @@ def test_kernel_templates_compile_once_and_render_as_torch_does(tmp_path: Path) 
     import jinja2
     import torch._inductor.codegen.common as common
 
-    from compilecache.frameworks import torch_templates
+    from compilecache.frameworks.torch import templates as torch_templates
 
     source = "def {{ name }}():\n    {{ body | indent_except_first(1) }}\n"
     expected = common.KernelTemplate._template_from_string(source).render(
@@ -259,7 +259,7 @@ def test_a_grown_template_bundle_is_stored_after_the_burst(
     """Without waiting for the hooks' removal (a program that never ends cleanly)."""
     import jinja2
 
-    from compilecache.frameworks import torch_templates
+    from compilecache.frameworks.torch import templates as torch_templates
 
     monkeypatch.setattr(torch_templates, "SAVE_AFTER_S", 0.05)
     store = MemoryStore(f"memory://{tmp_path.name}")

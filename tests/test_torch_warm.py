@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compilecache import host
-from compilecache.frameworks import torch_probes
+from compilecache.frameworks.torch import probes as torch_probes
 from compilecache.runtime import history
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore

@@ -265,7 +265,7 @@ def test_uninstall_gives_triton_back_its_manager_and_key_function(
     from triton import knobs
     from triton.compiler import compiler
 
-    from compilecache.frameworks import triton as integration
+    from compilecache.frameworks.triton import integration
     from compilecache.runtime.cache import Cache
     from compilecache.stores.memory import MemoryStore
 

@@ -40,7 +40,7 @@ COUNTERS = (
     "wait_timeouts",
     "unwritten_skips",
 )
-# torch answers that are not compiles (frameworks/torch_probes.py), as ``torch.<name>``: kept
+# torch answers that are not compiles (frameworks/torch/probes.py), as ``torch.<name>``: kept
 # apart from the totals above, which count compiles.
 TORCH_PROBE_COUNTERS = (
     "isa_probe_hits",
@@ -51,7 +51,7 @@ TORCH_PROBE_COUNTERS = (
     "probe_errors",
     "probe_time_saved_s",
 )
-# Graphs torch's own local directory served (frameworks/torch.py): ``torch.fx.local_hits``,
+# Graphs torch's own local directory served (frameworks/torch/integration.py): ``torch.fx.local_hits``,
 # ``torch.aot.local_hits``; they are also hits of the level ``level.torch-local.hits``.
 TORCH_LOCAL_LEVEL = "torch-local"
 

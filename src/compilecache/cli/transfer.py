@@ -55,7 +55,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     signing = config_of(args).signing
     if args.format == "torch":
         # Late on purpose: only this path imports torch (seconds).
-        from compilecache.frameworks import torch_artifacts
+        from compilecache.tools import torch_artifacts
 
         report = torch_artifacts.export_blob(
             store_of(args, create=False), args.file, select=_entry_filter(args), signing=signing
@@ -111,8 +111,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> Any:
-    from compilecache.frameworks import torch_artifacts
-    from compilecache.tools import bundle
+    from compilecache.tools import bundle, torch_artifacts
 
     cfg = config_of(args)
     signing = cfg.signing

@@ -43,7 +43,7 @@ def load_vocabularies() -> None:
     """Register every framework's words for its key components with ``explain`` (light modules:
     no framework is imported), for the commands that explain stored entries."""
     for framework in INTEGRATIONS:
-        importlib.import_module(f"compilecache.frameworks.{framework}_words")
+        importlib.import_module(f"compilecache.frameworks.{framework}.words")
 
 
 def _integration(framework: str) -> ModuleType | None:

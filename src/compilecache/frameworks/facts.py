@@ -126,7 +126,7 @@ def collect() -> ProcessFacts:
 
 
 def _jax() -> JaxFacts:
-    from compilecache.frameworks import jax as integration
+    from compilecache.frameworks.jax import integration
 
     jax: Any = sys.modules["jax"]
     cfg = jax.config
@@ -152,7 +152,7 @@ def _torch() -> TorchFacts:
 
 
 def _triton() -> TritonFacts:
-    from compilecache.frameworks import triton as integration
+    from compilecache.frameworks.triton import integration
 
     triton: Any = sys.modules["triton"]
     knobs: Any = sys.modules.get("triton.knobs")

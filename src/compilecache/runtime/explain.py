@@ -178,7 +178,7 @@ def changed(label: str) -> Describe:
     return describe
 
 
-# framework -> its vocabulary, registered by the framework's own module (frameworks/*_words.py)
+# framework -> its vocabulary, registered by the framework's own module (frameworks/<name>/words.py)
 # when it is imported: the integrations import theirs, and the commands that explain stored
 # entries load them all (frameworks.load_vocabularies).
 _VOCABULARIES: dict[str, Vocabulary] = {}

@@ -22,7 +22,7 @@ levels as before).
 
 A store of one level fetches nothing: it keeps the list (no pack) only for a framework that
 prepares its entries ahead (the JAX integration deserialises its executables on a thread,
-:mod:`compilecache.frameworks.jax_preload`), and reads it only when that framework asks.
+:mod:`compilecache.frameworks.jax.preload`), and reads it only when that framework asks.
 
 The job is named by ``COMPILECACHE_JOB``, or fingerprinted from the command line and the
 framework versions. A manifest is only a list of keys: a wrong or stale one costs a prefetch of

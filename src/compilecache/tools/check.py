@@ -307,7 +307,7 @@ def _warnings(cfg: Config, report: CheckReport, env: Mapping[str, str]) -> None:
             Problem(config_mod.READER_REASON, "expected for a reader of a fleet's cache")
         )
     try:
-        from compilecache.frameworks.jax_xla import usable_xla_directory
+        from compilecache.frameworks.jax.xla import usable_xla_directory
 
         directory, why = usable_xla_directory()
         if why:

@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from compilecache.entry import EntryHeader
-from compilecache.frameworks.torch_dynamo_guards import (
+from compilecache.frameworks.torch.dynamo.guards import (
     BUILTINS_ALIAS,
     CALLS_AROUND,
     DERIVED,
@@ -82,7 +82,7 @@ from compilecache.frameworks.torch_dynamo_guards import (
     resolve,
     scope_of,
 )
-from compilecache.frameworks.torch_dynamo_key import (
+from compilecache.frameworks.torch.dynamo.key import (
     FRAMEWORK,
     LAYER,
     PREFIX,
@@ -92,7 +92,7 @@ from compilecache.frameworks.torch_dynamo_key import (
     source_digest,
     version_components,
 )
-from compilecache.frameworks.torch_dynamo_repairs import (
+from compilecache.frameworks.torch.dynamo.repairs import (
     advance_unique_ids,
     forget_incomparable_export_ref,
     frame_globals,
@@ -229,7 +229,7 @@ class DynamoPackages:
         switches: PackageSwitches | None = None,
     ) -> None:
         self.cache = cache
-        # torch's clear()s, as they touch packages (torch_switches.Switches in the integration).
+        # torch's clear()s, as they touch packages (switches.Switches in the integration).
         self.switches: PackageSwitches = switches or _NoSwitches()
         # Whether COMPILECACHE_TORCH_PRECOMPILE=1 asked for it (then an untested torch warns).
         self.asked = asked
@@ -1028,7 +1028,7 @@ class DynamoPackages:
 
     def key_of(self, fn: Any, compile_call: str) -> tuple[str, dict[str, str]]:
         """Our key for ``fn``'s package compiled as ``compile_call`` asked, and its components
-        (:func:`torch_dynamo_key.package_key`)."""
+        (:func:`key.package_key`)."""
         return package_key(fn, compile_call, self.files)
 
 

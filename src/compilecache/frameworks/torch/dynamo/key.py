@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache.frameworks.torch_dynamo_guards import Unverifiable, canonical, digest
-from compilecache.frameworks.torch_kernels import current_tag
+from compilecache.frameworks.torch.dynamo.guards import Unverifiable, canonical, digest
+from compilecache.frameworks.torch.kernels import current_tag
 from compilecache.host import installed_version, torch_versions
 from compilecache.runtime import keys
 

@@ -40,7 +40,7 @@ TORCH = register_vocabulary(
             "cuda_matmul_settings": "CUDA matmul settings",
             "post_grad_custom_pre_pass": "custom pre-grad pass",
             "post_grad_custom_post_pass": "custom post-grad pass",
-            # Dynamo's packages (frameworks/torch_dynamo.py)
+            # Dynamo's packages (frameworks/torch/dynamo/)
             "function": "the compiled function",
             "compile_call": "torch.compile's arguments (backend options, mode, dynamic)",
             "threads": "thread count",
@@ -58,7 +58,7 @@ TORCH = register_vocabulary(
             "cpp_runtime_thread_count": versions("thread count"),
             "torch_version": lambda b, a, c: "torch changed (another build or version)",
             "gm": lambda b, a, c: "the graph changed (the function body or what it calls)",
-            # C++ extensions (frameworks/torch_extensions.py)
+            # C++ extensions (frameworks/torch/extensions.py)
             "flags": option_flags("extension build flags"),
             "sources": lambda b, a, c: f"extension sources changed ({a or '?'})",
             "compiler": changed("compiler"),

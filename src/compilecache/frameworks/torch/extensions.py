@@ -38,8 +38,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compilecache.frameworks import torch_words
-from compilecache.frameworks.torch_kernels import (
+from compilecache.frameworks.torch import words as torch_words
+from compilecache.frameworks.torch.kernels import (
     command_words,
     cpu_identity,
     file_digest,
@@ -186,7 +186,7 @@ class ExtensionCache:
         self.directories = DirectoryCache(cache)
         self.original: Callable[..., None] | None = None
         # Why torch's own switches turn the store off now ("" when they do not); set by the
-        # torch integration (torch_switches).
+        # torch integration (switches.py).
         self.off: Callable[[], str] = lambda: ""
 
     def run_ninja_build(

@@ -41,7 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 from compilecache.config import Config
-from compilecache.frameworks import torch_switches, triton_words
+from compilecache.frameworks.torch import switches as torch_switches
+from compilecache.frameworks.triton import words as triton_words
 from compilecache.host import framework_module as _private
 from compilecache.host import python_version
 from compilecache.patches import Patches

@@ -10,10 +10,10 @@ Hooks (each checked on the installed torch, with a warning and no change if miss
   ``RemoteBundledAutotuneCache`` (``autotune``) to a factory of :class:`StoreBackend`.
   compilecache sets none of torch's flags: torch's own questions "use the remote cache?" are
   answered "yes" for the store exactly where torch would cache on its own and the program said
-  nothing of remote caches (:mod:`compilecache.frameworks.torch_switches` has the rules). So
+  nothing of remote caches (:mod:`compilecache.frameworks.torch.switches` has the rules). So
   every switch of torch's means what it means without compilecache, and keys are the ones a
   plain torch process computes.
-- **Kernels.** ``CppBuilder.build`` is wrapped (:mod:`compilecache.frameworks.torch_kernels`) so
+- **Kernels.** ``CppBuilder.build`` is wrapped (:mod:`compilecache.frameworks.torch.kernels`) so
   that CPU kernel binaries and the ISA probe builds travel as ``kernel`` entries: a new machine
   loads them instead of running the C++ compiler.
 - **Key components.** ``codecache.compiled_fx_graph_hash`` and
@@ -47,7 +47,7 @@ time it saved is the stored entry's when the store holds that graph. torch's loc
 on: the kernel binaries and generated modules must be in its directory for torch to load them.
 
 **Probe answers**: the vector-ISA probes and the compiler identity checks that torch
-repeats on every start are answered from the store (:mod:`compilecache.frameworks.torch_probes`).
+repeats on every start are answered from the store (:mod:`compilecache.frameworks.torch.probes`).
 
 torch imports ``torch._inductor`` (and Dynamo, ~2.5 s) lazily, so nothing here is imported at
 ``install``: each hook is applied when its module is first imported (``_importhook``), which
@@ -85,21 +85,19 @@ from typing import Any
 from compilecache import _importhook, entry
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
-from compilecache.frameworks import (
-    torch_dynamo,
-    torch_dynamo_key,
-    torch_extensions,
-    torch_switches,
-    torch_words,
-)
-from compilecache.frameworks.torch_dynamo import DynamoPackages
-from compilecache.frameworks.torch_extensions import ExtensionCache
-from compilecache.frameworks.torch_headers import HeaderCache, HeaderHook
-from compilecache.frameworks.torch_kernels import BuildHook, KernelCache
-from compilecache.frameworks.torch_probes import ProbeCache, ProbeHooks
-from compilecache.frameworks.torch_sources import SourceKeyHooks
-from compilecache.frameworks.torch_switches import AOT, AUTOTUNE, FX, Switches
-from compilecache.frameworks.torch_templates import TemplateHooks
+from compilecache.frameworks.torch import dynamo as torch_dynamo
+from compilecache.frameworks.torch import extensions as torch_extensions
+from compilecache.frameworks.torch import switches as torch_switches
+from compilecache.frameworks.torch import words as torch_words
+from compilecache.frameworks.torch.dynamo import DynamoPackages
+from compilecache.frameworks.torch.dynamo import key as torch_dynamo_key
+from compilecache.frameworks.torch.extensions import ExtensionCache
+from compilecache.frameworks.torch.headers import HeaderCache, HeaderHook
+from compilecache.frameworks.torch.kernels import BuildHook, KernelCache
+from compilecache.frameworks.torch.probes import ProbeCache, ProbeHooks
+from compilecache.frameworks.torch.sources import SourceKeyHooks
+from compilecache.frameworks.torch.switches import AOT, AUTOTUNE, FX, Switches
+from compilecache.frameworks.torch.templates import TemplateHooks
 from compilecache.host import cpu_target, torch_versions
 from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
@@ -371,7 +369,7 @@ class Integration:
         return isinstance(getattr(cls, "backend_override_cls", None), BackendFactory)
 
     def _decide(self, layer: str) -> bool:
-        """Whether the store is torch's remote cache for ``layer`` now (see torch_switches)."""
+        """Whether the store is torch's remote cache for ``layer`` now (see switches.py)."""
         reason = self.switches.layer_off(layer)
         if reason:
             self.note_off(reason)
@@ -669,10 +667,10 @@ class Integration:
         self.patches.wrap(module, "compiled_fx_graph_hash", self._remembering)
         self._count_local_hits(getattr(module, "FxGraphCache", None), FX)
         self._hook_clear(getattr(module, "FxGraphCache", None), FX)
-        # torch_key() and triton_key() from the store (torch_sources).
+        # torch_key() and triton_key() from the store (sources.py).
         self.source_hooks.install(module)
         # The precompiled header's preprocessing answered, its .gch from the store
-        # (torch_headers).
+        # (headers.py).
         self.header_hook.install(module)
         if hasattr(module, "_worker_compile_cpp"):
             self.patches.wrap(module, "_worker_compile_cpp", self._compiling_cpp)
@@ -859,11 +857,11 @@ class Integration:
         )
 
     def _hook_codegen_common(self, module: Any) -> None:
-        # Compiled kernel templates from the store (torch_templates).
+        # Compiled kernel templates from the store (templates.py).
         self.template_hooks.install(module)
 
     def _hook_cpu_vec_isa(self, module: Any) -> None:
-        # The probe verdicts come from the store (torch_probes); on a miss the probe runs.
+        # The probe verdicts come from the store (probes.py); on a miss the probe runs.
         self.probe_hooks.install_isa(module)
         self._hook_probe_env(module)
 

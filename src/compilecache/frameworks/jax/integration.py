@@ -7,7 +7,7 @@ are installed before or after ``import jax`` (as long as it is before the first 
 the cache key independent of where the store lives: the 0.10.x pitfall that writes the cache
 directory into every key through XLA's cache options is neutralised twice, by the constant marker
 and by computing the key with those paths cleared, while XLA gets real directories on this host
-and its autotune results travel through the store (:mod:`compilecache.frameworks.jax_xla`).
+and its autotune results travel through the store (:mod:`compilecache.frameworks.jax.xla`).
 
 We also wrap ``compilation_cache.get_cache_key`` (looked up at call time by ``compiler.py``) to
 remember the arguments of each key, so that after a miss the key components can be hashed one by
@@ -55,7 +55,9 @@ import zstandard
 from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import CorruptEntry, ForeignEntry
-from compilecache.frameworks import jax_preload, jax_words, jax_xla
+from compilecache.frameworks.jax import preload as jax_preload
+from compilecache.frameworks.jax import words as jax_words
+from compilecache.frameworks.jax import xla as jax_xla
 from compilecache.host import cpu_target, jax_versions
 from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
@@ -741,7 +743,7 @@ class _Installed:
     # The directory option as it was (None: compilecache set it to MARKER_DIR, and unsets it).
     saved_dir: Any = None
     set_dir: bool = False
-    # XLA's cache directories (jax_xla.py).
+    # XLA's cache directories (xla.py).
     xla: jax_xla.XlaCaches | None = None
     # COMPILECACHE_WRITERS: "all" processes of a multi-process job write, or only the "first".
     writers: str = "all"
@@ -829,7 +831,7 @@ def install(cache: Cache, cfg: Config) -> bool:
         def get_cache_key(
             module: Any, devices: Any, compile_options: Any, backend: Any, *args: Any, **kwargs: Any
         ) -> str:
-            # XLA's cache paths (jax_xla.py) differ per host: the key is computed without them.
+            # XLA's cache paths (xla.py) differ per host: the key is computed without them.
             compile_options = jax_xla.key_options(compile_options)
             key, hashes = tap.record(
                 lambda: original_key(module, devices, compile_options, backend, *args, **kwargs)
@@ -878,7 +880,7 @@ def install(cache: Cache, cfg: Config) -> bool:
 
 
 def _read_ahead(cache: Cache, installed: _Installed) -> jax_preload.Preloader | None:
-    """Serve JAX's lookups from executables deserialised ahead (jax_preload.py), started once
+    """Serve JAX's lookups from executables deserialised ahead (preload.py), started once
     the program's backends exist; record how each miss is compiled, for the entry it writes.
     ``None`` where the session reads no manifest or this JAX lacks the functions."""
     compilation_cache = _private("jax._src.compilation_cache")
@@ -1119,7 +1121,7 @@ def _write_arguments(
 
 
 def _route_xla_caches(cache: Cache, installed: _Installed, cfg: Config) -> jax_xla.XlaCaches | None:
-    """Give XLA's caches this host's directories and carry the autotune results (jax_xla.py).
+    """Give XLA's caches this host's directories and carry the autotune results (xla.py).
     ``None`` (XLA then gets no cache directories) when this JAX has no place to do it."""
     try:
         compiler = _private("jax._src.compiler")

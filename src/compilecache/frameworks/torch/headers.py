@@ -27,7 +27,7 @@ compilecache keeps the result of each step and does the steps only when they are
 - **Step 3, only when a kernel is compiled, and from the store.** After an answered header, the
   ``.gch`` is not built: a warm start whose kernels all come from the store never needs it. The
   first kernel that must run the compiler first calls torch's ``_precompile_header`` itself,
-  whose build goes through the ``kernel`` hook (:mod:`compilecache.frameworks.torch_kernels`):
+  whose build goes through the ``kernel`` hook (:mod:`compilecache.frameworks.torch.kernels`):
   the ``.gch`` is a ``pch`` entry under the kernel key (command line, inputs, compiler, CPU,
   torch, Python, C library), fetched if stored, else compiled and stored. Without a ``.gch``,
   ``-include <hash>.h`` still compiles the kernel from the headers, so nothing depends on it
@@ -55,8 +55,8 @@ from collections.abc import Callable
 from typing import Any
 
 from compilecache import host
-from compilecache.frameworks.torch_kernels import command_words, write_into_place
-from compilecache.frameworks.torch_probes import (
+from compilecache.frameworks.torch.kernels import command_words, write_into_place
+from compilecache.frameworks.torch.probes import (
     ProbeCache,
     ProbeKey,
     compiler_identity,

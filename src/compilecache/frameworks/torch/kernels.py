@@ -25,7 +25,7 @@ Never a wrong hit: the key is a SHA-256 over everything that decides the bytes g
   library, and torch's ``cache_key_tag``.
 
 Inductor's precompiled headers (``.gch``) travel the same way, as ``pch`` entries; the header's
-preprocessing is handed to :mod:`compilecache.frameworks.torch_headers`, which also builds an
+preprocessing is handed to :mod:`compilecache.frameworks.torch.headers`, which also builds an
 answered header's ``.gch`` before the first kernel that needs the compiler (``before_compile``).
 fbcode remote builds are left alone.
 """
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.entry import INTERNAL, EntryHeader
-from compilecache.frameworks import torch_words
+from compilecache.frameworks.torch import words as torch_words
 from compilecache.host import framework_module as _private
 from compilecache.host import native_cpu, torch_versions
 from compilecache.patches import Patches
@@ -226,12 +226,12 @@ class KernelCache:
         self.cache = cache
         self.on_built = on_built
         self.timer = SharedTimer()
-        # Set by the torch integration (torch_headers): a header's preprocessing build, and
+        # Set by the torch integration (headers.py): a header's preprocessing build, and
         # what must be ready before the compiler runs for a command line.
         self.preprocess: Callable[[Any, Callable[[Any], None]], None] | None = None
         self.before_compile: Callable[[str], None] | None = None
         # Why torch's own switches turn the store off now ("" when they do not): set by the
-        # torch integration (torch_switches). A builder carries the answer of the thread that
+        # torch integration (switches.py). A builder carries the answer of the thread that
         # made it (see BuildHook), since torch's configuration values are per thread.
         self.off: Callable[[], str] = lambda: ""
 

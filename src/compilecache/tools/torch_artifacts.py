@@ -42,7 +42,7 @@ from typing import Any, Literal
 from compilecache import atomicfile, entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
-from compilecache.frameworks.torch import (
+from compilecache.frameworks.torch.integration import (
     _KNOWN_IDS,
     parse_debug_lines,
     store_key,

@@ -1,5 +1,5 @@
 """Inductor's kernel templates, compiled once, answered from the store like the probes of
-:mod:`compilecache.frameworks.torch_probes`.
+:mod:`compilecache.frameworks.torch.probes`.
 
 ``KernelTemplate._template_from_string`` compiles a Jinja source into a template (Jinja's lexer,
 parser and code generator, then Python's ``compile``) for every kernel template torch defines at
@@ -29,7 +29,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from compilecache.frameworks.torch_probes import (
+from compilecache.frameworks.torch.probes import (
     FRAMEWORK,
     ProbeCache,
     ProbeKey,

@@ -12,7 +12,7 @@ block, ``subprocess.Popen`` patched to list every child; about 2.2 s per first s
   (``g++ -v``) and ``_is_intel_compiler`` (``g++ --version``): 2-6 ms each.
 - With Inductor's precompiled headers on (torch's default), the header source is preprocessed
   (``g++ -E``, 0.14-0.20 s) and hashed (``openssl sha512``); that answer is a ``header`` probe
-  entry (:mod:`compilecache.frameworks.torch_headers`), checked against the files it read.
+  entry (:mod:`compilecache.frameworks.torch.headers`), checked against the files it read.
 
 Each answer is stored under a key made of everything it depends on, so that a different CPU,
 compiler or torch never reuses one (a changed part is a miss, explained by
@@ -56,7 +56,7 @@ from typing import Any
 from compilecache import entry, host
 from compilecache.entry import EntryHeader
 from compilecache.errors import ForeignEntry
-from compilecache.frameworks import torch_words
+from compilecache.frameworks.torch import words as torch_words
 from compilecache.patches import Patches
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.keys import chain, text_digest
@@ -196,7 +196,7 @@ class ProbeCache:
         # key, a `which` and a `stat` per compiler, cost 0.3 ms each).
         self._checked: dict[tuple[str, tuple[Any, ...]], Any] = {}
         # Why torch's own switches turn the store off now ("" when they do not): set by the
-        # torch integration (torch_switches); while off, torch's own functions answer.
+        # torch integration (switches.py); while off, torch's own functions answer.
         self.off: Callable[[], str] = _never
 
     def lookup(

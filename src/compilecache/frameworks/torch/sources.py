@@ -1,5 +1,5 @@
 """Source hashes torch recomputes on every start although they cannot have changed, answered from
-the store like the probes of :mod:`compilecache.frameworks.torch_probes`:
+the store like the probes of :mod:`compilecache.frameworks.torch.probes`:
 
 - ``codecache.torch_key()``: a SHA-256 over the source of every torch module (2,300 files read on
   every start: about 0.12 s here);
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.frameworks.torch_probes import ProbeCache, ProbeKey, make_key, torch_identity
+from compilecache.frameworks.torch.probes import ProbeCache, ProbeKey, make_key, torch_identity
 from compilecache.patches import Patches
 
 log = logging.getLogger("compilecache")
