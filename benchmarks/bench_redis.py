@@ -42,7 +42,7 @@ from compilecache.stores.base import EntryMeta
 from compilecache.stores.local import LocalStore
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import from_urls, open_url
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 
 NAME = "bench_redis"
 TARGET_GET_OVER_RAW = 1.3  # for values of 1 MB and more

@@ -42,15 +42,15 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "stores.frame",
         "stores.leasefile",
-        "stores.writebehind",
-        "stores.coldstreak",
-        "stores.fleetledger",
+        "stores.tiers.writebehind",
+        "stores.tiers.coldstreak",
+        "stores.tiers.counters",
         "stores.obstorefs",
         "stores.resp",
     ),
     ("stores.local", "stores.sharedfs", "stores.redis", "stores.objectstore", "stores.memory"),
     ("stores.guarded", "stores.readonly"),
-    ("stores.tiered",),
+    ("stores.tiers",),
     ("stores.registry", "stores"),
     # the runtime the integrations call
     ("runtime.reader",),
@@ -69,7 +69,7 @@ LAYERS: list[tuple[str, ...]] = [
     # framework integrations
     ("frameworks",),
     # enabling a process, running a command under it
-    ("runner", "unsigned"),
+    ("runner", "unsigned_warning"),
     ("session",),
     # tools that inspect and move entries, and the workloads of the demo and benchmarks
     ("tools", "workloads"),

@@ -24,7 +24,7 @@ from compilecache.stores.obstorefs import ObstoreFS
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import open_url
 from compilecache.stores.resp import Connection, RespClient
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests import servers
 from tests.polling import wait_until
 from tests.servers import MotoServer, RedisServer, namespace

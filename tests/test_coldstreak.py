@@ -19,11 +19,11 @@ from compilecache.errors import ConfigError
 from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta, Store, StoreWrapper
 from compilecache.stores.capabilities import Claim, Leases
-from compilecache.stores.coldstreak import ColdStreak
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.registry import open_url
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
+from compilecache.stores.tiers.coldstreak import ColdStreak
 from tests import servers
 from tests.conftest import clean_env, cli_json, last_json, run_python
 from tests.servers import MotoServer, RedisServer, delayed, namespace

@@ -27,7 +27,7 @@ from compilecache.runtime.cache import Cache
 from compilecache.stores.base import EntryMeta
 from compilecache.stores.local import LocalStore
 from compilecache.stores.memory import MemoryStore
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests.conftest import clean_env
 
 # The frameworks' vocabularies are registered with explain when their modules are imported: both

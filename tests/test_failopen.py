@@ -23,7 +23,7 @@ from compilecache.stores.base import EntryMeta
 from compilecache.stores.guarded import DeadlineExceeded, Guarded, LevelSkipped
 from compilecache.stores.memory import MemoryStore
 from compilecache.stores.registry import from_urls
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests import servers
 from tests.conftest import clean_env
 from tests.servers import RedisServer, free_port, namespace

@@ -21,7 +21,7 @@ from compilecache.frameworks.jax import preload as jax_preload
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.prefetch import Prefetcher
 from compilecache.stores.local import LocalStore
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests.conftest import clean_env, last_json, run_python
 from tests.polling import wait_until
 

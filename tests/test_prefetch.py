@@ -29,8 +29,8 @@ from compilecache.stores.memory import MemoryStore
 from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.obstorefs import ObstoreFS
 from compilecache.stores.registry import open_url
-from compilecache.stores.tiered import Tiered
-from compilecache.stores.writebehind import WriteBehind
+from compilecache.stores.tiers import Tiered
+from compilecache.stores.tiers.writebehind import WriteBehind
 from tests import servers
 from tests.conftest import TESTS, clean_env, cli_json, last_json, run_python
 from tests.polling import wait_until
@@ -276,7 +276,7 @@ def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
 def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> None:
     store = Tiered([mem(), mem()])
     cfg = Config(url="x", job="train-llm")
-    recorder = manifest.Prefetch(store, cfg, Reader())
+    recorder = manifest.JobManifest(store, cfg, Reader())
     for key in ("jax/a", "jax/b", "jax/a", "jax/c"):
         recorder.prefetcher.before_read(key)  # what the session's cache does at each lookup
     recorder.known = []
@@ -286,7 +286,7 @@ def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> No
         "jax/b",
         "jax/c",
     ]
-    again = manifest.Prefetch(store, cfg, Reader())
+    again = manifest.JobManifest(store, cfg, Reader())
     for key in ("jax/a", "jax/c"):
         again.prefetcher.before_read(key)
     again.known = manifest.load(store, again.key, Reader())
@@ -481,14 +481,14 @@ def test_a_store_of_one_level_reads_its_manifest_only_when_a_framework_asks(
     cfg = Config(url="x", job="one-level")
     store = Tiered([LocalStore(tmp_path / "store")])
     try:
-        quiet = manifest.Prefetch(store, cfg, Reader())
+        quiet = manifest.JobManifest(store, cfg, Reader())
         quiet.start()
         assert quiet._thread is None  # no thread, no read, at start
         quiet.prefetcher.before_read("jax/a")
         assert quiet.record() is False  # nobody asked for the list: none is written
         assert manifest.load(store, manifest.key_of("one-level"), Reader()) == []
 
-        asking = manifest.Prefetch(store, cfg, Reader())
+        asking = manifest.JobManifest(store, cfg, Reader())
         asking.start()
         assert asking.prefetcher.job_keys(0.1) == []
         for key in ("jax/a", "jax/b"):
@@ -496,7 +496,7 @@ def test_a_store_of_one_level_reads_its_manifest_only_when_a_framework_asks(
         assert asking.record() is True
         assert not store.levels[0].peek(manifest.key_of("one-level") + manifest.PACK_SUFFIX)
 
-        again = manifest.Prefetch(store, cfg, Reader())
+        again = manifest.JobManifest(store, cfg, Reader())
         again.start()
         assert again.prefetcher.job_keys(0.1) == ["jax/a", "jax/b"]
         again.prefetcher.before_read("jax/b")

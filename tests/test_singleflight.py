@@ -34,7 +34,7 @@ from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.readonly import ReadOnly
 from compilecache.stores.registry import open_url
 from compilecache.stores.sharedfs import SharedFSStore
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests import servers
 from tests.conftest import clean_env
 from tests.polling import wait_until

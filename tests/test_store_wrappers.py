@@ -20,7 +20,7 @@ from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
 from compilecache.stores.readonly import ReadOnly
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests import servers
 from tests.servers import MotoServer, RedisServer, namespace
 from tests.stores.conformance import CapabilityConformance, StoreConformance

@@ -20,7 +20,7 @@ from compilecache.stores.memory import MemoryStore
 from compilecache.stores.readonly import ReadOnly
 from compilecache.stores.redis import RedisStore
 from compilecache.stores.registry import from_urls
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 from tests import servers
 from tests.servers import RedisServer, namespace
 from tests.stores.conformance import StoreConformance

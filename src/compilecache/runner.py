@@ -196,7 +196,7 @@ def _shared_store_warning(env: Mapping[str, str]) -> str | None:
     """The first-run warning about a shared store nothing signs."""
     if not _may_be_shared(env.get("COMPILECACHE_URL", "")):
         return None
-    from compilecache.unsigned import first_run_warning
+    from compilecache.unsigned_warning import first_run_warning
 
     return first_run_warning(env)
 

@@ -27,11 +27,11 @@ from compilecache.config import Config, WritePlan
 from compilecache.errors import CompileCacheError, StoreUnavailable
 from compilecache.redaction import redact
 from compilecache.runtime.cache import Cache
-from compilecache.runtime.manifest import Prefetch
+from compilecache.runtime.manifest import JobManifest
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 
 log = logging.getLogger("compilecache")
 
@@ -152,9 +152,9 @@ class Session:
         self.installed: set[str] = set()
         # The job's manifest: read at start (tiers with a remote level prefetch it; a framework
         # may prepare its entries ahead), recorded at exit.
-        self.manifest: Prefetch | None = None
+        self.manifest: JobManifest | None = None
         if cfg.prefetch and prefetch:
-            self.manifest = Prefetch(self.store, cfg, self.cache.reader)
+            self.manifest = JobManifest(self.store, cfg, self.cache.reader)
             self.cache.prefetcher = self.manifest.prefetcher
         self._flushed: dict[str, float] = {}
         self._closed = False

@@ -15,7 +15,7 @@ _Default = TypeVar("_Default", float, None)
 # A local store's size bound unless COMPILECACHE_MAX_SIZE or ?max_size= says otherwise.
 DEFAULT_MAX_SIZE = 10 * 1000**3
 # Lookups stop waiting for a remote level's answer after this many new, quick compiles in a row
-# (COMPILECACHE_COLD_STREAK; 0: always wait). See compilecache.stores.coldstreak.
+# (COMPILECACHE_COLD_STREAK; 0: always wait). See compilecache.stores.tiers.coldstreak.
 DEFAULT_COLD_STREAK = 5
 
 _SIZE_UNITS = {

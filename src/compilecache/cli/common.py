@@ -12,7 +12,7 @@ from compilecache import config as config_mod
 from compilecache.config import Config
 
 if TYPE_CHECKING:
-    from compilecache.stores.tiered import Tiered
+    from compilecache.stores.tiers import Tiered
 
 # The stores, the entry format and the tools are imported by the commands that use them:
 # `compilecache run` (which starts the user's program) imports none of them.

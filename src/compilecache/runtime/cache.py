@@ -49,7 +49,7 @@ from compilecache.signing import Signing
 from compilecache.stats import Stats, function_counter
 from compilecache.stores.base import EntryMeta, Store, get_or_claim
 from compilecache.stores.capabilities import Claim
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 
 if TYPE_CHECKING:
     from compilecache.runtime.prefetch import Prefetcher

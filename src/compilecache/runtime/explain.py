@@ -36,7 +36,7 @@ from compilecache.stores.base import EntryInfo, EntryMeta, Store
 
 if TYPE_CHECKING:
     from compilecache.runtime.cache import Cache
-    from compilecache.stores.tiered import Tiered
+    from compilecache.stores.tiers import Tiered
 
 log = logging.getLogger("compilecache")
 

@@ -47,7 +47,7 @@ from compilecache.runtime.prefetch import Prefetcher
 from compilecache.runtime.reader import Reader
 from compilecache.signing import Signing
 from compilecache.stores.base import EntryMeta, Store
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 
 log = logging.getLogger("compilecache")
 
@@ -233,7 +233,7 @@ def unpacker(key: str, reader: Reader) -> Callable[[bytes], dict[str, tuple[byte
     return unpack
 
 
-class Prefetch:
+class JobManifest:
     """The manifest side of one session: prefetch at start (in the background), record at
     exit (when this run looked up other keys than the manifest held). ``prefetcher`` is what
     the session's cache tells of each lookup."""

@@ -6,7 +6,7 @@ lacks from the slower levels (a pack of entries in one object first, then batche
 trip each, a few at a time). The cache (:class:`~compilecache.runtime.cache.Cache`) tells the
 prefetcher of each lookup before it reads (:meth:`Prefetcher.before_read`): the key is recorded
 for the next manifest, and a lookup of a key on its way waits for it rather than fetch it twice.
-The tiers (:class:`~compilecache.stores.tiered.Tiered`) count and backfill what it fetched.
+The tiers (:class:`~compilecache.stores.tiers.Tiered`) count and backfill what it fetched.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from compilecache.stores.base import EntryMeta, Pack, Store
-from compilecache.stores.tiered import Tiered
+from compilecache.stores.tiers import Tiered
 
 log = logging.getLogger("compilecache")
 

@@ -9,7 +9,7 @@ Every store compilecache uses is opened here (the session, the CLI, bundles, ``o
    entry-point group, or among fsspec's protocols;
 4. backend -> :func:`~compilecache.stores.guarded.for_level` (remote levels fail open) ->
    :class:`~compilecache.stores.readonly.ReadOnly` (``?readonly=1`` or a read-only session);
-5. the levels -> :class:`~compilecache.stores.tiered.Tiered` (one level too: every caller then
+5. the levels -> :class:`~compilecache.stores.tiers.Tiered` (one level too: every caller then
    asks one shape of store, and each capability is placed once, there).
 """
 
@@ -38,7 +38,7 @@ from compilecache.stores.base import (
     is_local,
 )
 from compilecache.stores.readonly import ReadOnly
-from compilecache.stores.tiered import Tiered, WritePolicy
+from compilecache.stores.tiers import Tiered, WritePolicy
 from compilecache.units import DEFAULT_COLD_STREAK
 
 log = logging.getLogger("compilecache")
@@ -411,7 +411,7 @@ def from_urls(
 
     Levels on another machine (not a local directory or memory) are written in the background
     (``?write_behind=0`` opts a level out), so a compile never waits for the network;
-    ``cold_streak``: see :mod:`compilecache.stores.coldstreak`.
+    ``cold_streak``: see :mod:`compilecache.stores.tiers.coldstreak`.
     """
     levels: list[Store] = []
     behind: list[bool] = []

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compilecache import config as config_mod
-from compilecache import unsigned
+from compilecache import unsigned_warning
 from compilecache.config import Config, format_size
 from compilecache.errors import CompileCacheError
 from compilecache.redaction import redact
@@ -285,11 +285,11 @@ def _fix_for(text: str) -> str:
 def _warnings(cfg: Config, report: CheckReport, env: Mapping[str, str]) -> None:
     for said in config_mod.describe_unknown(config_mod.unknown_variables(env)):
         report.warnings.append(Problem(said, "correct its name, or unset it"))
-    shared = unsigned.shared_unsigned(cfg)
+    shared = unsigned_warning.shared_unsigned(cfg)
     if shared:
         report.warnings.append(
             Problem(
-                unsigned.message(shared),
+                unsigned_warning.message(shared),
                 "COMPILECACHE_SIGNING_KEY_FILE where the cache is filled, "
                 "COMPILECACHE_TRUSTED_KEYS everywhere it is read (`compilecache keygen`)",
             )

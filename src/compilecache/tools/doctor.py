@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache import config as config_mod
-from compilecache import frameworks, unsigned
+from compilecache import frameworks, unsigned_warning
 from compilecache.frameworks.facts import ProcessFacts
 from compilecache.runtime import explain
 from compilecache.stores import registry
@@ -452,12 +452,12 @@ def _pitfalls(
             "keygen`)"
             + ("." if private else "; to keep its own compiles, put a local level first."),
         )
-    shared = unsigned.shared_unsigned(cfg)
+    shared = unsigned_warning.shared_unsigned(cfg)
     if shared:
         found["unsigned"] = Finding(
             "pitfall",
             "a shared store without signatures",
-            unsigned.message(shared),
+            unsigned_warning.message(shared),
             "Set up trusted writers: COMPILECACHE_SIGNING_KEY_FILE where the cache is filled, "
             "COMPILECACHE_TRUSTED_KEYS everywhere it is read (`compilecache keygen`).",
         )

@@ -78,7 +78,7 @@ class FleetLedger:
 
 
 class TierCounters(Counters):
-    """The counters of tiers (:class:`~compilecache.stores.tiered.Tiered`), placed once, when the
+    """The counters of tiers (:class:`~compilecache.stores.tiers.Tiered`), placed once, when the
     tiers are built.
 
     The host's own counters go to the *host level*: the first writable level that keeps counters

@@ -1,6 +1,6 @@
 """Write-behind for a slow level: the compile that produced an entry never waits for the network.
 
-A tier (:class:`~compilecache.stores.tiered.Tiered`) writes its first level (the local disk) at
+A tier (:class:`~compilecache.stores.tiers.Tiered`) writes its first level (the local disk) at
 once and hands the writes of a remote level to a :class:`WriteBehind`: a bounded queue drained
 by a few background threads (a remote write is mostly waiting on the network, so several in
 flight finish an exit's drain several times sooner). Operations on one key run one at a time, in

@@ -17,7 +17,7 @@ level in front of a shared one:
   lookup that found nothing re-raises the first level failure so that the cache layer counts it
   (once per outage, not once per lookup); a write succeeds when at least one level took it.
 - A cold run of quick compiles stops waiting for the remote level's "nothing here" before each
-  compile (:mod:`~compilecache.stores.coldstreak`): the lookup misses at once, and its lease
+  compile (:mod:`~compilecache.stores.tiers.coldstreak`): the lookup misses at once, and its lease
   claim goes behind the level's write-behind (only a look for the entry, if the compile's
   write comes within two round trips). ``unwaited`` counts those lookups, ``late`` the claims
   that found an entry or another process's lease after all.
@@ -42,9 +42,9 @@ from typing import Literal
 from compilecache.errors import ConfigError, CorruptEntry, LevelSkipped, ReadOnlyStore
 from compilecache.stores.base import EntryInfo, EntryMeta, Store, get_or_claim
 from compilecache.stores.capabilities import Claim, Found, History, Leases
-from compilecache.stores.coldstreak import ColdStreak
-from compilecache.stores.fleetledger import TierCounters
-from compilecache.stores.writebehind import WriteBehind
+from compilecache.stores.tiers.coldstreak import ColdStreak
+from compilecache.stores.tiers.counters import TierCounters
+from compilecache.stores.tiers.writebehind import WriteBehind
 from compilecache.units import DEFAULT_COLD_STREAK
 
 log = logging.getLogger("compilecache")
