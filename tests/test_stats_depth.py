@@ -19,7 +19,7 @@ from compilecache.entry import EntryHeader
 from compilecache.errors import StoreUnavailable
 from compilecache.runtime import history
 from compilecache.runtime.cache import Cache
-from compilecache.session import Session, _open, plan_writes
+from compilecache.session import Session, open_store, plan_writes
 from compilecache.stats import function_counter, split_counters
 from compilecache.stores.base import EntryMeta
 from compilecache.stores.capabilities import HISTORY_LIMIT
@@ -74,7 +74,7 @@ def test_stats_json_per_function_framework_and_level(
     url = f"{tmp_path / 'fast'},{tmp_path / 'slow'}"
     cfg = config_mod.load({}, url=url)
     plan = plan_writes(cfg)
-    session = Session(cfg, _open(cfg, plan), plan)
+    session = Session(cfg, open_store(cfg=cfg, plan=plan), plan)
     _fill(session.cache)
     session.flush_stats()
     session.record_run()
@@ -95,7 +95,7 @@ def test_stats_json_per_function_framework_and_level(
     assert report["levels"][str(tmp_path / "slow")]["writes"] == 2
 
     # One run record per session, kept in the first level's history.
-    (run,) = history.read(_open(cfg, plan_writes(cfg)), history.RUN)
+    (run,) = history.read(open_store(cfg=cfg, plan=plan_writes(cfg)), history.RUN)
     assert run["hits"] == 2 and run["misses"] == 1 and run["frameworks"]["jax"]["hits"] == 2
 
     assert main(["stats", "--url", url]) == 0
@@ -211,7 +211,7 @@ def test_redis_history_is_capped_and_invisible_to_scan(redis_server: servers.Red
 def test_tiered_history_lives_in_the_first_writable_level(tmp_path: Path) -> None:
     url = f"{tmp_path / 'ro'}?readonly=1,{tmp_path / 'rw'}"
     cfg = config_mod.load({}, url=url)
-    store = _open(cfg, plan_writes(cfg))
+    store = open_store(cfg=cfg, plan=plan_writes(cfg))
     assert history.append(store, history.MISS, {"m": 1})
     assert history.read(store, history.MISS) == [{"m": 1}]
     assert LocalStore(tmp_path / "rw").history.read("miss") == [{"m": 1}]

@@ -12,7 +12,7 @@ import pytest
 import compilecache
 from compilecache import config as config_mod
 from compilecache.errors import ReadOnlyStore
-from compilecache.session import _open, plan_writes
+from compilecache.session import open_store, plan_writes
 from compilecache.stores.base import EntryMeta, Store
 from compilecache.stores.guarded import Guarded
 from compilecache.stores.local import LocalStore
@@ -118,7 +118,7 @@ def test_read_only_session_never_writes_nor_backfills(
     ns = namespace()
     from_urls([f"{redis_server.url}/{ns}"]).put("k", b"v")
     cfg = config_mod.load({}, url=f"{tmp_path / 'l'},{redis_server.url}/{ns}", read_only=True)
-    store = _open(cfg, plan_writes(cfg))
+    store = open_store(cfg=cfg, plan=plan_writes(cfg))
     assert store.get("k") == b"v"
     with pytest.raises(ReadOnlyStore):
         store.put("k2", b"v")

@@ -40,18 +40,27 @@ _active: Session | None = None
 
 
 def open_store(
-    url: str | None = None, *, max_size: int | str | None = None, create: bool = True
+    url: str | None = None,
+    *,
+    max_size: int | str | None = None,
+    create: bool = True,
+    cfg: Config | None = None,
+    plan: WritePlan | None = None,
+    command: bool = False,
 ) -> Tiered:
     """Open the storage layer on its own: one URL, or several comma-separated (tiers, fastest
     first). Defaults come from ``COMPILECACHE_URL`` and ``COMPILECACHE_MAX_SIZE``.
-    ``create=False``: only open a store that exists (a missing directory is an error)."""
-    cfg = config_mod.load(url=url, max_size=max_size)
-    # The levels a session would write; not plan_writes, which also makes a reader's host key.
-    plan = WritePlan.of_session(cfg, registry.has_private_level(cfg.url))
-    return _open(cfg, plan, create=create)
+    ``create=False``: only open a store that exists (a missing directory is an error).
 
-
-def _open(cfg: Config, plan: WritePlan, *, create: bool = True) -> Tiered:
+    Within compilecache, the one opener of a configured store (a session's, a command's): with
+    ``cfg`` (``url`` and ``max_size`` are then taken from it) and the ``plan`` of who writes;
+    ``command``: opened for one command (stats, ls), not a running program."""
+    if cfg is None:
+        cfg = config_mod.load(url=url, max_size=max_size)
+    if plan is None:
+        # The levels a session would write; not plan_writes, which also makes a reader's host
+        # key.
+        plan = WritePlan.of_session(cfg, registry.has_private_level(cfg.url))
     return registry.open_store(
         cfg.url,
         cfg.max_size,
@@ -59,6 +68,7 @@ def _open(cfg: Config, plan: WritePlan, *, create: bool = True) -> Tiered:
         tier_writes=cfg.tier_writes,
         create=create,
         cold_streak=cfg.cold_streak,
+        command=command,
     )
 
 
@@ -324,7 +334,7 @@ def enable(
             _deactivate()
         plan = plan_writes(cfg)
         try:
-            store = _open(cfg, plan)
+            store = open_store(cfg=cfg, plan=plan)
         except StoreUnavailable as exc:
             # Never break the program: it runs uncached. One problem, said once and counted
             # once; no framework is hooked (a lookup per compile would each fail the same way).

@@ -52,7 +52,7 @@ def _answers(level: str) -> bool:
     try:
         # The bare backend (no guard: its failure is not this run's outage to warn about); a
         # shared directory not made yet is made, as the run would.
-        store = registry.open_backend(registry.parse_url(level))
+        store = registry.open_url(level)
         try:
             store.stat("compilecache/check")
         finally:

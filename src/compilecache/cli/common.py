@@ -53,25 +53,21 @@ def config_of(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def open_tiers(cfg: Config, url: str | None = None, *, create: bool = True) -> Tiered:
-    """Open ``url`` (default: the configured store) with the configured size and options.
+def store_of(args: argparse.Namespace, url: str | None = None, *, create: bool = True) -> Tiered:
+    """The store this command works on (or ``url``, opened with the same settings).
     ``create=False`` for commands that only look at a store: a directory that does not exist is
     an error naming it, not a new, empty store."""
-    from compilecache.stores import registry
+    import dataclasses
 
-    return registry.open_store(
-        url or cfg.url,
-        cfg.max_size,
+    from compilecache import session
+
+    cfg = config_of(args)
+    return session.open_store(
+        cfg=dataclasses.replace(cfg, url=url) if url else cfg,
         plan=config_mod.WritePlan.of_command(cfg),
-        tier_writes=cfg.tier_writes,
         create=create,
         command=True,
     )
-
-
-def store_of(args: argparse.Namespace, *, create: bool = True) -> Tiered:
-    """The store this command works on."""
-    return open_tiers(config_of(args), create=create)
 
 
 def print_json(data: Any) -> None:

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from compilecache import config as config_mod
-from compilecache.cli.common import Commands, config_of, open_tiers, print_json, store_of
+from compilecache.cli.common import Commands, config_of, print_json, store_of
 from compilecache.config import Config, format_size
 from compilecache.errors import CompileCacheError
 
@@ -140,7 +140,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     store = store_of(args)
     target = store.levels[0]  # the local level: the first of several (fastest first)
     report = bundle.warm(
-        open_tiers(config_of(args), args.source, create=False),
+        store_of(args, args.source, create=False),
         target,
         select=_entry_filter(args),
         signing=config_of(args).signing,

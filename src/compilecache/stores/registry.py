@@ -257,7 +257,7 @@ def is_shared_directory(url: StoreURL) -> bool:
     return url.scheme == "file" and flag(url.params, "shared")
 
 
-def open_backend(url: StoreURL) -> Store:
+def _backend(url: StoreURL) -> Store:
     """The bare backend of one parsed level (no guard, no read-only wrapper)."""
     check_options(url)
     check_requirements(url)
@@ -304,7 +304,7 @@ class Adapted(Store):
 # -- composition ---------------------------------------------------------------------------------
 
 
-def open_level(
+def _level(
     url: str | StoreURL,
     max_size: int | None = None,
     *,
@@ -315,7 +315,7 @@ def open_level(
     """One level: backend -> guard (remote levels fail open) -> read-only (``?readonly=1`` or
     ``read_only``). ``command``: opened for one command (stats, ls), not a running program."""
     parsed = url if isinstance(url, StoreURL) else parse_url(url, max_size, create=create)
-    store = open_backend(parsed)
+    store = _backend(parsed)
     if not is_local(parsed):
         # Imported here: a local-only cache never loads the network wrappers.
         from compilecache.stores.guarded import for_level
@@ -366,7 +366,7 @@ def open_store(
     read_only = plan.levels_read_only if plan is not None else False
     shared_read_only = plan.shared_read_only if plan is not None else False
     if len(urls) == 1:
-        level = open_level(urls[0], max_size, read_only=read_only, create=create, command=command)
+        level = _level(urls[0], max_size, read_only=read_only, create=create, command=command)
         return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
     # Read-only reaches every level (no backfill either), and so the tiers as a whole.
     return from_urls(
@@ -420,7 +420,7 @@ def from_urls(
         parsed = parse_url(text, max_size, create=create)
         try:
             shared = shared_read_only and not is_local(parsed)
-            levels.append(open_level(parsed, read_only=read_only or shared, command=command))
+            levels.append(_level(parsed, read_only=read_only or shared, command=command))
         except StoreUnavailable as exc:
             log.warning("compilecache: level %s left out: %s", text, exc)
             first_error = first_error or exc
@@ -432,9 +432,10 @@ def from_urls(
     return Tiered(levels, writes=writes, write_behind=behind, cold_streak=cold_streak)
 
 
-def open_url(url: str, max_size: int | None = None) -> Store:
-    """One level's backend with its ``?readonly=1`` and no guard (for tests and tools that want
-    the bare backend; the cache opens stores with :func:`open_store`)."""
-    parsed = parse_url(url, max_size)
-    store = open_backend(parsed)
+def open_url(url: str | StoreURL, max_size: int | None = None) -> Store:
+    """One level's bare backend (no fail-open guard) with its ``?readonly=1``, for the tools and
+    tests that look at one level as it is; the cache and its commands open stores with
+    :func:`open_store`."""
+    parsed = url if isinstance(url, StoreURL) else parse_url(url, max_size)
+    store = _backend(parsed)
     return ReadOnly(store) if flag(parsed.params, "readonly") else store

@@ -215,7 +215,7 @@ def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
     try:
         parsed = registry.parse_url(level, cfg.max_size, create=False)
         # The bare backend: no fail-open guard to hide (and warn about) what fails here.
-        store = registry.open_backend(parsed)
+        store = registry.open_url(parsed)
     except CompileCacheError as exc:
         text = str(exc)
         if "does not exist" in text:
