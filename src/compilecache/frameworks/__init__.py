@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,23 @@ INTEGRATIONS = {
     "torch": ("torch", "compilecache.frameworks.torch"),
     "triton": ("triton", "compilecache.frameworks.triton"),
 }
+
+
+def face(package: str) -> tuple[Callable[[Cache, Config], bool], Callable[[], None]]:
+    """``install`` and ``uninstall`` for a framework's package (its face), which call the hooks
+    in its ``integration`` module: imported at install only (it may import the framework), never
+    for an uninstall that has nothing to undo."""
+    module = f"{package}.integration"
+
+    def install(cache: Cache, cfg: Config) -> bool:
+        return bool(importlib.import_module(module).install(cache, cfg))
+
+    def uninstall() -> None:
+        integration = sys.modules.get(module)
+        if integration is not None:
+            integration.uninstall()
+
+    return install, uninstall
 
 
 def load_vocabularies() -> None:

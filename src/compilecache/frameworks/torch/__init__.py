@@ -10,27 +10,6 @@ This module is the face: :func:`install` and :func:`uninstall`, called by
 package are light (importing ``words`` imports neither torch nor the hooks).
 """
 
-from __future__ import annotations
+from compilecache.frameworks import face
 
-import sys
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from compilecache.config import Config
-    from compilecache.runtime.cache import Cache
-
-INTEGRATION = "compilecache.frameworks.torch.integration"
-
-
-def install(cache: Cache, cfg: Config) -> bool:
-    """Hook torch (already imported) up to ``cache``; whether it is hooked."""
-    from compilecache.frameworks.torch import integration
-
-    return integration.install(cache, cfg)
-
-
-def uninstall() -> None:
-    """Undo :func:`install`; nothing when it never ran (the hooks are not imported for it)."""
-    integration = sys.modules.get(INTEGRATION)
-    if integration is not None:
-        integration.uninstall()
+install, uninstall = face(__name__)
