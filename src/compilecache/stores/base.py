@@ -247,57 +247,11 @@ def get_or_claim(store: Store, key: str, ttl_s: float) -> tuple[Found | None, Cl
 
 # URL options every level takes, handled by the composition root and the wrappers (ReadOnly,
 # Guarded), never by a backend: backends leave them out of what they pass on to their clients.
+# Each backend names its own beside it (``OPTIONS``, and ``CLIENT_OPTIONS`` for its client
+# library's): the registry checks a URL against them when it opens that backend.
 WRAPPER_PARAMS = frozenset(
     {"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size", "write_behind"}
 )
-
-# URL options a backend reads itself, named here once: the registry checks a URL against them
-# without importing the backend, and the backend passes everything else on to its client.
-REDIS_PARAMS = frozenset(
-    {
-        "prefix",
-        "namespace",
-        "ttl",
-        "chunk_size",
-        "timeout",
-        "connect_timeout",
-        "max_connections",
-        "client",
-    }
-)
-# What redis-py reads from a URL's query (its URL_QUERY_ARGUMENT_PARSERS, and the connection
-# arguments it passes on as they are): a Redis URL may carry these for the client; anything else
-# is refused when the URL is parsed (redis-py would fail every call on it).
-REDIS_CLIENT_PARAMS = frozenset(
-    {
-        "db",
-        "socket_timeout",
-        "socket_connect_timeout",
-        "socket_read_size",
-        "socket_keepalive",
-        "retry_on_timeout",
-        "retry_on_error",
-        "health_check_interval",
-        "ssl_check_hostname",
-        "ssl_include_verify_flags",
-        "ssl_exclude_verify_flags",
-        "ssl_min_version",
-        "protocol",
-        "legacy_responses",
-        "client_name",
-        "ssl_cert_reqs",
-        "ssl_ca_certs",
-        "ssl_ca_path",
-        "ssl_ca_data",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_password",
-        "ssl_validate_ocsp",
-        "username",
-        "password",
-    }
-)
-OBJECT_PARAMS = frozenset({"timeout", "retries", "conditional"})
 
 
 @dataclass(frozen=True)

@@ -180,3 +180,7 @@ def host_label() -> str:
     """This host's name, safe in a file or object name (per-host counter files and objects)."""
     name = socket.gethostname() or "host"
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
+
+
+# URL options a directory store reads (local and shared-mount alike).
+DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})

@@ -49,6 +49,7 @@ from compilecache.errors import (
 from compilecache.stores.base import EntryInfo, EntryMeta, Store, StoreURL
 from compilecache.stores.capabilities import HISTORY_LIMIT, Counters, History
 from compilecache.stores.frame import (
+    DIRECTORY_OPTIONS,
     decode_frame,
     directory_and_size,
     encode_frame,
@@ -62,6 +63,9 @@ from compilecache.stores.leasefile import LeaseFiles
 from compilecache.units import DEFAULT_MAX_SIZE, format_size
 
 log = logging.getLogger("compilecache")
+
+# The URL options this backend reads itself (the registry checks a URL against them).
+OPTIONS = DIRECTORY_OPTIONS
 
 # Small entries are read whole with the frame; larger ones with a second, exactly sized read.
 _SMALL_FILE = 64 * 1024

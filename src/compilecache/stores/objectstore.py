@@ -47,7 +47,6 @@ from compilecache.errors import (
     failure_text,
 )
 from compilecache.stores.base import (
-    OBJECT_PARAMS,
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
@@ -91,7 +90,9 @@ _OBJECT_PROTOCOLS = frozenset(
 )
 # Protocols with conditional writes the store knows how to ask for.
 _CONDITIONAL = frozenset({"s3", "s3a", "gs", "gcs"})
-_OWN_PARAMS = OBJECT_PARAMS | WRAPPER_PARAMS
+# URL options this backend reads itself; the rest go to obstore or the fsspec filesystem.
+OPTIONS = frozenset({"timeout", "retries", "conditional"})
+_OWN_PARAMS = OPTIONS | WRAPPER_PARAMS
 
 
 class ObjectStore(OneReadStore):

@@ -69,7 +69,6 @@ from urllib.parse import quote, urlencode
 from compilecache.errors import ConfigError, StoreUnavailable, failure_text
 from compilecache.redaction import redact
 from compilecache.stores.base import (
-    REDIS_PARAMS,
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
@@ -112,7 +111,54 @@ _META_FIELDS = (
 _ENTRY_META = ("framework", "name", "compile_time")
 # The hash fields a read asks for, in the order _finish_read and get_many unpack them.
 _READ_FIELDS = ("v", "n", "ver", "key", "size", *_ENTRY_META)
-_OWN_PARAMS = REDIS_PARAMS | WRAPPER_PARAMS
+# URL options this backend reads itself (the registry checks a URL against them and the
+# wrappers' ones); everything else goes to the client.
+OPTIONS = frozenset(
+    {
+        "prefix",
+        "namespace",
+        "ttl",
+        "chunk_size",
+        "timeout",
+        "connect_timeout",
+        "max_connections",
+        "client",
+    }
+)
+# What redis-py reads from a URL's query (its URL_QUERY_ARGUMENT_PARSERS, and the connection
+# arguments it passes on as they are): a Redis URL may carry these for the client; anything else
+# is refused when the URL is parsed (redis-py would fail every call on it).
+CLIENT_OPTIONS = frozenset(
+    {
+        "db",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_read_size",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "retry_on_error",
+        "health_check_interval",
+        "ssl_check_hostname",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+        "ssl_min_version",
+        "protocol",
+        "legacy_responses",
+        "client_name",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_validate_ocsp",
+        "username",
+        "password",
+    }
+)
+
+_OWN_PARAMS = OPTIONS | WRAPPER_PARAMS
 _CLIENTS = ("auto", "builtin", "redis-py")
 
 # KEYS[1] = hash. ARGV: base, ver, n, ttl_ms, grace_ms, then field/value pairs.

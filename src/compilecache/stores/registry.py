@@ -26,9 +26,6 @@ from urllib.parse import parse_qsl, urlsplit
 from compilecache.errors import ConfigError, StoreUnavailable
 from compilecache.redaction import redact
 from compilecache.stores.base import (
-    OBJECT_PARAMS,
-    REDIS_CLIENT_PARAMS,
-    REDIS_PARAMS,
     WRAPPER_PARAMS,
     EntryInfo,
     EntryMeta,
@@ -46,7 +43,6 @@ log = logging.getLogger("compilecache")
 StoreFactory = Callable[[StoreURL], Store]
 
 _REDIS_HINT = "redis (pip install 'compilecache[redis]')"
-_DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
 SHARED_DIRECTORY = "file+shared"
 
 
@@ -59,12 +55,9 @@ class Backend:
     (redis-py's URL arguments, fsspec's storage options), which then judges them.
     """
 
-    target: str  # "module:function", imported on first use
+    target: str  # "module:function", imported on first use; the module names its OPTIONS
     install_hint: str = ""
-    options: frozenset[str] = frozenset()
     passthrough: bool = False
-    # Options the backend hands to its client library, listed apart in an error.
-    client_options: frozenset[str] = frozenset()
     # The package the backend needs (looked for without importing it): its absence is one
     # problem said once with the install hint, not a failure on every call.
     requires: str = ""
@@ -73,35 +66,30 @@ class Backend:
 _S3 = Backend(
     "compilecache.stores.objectstore:from_url",
     "obstore (pip install 'compilecache[s3]')",
-    OBJECT_PARAMS,
     passthrough=True,
     requires="obstore",
 )
 _GCS = Backend(
     "compilecache.stores.objectstore:from_url",
     "obstore (pip install 'compilecache[gcs]')",
-    OBJECT_PARAMS,
     passthrough=True,
     requires="obstore",
 )
 _AZURE = Backend(
     "compilecache.stores.objectstore:from_url",
     "obstore (pip install 'compilecache[azure]')",
-    OBJECT_PARAMS,
     passthrough=True,
     requires="obstore",
 )
 _REDIS = Backend(
     "compilecache.stores.redis:from_url",
     _REDIS_HINT,
-    REDIS_PARAMS,
-    client_options=REDIS_CLIENT_PARAMS,
 )
 # scheme -> backend. Lazy: nothing heavy is imported until a URL with that scheme is opened.
 _BUILTIN: dict[str, Backend] = {
-    "file": Backend("compilecache.stores.local:from_url", "", _DIRECTORY_OPTIONS),
+    "file": Backend("compilecache.stores.local:from_url"),
     # A directory with ``?shared=1``: the index-free store for NFS/Lustre (no SQLite, no flock).
-    SHARED_DIRECTORY: Backend("compilecache.stores.sharedfs:from_url", "", _DIRECTORY_OPTIONS),
+    SHARED_DIRECTORY: Backend("compilecache.stores.sharedfs:from_url"),
     "memory": Backend("compilecache.stores.memory:from_url"),
     "redis": _REDIS,
     "rediss": _REDIS,
@@ -168,14 +156,21 @@ def parse_url(url: str, max_size: int | None = None, *, create: bool = True) -> 
 
 
 def check_options(url: StoreURL) -> None:
-    """Refuse an option the level's scheme does not know, naming the ones it does."""
-    backend = _BUILTIN.get(url.scheme)
+    """Refuse an option the level's backend does not know, naming the ones it does. The
+    backend's module says which it reads (``OPTIONS``) and which its client library takes
+    (``CLIENT_OPTIONS``); it is imported here, as its store is opened right after."""
+    scheme = SHARED_DIRECTORY if is_shared_directory(url) else url.scheme
+    backend = _BUILTIN.get(scheme)
     if backend is None or backend.passthrough:
         return  # a third-party store, or a client library that judges the rest itself
-    known = backend.options | WRAPPER_PARAMS
-    unknown = sorted(set(url.params) - known - backend.client_options)
+    try:
+        module = importlib.import_module(backend.target.partition(":")[0])
+    except ImportError:
+        return  # opening it says what is missing
+    client: frozenset[str] = getattr(module, "CLIENT_OPTIONS", frozenset())
+    known = getattr(module, "OPTIONS", frozenset()) | WRAPPER_PARAMS
+    unknown = sorted(set(url.params) - known - client)
     if unknown:
-        client = backend.client_options
         also = f"; and its client's: {', '.join(sorted(client))}" if client else ""
         raise ConfigError(
             f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in store URL "

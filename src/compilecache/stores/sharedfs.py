@@ -48,6 +48,7 @@ from compilecache.errors import CorruptEntry, StoreUnavailable
 from compilecache.stores.base import EntryInfo, EntryMeta, OneReadStore, StoreURL, flag
 from compilecache.stores.capabilities import Counters
 from compilecache.stores.frame import (
+    DIRECTORY_OPTIONS,
     directory_and_size,
     encode_frame,
     host_label,
@@ -60,6 +61,8 @@ from compilecache.stores.frame import (
 from compilecache.stores.leasefile import LeaseFiles
 from compilecache.units import DEFAULT_MAX_SIZE, parse_seconds
 
+# The URL options this backend reads itself (the registry checks a URL against them).
+OPTIONS = DIRECTORY_OPTIONS
 _READ_RETRIES = 3
 _STALE_TMP_SECONDS = 3600.0
 _STALE_LOCK_SECONDS = 3600.0
