@@ -57,15 +57,16 @@ def store_of(args: argparse.Namespace, url: str | None = None, *, create: bool =
     """The store this command works on (or ``url``, opened with the same settings).
     ``create=False`` for commands that only look at a store: a directory that does not exist is
     an error naming it, not a new, empty store."""
-    import dataclasses
-
-    from compilecache import session
+    from compilecache.stores import registry  # the session's opener too (see the top)
 
     cfg = config_of(args)
-    return session.open_store(
-        cfg=dataclasses.replace(cfg, url=url) if url else cfg,
+    return registry.open_store(
+        url or cfg.url,
+        cfg.max_size,
         plan=config_mod.WritePlan.of_command(cfg),
+        tier_writes=cfg.tier_writes,
         create=create,
+        cold_streak=cfg.cold_streak,
         command=True,
     )
 
