@@ -3,7 +3,8 @@
 Every store compilecache uses is opened here (the session, the CLI, bundles, ``open_store``):
 
 1. the URL is split into levels at commas (fastest first) and each level is parsed once;
-2. its options are checked against what the scheme knows, so a typo is an error, not a no-op;
+2. its options are checked against what its backend reads (each backend module names its
+   ``OPTIONS``), so a typo is an error, not a no-op;
 3. the backend is looked up in the scheme table (imported lazily, with an install hint when its
    package is missing, the way fsspec's registry does it), in the ``compilecache.stores``
    entry-point group, or among fsspec's protocols;
