@@ -32,7 +32,7 @@ def is_internal(key: str) -> bool:
     return key.startswith(INTERNAL_PREFIXES)
 
 
-# framework name -> (the module whose import triggers installation, our integration module)
+# framework name -> (the module whose import triggers installation, our package's face)
 INTEGRATIONS = {
     "jax": ("jax", "compilecache.frameworks.jax"),
     "torch": ("torch", "compilecache.frameworks.torch"),
@@ -47,7 +47,12 @@ def face(package: str) -> tuple[Callable[[Cache, Config], bool], Callable[[], No
     module = f"{package}.integration"
 
     def install(cache: Cache, cfg: Config) -> bool:
-        return bool(importlib.import_module(module).install(cache, cfg))
+        try:
+            integration = importlib.import_module(module)
+        except ImportError as exc:  # a framework release without what the hooks need: unhooked
+            log.debug("compilecache: %s not imported: %s", module, exc)
+            return False
+        return bool(integration.install(cache, cfg))
 
     def uninstall() -> None:
         integration = sys.modules.get(module)
