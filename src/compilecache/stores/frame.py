@@ -32,6 +32,8 @@ from compilecache.units import DEFAULT_MAX_SIZE, parse_size
 FRAME_MAGIC = b"CCS1"
 _FRAME_PREFIX = struct.Struct(">4sI")
 _MAX_FRAME_HEADER = 1024 * 1024
+# URL options a directory store reads (local and shared-mount alike).
+DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
 
 
 def key_digest(key: str) -> str:
@@ -180,7 +182,3 @@ def host_label() -> str:
     """This host's name, safe in a file or object name (per-host counter files and objects)."""
     name = socket.gethostname() or "host"
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
-
-
-# URL options a directory store reads (local and shared-mount alike).
-DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})

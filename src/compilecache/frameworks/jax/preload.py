@@ -14,8 +14,9 @@ the ones of that lookup, and JAX's cache is compilecache's, not checking content
 when the key was not read ahead, JAX's own path reads and deserialises as before. A key being
 read or deserialised when its lookup comes is waited for (the work is half done, and each entry
 is read once); never the room for it. At most ``MAX_HELD_BYTES`` of entries are held unclaimed;
-what is not claimed ``KEEP_S`` seconds after the last read ahead is dropped. Only CPU executables of a single-process job are read ahead: a GPU
-executable holds device memory while it waits, and that has not been measured.
+what is not claimed ``KEEP_S`` seconds after the last read ahead is dropped. Only CPU executables
+of a single-process job are read ahead: a GPU executable holds device memory while it waits, and
+that has not been measured.
 """
 
 from __future__ import annotations
