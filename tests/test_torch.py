@@ -261,29 +261,31 @@ def test_second_machine_hits_every_layer_and_runs_no_compiler(
 
     assert compiler_calls(second.log) == []
     assert warm["digest"] == first["digest"] and warm["loss"] == first["loss"]
-    # Dynamo's package carries the compiled graphs: torch looks none of them up.
+    # Dynamo's package is served: its backend, plain torch's AOTAutograd entry, loads the
+    # compiled graphs from the FX layer; nothing is traced, and AOTAutograd is not asked.
     counters = warm["torch_counters"]
-    assert counters.get("fxgraph_cache_hit", 0) == counters.get("fxgraph_cache_miss", 0) == 0
+    assert counters["fxgraph_cache_hit"] == 2 and counters.get("fxgraph_cache_miss", 0) == 0
     assert counters.get("autograd_cache_hit", 0) == counters.get("autograd_cache_miss", 0) == 0
     stats = warm["stats"]
-    assert stats["torch.dynamo.hits"] == 1 and "torch.fx.hits" not in stats
-    graphs = len(layers["fx"]) + len(layers["aot"])
-    assert_kernels_served(warm, layers, written, probes, isa_probes, graphs)
+    assert stats["torch.dynamo.hits"] == 1 and stats["torch.fx.hits"] == len(layers["fx"])
+    assert "torch.aot.hits" not in stats
+    assert_kernels_served(warm, layers, written, probes, isa_probes, len(layers["aot"]))
     assert len(list(second.inductor.rglob("c*.so"))) == len(layers["kernel"]) - isa_probes
 
-    # Without Dynamo's packages (COMPILECACHE_TORCH_PRECOMPILE=0): the graphs from the store.
-    # The AOTAutograd entry was written in the bundled form torch uses under its precompile mode
-    # (another key): it is made again from the stored FX graphs, with no compiler.
+    # Without Dynamo's packages (COMPILECACHE_TORCH_PRECOMPILE=0): the graphs and the
+    # AOTAutograd entry from the store (written with packages on, in plain torch's form).
     third = Machine(tmp_path / "machine-c", cold["fake_bin"])
-    store = tmp_path / "store"  # a copy: this run writes an AOTAutograd entry
+    store = tmp_path / "store"  # a copy: this run's own records stay out of store A
     shutil.copytree(cold["store"], store)
     layered = third.run(str(store), allow_compiler=False, COMPILECACHE_TORCH_PRECOMPILE="0")
     assert compiler_calls(third.log) == []
     assert layered["digest"] == first["digest"] and layered["loss"] == first["loss"]
     counters = layered["torch_counters"]
     assert counters["fxgraph_cache_hit"] == 2 and counters["fxgraph_cache_miss"] == 0
+    assert counters["autograd_cache_hit"] == 1 and counters.get("autograd_cache_miss", 0) == 0
     stats = layered["stats"]
     assert stats["torch.fx.hits"] == 2 and "torch.dynamo.hits" not in stats
+    assert stats["torch.aot.hits"] == 1 and stats.get("writes", 0) == 0
     assert stats["torch.kernel.hits"] == len(layers["kernel"]) - isa_probes
     assert len(list(third.inductor.rglob("c*.so"))) == len(layers["kernel"]) - isa_probes
 

@@ -9,14 +9,16 @@ compiler logs every call and, when told to, fails it):
   package and every kernel lookup (or, with the packages off, every FX and AOTAutograd lookup):
   no compiler runs;
 - a torch blob made by a process without compilecache, imported into an empty store, serves the
-  FX and AOTAutograd lookups of a compilecache process without Dynamo's packages, and the FX
-  lookups of one with them (the C++ compiler still runs: the blob has no kernels);
+  FX and AOTAutograd lookups of a compilecache process, with Dynamo's packages or without (the
+  C++ compiler still runs: the blob has no kernels);
 - a torch blob exported from store A is loaded by a process without compilecache, whose own FX
-  graph cache then hits.
+  graph and AOTAutograd caches then hit;
+- ``save_cache_artifacts()`` in a process under compilecache, cold or warm from a package, saves
+  what plain torch's would: a process without compilecache that loads it gets the same hits.
 
-compilecache sets none of torch's flags that enter the FX graphs' keys, so a plain torch process
-computes the same FX keys. With Dynamo's packages on (the default), torch keeps AOTAutograd
-entries in the bundled form of its precompile mode, under other keys than plain torch's.
+compilecache sets none of torch's flags that enter the FX graphs' and AOTAutograd's keys, and
+with Dynamo's packages on (the default) keeps AOTAutograd's entries in plain torch's form under
+plain torch's keys, so a plain torch process computes the same keys.
 """
 
 from __future__ import annotations
@@ -107,6 +109,27 @@ def plain_torch(machine: Machine, *args: str, inductor: Path | None = None) -> d
     return result
 
 
+def compilecache_torch(machine: Machine, url: str, *args: str) -> dict[str, Any]:
+    """The workload under ``compilecache run --url URL`` (Dynamo's packages on) on ``machine``."""
+    env = clean_env(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": str(machine.inductor),
+            "TMPDIR": str(machine.tmp),
+            "PATH": f"{machine.fake_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            "FAKE_CXX_LOG": str(machine.log),
+            "FAKE_CXX_ALLOW": "1",
+        }
+    )
+    for name in list(env):
+        if name.startswith("TORCHINDUCTOR_") and name != "TORCHINDUCTOR_CACHE_DIR":
+            del env[name]
+    workload = ["-m", "compilecache.workloads.torch_step", "--model", MODEL, *args]
+    program = ["-m", "compilecache", "run", "--url", url, "--", sys.executable, *workload]
+    proc = run_python(program, env, timeout=420)
+    result: dict[str, Any] = last_json(proc.stdout)
+    return result
+
+
 # -- real torch runs -----------------------------------------------------------------------------
 
 
@@ -133,21 +156,26 @@ def test_bundle_into_an_empty_store_serves_every_lookup_without_a_compiler(
     assert warm["digest"] == cold["result"]["digest"]
     stats = warm["stats"]
     assert stats["torch.dynamo.hits"] == len(written["dynamo"]) == 1
-    assert warm["torch_counters"].get("fxgraph_cache_hit", 0) == 0  # the package holds them
+    # The package's backend is plain torch's AOTAutograd entry: its graphs come from the FX
+    # layer, as on plain torch's AOTAutograd hit; the entry itself is not looked up.
+    assert warm["torch_counters"]["fxgraph_cache_hit"] == stats["torch.fx.hits"] == 2
+    assert warm["torch_counters"].get("autograd_cache_hit", 0) == 0
     # The ISA probe verdicts come from the store (torch_probes): their libraries are not needed.
     isa_probes = sum(k.startswith("torch/probe/isa/") for k in written.get("probe", []))
     assert stats["torch.isa_probe_hits"] == isa_probes > 0
     assert stats["torch.kernel.hits"] == len(written["kernel"]) - isa_probes > 0
     assert stats["misses"] == 0 and stats["writes"] == 0 and stats["errors"] == 0
 
-    # Without Dynamo's packages, the graphs come from the bundle (the AOTAutograd entry,
-    # bundled for a package, under another key, is made again from them, with no compiler).
+    # Without Dynamo's packages, every graph and the AOTAutograd entry come from the bundle:
+    # the entry written with packages on is plain torch's, under plain torch's key.
     layered = Machine(tmp_path / "machine-b2", cold["fake_bin"])
     warm = layered.run(str(store_b), allow_compiler=False, COMPILECACHE_TORCH_PRECOMPILE="0")
     assert compiler_calls(layered.log) == []
     assert warm["digest"] == cold["result"]["digest"]
     assert warm["stats"]["torch.fx.hits"] == len(written["fx"]) == 2
+    assert warm["stats"]["torch.aot.hits"] == len(written["aot"]) == 1
     assert warm["torch_counters"]["fxgraph_cache_hit"] == 2
+    assert warm["torch_counters"]["autograd_cache_hit"] == 1
 
 
 @pytest.mark.slow
@@ -205,11 +233,14 @@ def test_torch_blob_imported_serves_fx_and_aot_lookups_through_compilecache(
     # No kernels in a torch blob: they were compiled here (and written to the store).
     assert stats["torch.kernel.misses"] > 0 and compiler_calls(machine.log)
 
-    # With Dynamo's packages (the default): every FX graph from the blob.
+    # With Dynamo's packages (the default): every FX graph and the AOTAutograd entry.
     packaged = Machine(tmp_path / "machine-c2", cold["fake_bin"])
     warm = packaged.run(str(store_b), allow_compiler=True)
     assert warm["digest"] == cold["result"]["digest"]
     assert warm["stats"]["torch.fx.hits"] == 2 and warm["torch_counters"]["fxgraph_cache_hit"] == 2
+    assert (
+        warm["stats"]["torch.aot.hits"] == 1 and warm["torch_counters"]["autograd_cache_hit"] == 1
+    )
 
 
 @pytest.mark.slow
@@ -219,9 +250,9 @@ def test_store_exported_as_torch_blob_hits_torchs_own_caches(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``export --format torch``, loaded with ``--load-mega`` by a process without compilecache
-    on a new machine: torch's own FX graph cache hits (the AOTAutograd entry, bundled for a
-    Dynamo package, is under another key than plain torch's). Kernel entries and packages are
-    left out (and counted); the C++ compiler runs there."""
+    on a new machine: torch's own FX graph and AOTAutograd caches hit (store A was written with
+    Dynamo's packages on). Kernel entries and packages are left out (and counted); the C++
+    compiler runs there."""
     written = layers_of(cold["store"])
     blob = tmp_path / "torch.bin"
     report = cli_json(capsys, "export", str(blob), "--format", "torch", "--url", str(cold["store"]))
@@ -240,7 +271,41 @@ def test_store_exported_as_torch_blob_hits_torchs_own_caches(
     assert warm["digest"] == cold["result"]["digest"]
     counters = warm["torch_counters"]
     assert counters["fxgraph_cache_hit"] == 2 and counters["fxgraph_cache_miss"] == 0
+    assert counters["autograd_cache_hit"] == 1 and counters.get("autograd_cache_miss", 0) == 0
     assert compiler_calls(machine.log)  # no kernels in torch's format
+
+
+@pytest.mark.slow
+def test_artifacts_saved_under_compilecache_serve_plain_torch_as_its_own(
+    cold: dict[str, Any],  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """``save_cache_artifacts()`` under ``compilecache run`` with Dynamo's packages on, in a cold
+    process (empty store) and in a warm one (its package from store A, nothing traced): a
+    process without compilecache on a new machine that loads either gets torch's 2 FX graph hits
+    and its AOTAutograd hit, as from plain torch's own artifacts, and the same result."""
+    saved = {}
+    store_a = tmp_path / "store-a"  # a copy: this run's own records stay out of store A
+    shutil.copytree(cold["store"], store_a)
+    for name, store in (("cold", tmp_path / "empty-store"), ("warm", store_a)):
+        producer = Machine(tmp_path / f"producer-{name}", cold["fake_bin"])
+        blob = tmp_path / f"{name}.bin"
+        made = compilecache_torch(producer, str(store), "--save-mega", str(blob))
+        assert made["digest"] == cold["result"]["digest"]
+        saved[name] = made
+        groups = {kind: [a.key for a in arts] for kind, arts in read_blob(blob.read_bytes(), blob)}
+        assert len(groups["inductor"]) == 2 and len(groups["aot_autograd"]) == 1, name
+
+        consumer = Machine(tmp_path / f"consumer-{name}", cold["fake_bin"])
+        warm = plain_torch(consumer, "--load-mega", str(blob))
+        assert warm["digest"] == cold["result"]["digest"]
+        counters = warm["torch_counters"]
+        assert counters["fxgraph_cache_hit"] == 2 and counters["fxgraph_cache_miss"] == 0, name
+        assert counters["autograd_cache_hit"] == 1, name
+        assert counters.get("autograd_cache_miss", 0) == 0, name
+    # The warm producer was served its package: it traced nothing, and still saved the entries.
+    assert saved["warm"]["torch_counters"].get("autograd_cache_miss", 0) == 0
+    assert saved["cold"]["torch_counters"]["autograd_cache_miss"] == 1
 
 
 # -- damaged blobs -------------------------------------------------------------------------------

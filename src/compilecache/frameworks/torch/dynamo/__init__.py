@@ -8,7 +8,10 @@ the compiled backends) and look it up when the function is compiled again
 (``DynamoCache.load``, before any tracing). torch keeps it in its cache directory, written only
 by ``save_cache_artifacts()``. Here ``DynamoCache`` is replaced by :class:`StoreDynamoCache`,
 which keeps each package, with its compiled backend, in compilecache's store: keyed, signed,
-counted and carried to a fresh host like every other entry.
+counted and carried to a fresh host like every other entry. A backend is AOTAutograd's entry in
+plain torch's form (torch's mode would bundle it, under a key no other process finds): it names
+its FX graphs, which the store serves when the package is installed, and AOTAutograd's cache,
+its keys and ``save_cache_artifacts()`` stay exactly plain torch's.
 
 A package is served only where torch's own warm start would compute the same thing:
 
@@ -117,7 +120,8 @@ CONTEXT = "torch._dynamo.precompile_context"
 OUTPUT = "torch._dynamo.output_graph"
 # Hooked by the torch integration's own hook of this module (see DynamoPackages._aot_key).
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
-_BUNDLED = "<compilecache: bundled for a Dynamo package>"
+AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
+FUNCTORCH_CONFIG = "torch._functorch.config"
 STANDALONE = "torch._inductor.standalone_compile"
 DYNAMO = "torch._dynamo"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
@@ -179,6 +183,18 @@ def packageable(fn: Any) -> bool:
     if isinstance(target, type):
         return False
     return isinstance(getattr(target, "__code__", None), types.CodeType)
+
+
+def record_portable(backends: Mapping[str, Any], aot_keys: Mapping[str, str]) -> None:
+    """Record a served package's AOTAutograd entries for ``save_cache_artifacts()``, as the
+    AOTAutograd hits the package stands for would have been: the artifacts of a process warm
+    from a package serve plain torch as those of plain torch's warm process do."""
+    with contextlib.suppress(Exception):  # only torch's portable artifacts would lack them
+        manager = importlib.import_module("torch.compiler._cache").CacheArtifactManager
+        for backend_id, key in aot_keys.items():
+            backend = backends.get(backend_id)
+            if backend is not None:
+                manager.record_artifact("aot_autograd", key, pickle.dumps(backend.content))
 
 
 def detach_package(context: Any) -> None:
@@ -271,6 +287,9 @@ class DynamoPackages:
         self.watching = False
         # Whether caching_precompile is on because of us (then Dynamo's guards are put back).
         self.enabled = False
+        # Each backend's AOTAutograd key (a backend is that entry): a package served here
+        # records its entries for save_cache_artifacts() as the AOTAutograd hit it replaces.
+        self.aot_keys: dict[str, str] = {}
         # What each package's frames took to compile (tracing and backends): what a hit saves.
         self.compile_s: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         # Recent kernel builds, (when each ended, how long it took): those within a frame's
@@ -335,6 +354,16 @@ class DynamoPackages:
                 self._aot_key,
                 label="dynamo.aot_key",
             )
+            if hasattr(module, "sanitize_gm_for_cache"):
+                self.patches.wrap(
+                    module, "sanitize_gm_for_cache", self._sanitizing, label="dynamo.aot_graph"
+                )
+            cache = module.AOTAutogradCache
+            for method, make in (("save", self._saving), ("_lookup", self._looking_up)):
+                function = cache.__dict__[method].__func__  # staticmethods
+                self.patches.replace(
+                    cache, method, staticmethod(make(function)), label=f"dynamo.aot_{method}"
+                )
         elif name == OUTPUT:
             self.patches.wrap(
                 module.OutputGraph,
@@ -450,9 +479,10 @@ class DynamoPackages:
     def _aot_key(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Under caching_precompile torch puts the compiled graph's name, which ends in a
         random uuid (``__compiled_fn_1_<uuid>``), into AOTAutograd's cache key: no entry would
-        ever be found again (nor single-flighted) by another process. torch itself drops that
-        name from the entry it saves and gives a hit the new name, so the key holds a fixed
-        marker instead: still apart from the unbundled entries written without the mode."""
+        ever be found again by another process, nor by plain torch. The key leaves it out, so
+        that it is the key plain torch computes: the entries written here (to the store, to
+        torch's directory, to ``save_cache_artifacts()``) are plain torch's, and plain torch's
+        serve here."""
 
         def _reduce_aot_config(pickler: Any, aot_config: Any) -> Any:
             reduced = original(pickler, aot_config)
@@ -460,10 +490,86 @@ class DynamoPackages:
             if not self.enabled or name is None:
                 return reduced
             rebuild, fields = reduced
-            fields = tuple(_BUNDLED if field == name else field for field in fields)
+            fields = tuple(None if field == name else field for field in fields)
             return rebuild, fields
 
         return _reduce_aot_config
+
+    def _sanitizing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """AOTAutograd's key pickles the graph module's attributes in their order. Dynamo sets
+        ``_backend_id`` on a package's graph before its other attributes; plain torch never sets
+        it, and the key's sanitising adds it last. Moved last here, so that the key is plain
+        torch's."""
+
+        def sanitize_gm_for_cache(gm: Any) -> Any:
+            if self.enabled:
+                with contextlib.suppress(Exception):
+                    attributes = gm.__dict__
+                    if "_backend_id" in attributes:
+                        attributes["_backend_id"] = attributes.pop("_backend_id")
+            return original(gm)
+
+        return sanitize_gm_for_cache
+
+    def bundling(self, original: Callable[[], bool]) -> Callable[[], bool]:
+        """torch's ``should_bundle_autograd_cache``: caching_precompile makes AOTAutograd bundle
+        its compiled graphs into its entries, a form plain torch neither writes nor reads (its
+        FX graph cache is not asked on a hit). While the mode is ours, AOTAutograd's cache
+        answers as without it: its entries are plain torch's, and each package's backend is
+        recorded from them (:meth:`_saving`, :meth:`_looking_up`)."""
+
+        @functools.wraps(original)
+        def should_bundle_autograd_cache() -> bool:
+            if self.enabled:
+                functorch = sys.modules.get(FUNCTORCH_CONFIG)
+                return bool(getattr(functorch, "bundled_autograd_cache", False))
+            return bool(original())
+
+        return should_bundle_autograd_cache
+
+    def _saving(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``AOTAutogradCache.save``: the entry is saved as plain torch saves it (without the
+        package's backend name), then recorded as that backend of the package."""
+
+        def save(key: str, entry: Any, remote: bool) -> Any:
+            config: Any = getattr(entry, "sanitized_aot_config", None)
+            backend_id = getattr(config, "precompile_backend_id", None) if self.enabled else None
+            if backend_id is not None:
+                config.precompile_backend_id = None
+            result = original(key, entry, remote)
+            if backend_id is not None:
+                self._record_backend(backend_id, key, entry)
+            return result
+
+        return save
+
+    def _looking_up(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``AOTAutogradCache._lookup``: a hit for a package's compile is recorded as that
+        backend of the package, as torch does for its bundled entries."""
+
+        def _lookup(*args: Any, **kwargs: Any) -> Any:
+            found = original(*args, **kwargs)
+            if found is not None and self.enabled:
+                aot_config = args[5] if len(args) > 5 else kwargs.get("aot_config")
+                backend_id = getattr(aot_config, "precompile_backend_id", None)
+                if backend_id is not None:
+                    with contextlib.suppress(Exception):  # the hit stands; no package then
+                        self._record_backend(backend_id, args[0], pickle.loads(found[1]))
+            return found
+
+        return _lookup
+
+    def _record_backend(self, backend_id: str, key: str, entry: Any) -> None:
+        """Record ``entry`` (an AOTAutogradResult, plain or bundled; AOTAutograd's ``key``) as
+        the package backend ``backend_id``. torch's artifact for it turns the entry into the compiled function on
+        load (``deserialize_bundled_cache_entry``): a plain entry loads its forward and
+        backward from the FX graph cache then, as a plain AOTAutograd hit does."""
+        entry.sanitized_aot_config.precompile_backend_id = None
+        with self.lock:
+            self.aot_keys[backend_id] = key
+        artifact = importlib.import_module(AOT_RESULT).BundledAOTAutogradCacheArtifact
+        context = self.context or importlib.import_module(CONTEXT)
+        context.PrecompileContext.record_artifact(artifact(backend_id, entry))
 
     def _calling(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """torch.compile's context applied to a function: it looks the package up (our
@@ -832,8 +938,16 @@ class DynamoPackages:
             self._not_stored(fn, problem)
             return
         entry = self.package_module.PrecompileCacheEntry(dynamo=dynamo, backends=backends)
+        with self.lock:
+            aot_keys = {b: self.aot_keys[b] for b in backends if b in self.aot_keys}
         payload = pickle.dumps(
-            {"format": _FORMAT, "entry": entry, "sources": sources, "guards": guards}
+            {
+                "format": _FORMAT,
+                "entry": entry,
+                "sources": sources,
+                "guards": guards,
+                "aot_keys": aot_keys,
+            }
         )
         header = EntryHeader(
             framework=FRAMEWORK,
@@ -949,6 +1063,7 @@ class DynamoPackages:
         context = self.context or importlib.import_module(CONTEXT)
         for backend in entry.backends.values():
             context.PrecompileContext.record_artifact(backend)
+        record_portable(entry.backends, stored.get("aot_keys", {}))
         advance_unique_ids(found.payload)
         # torch installs the package next, in this thread: its guard managers get the check.
         self.local.restoring = restoring

@@ -1,0 +1,141 @@
+"""torch's portable artifacts (``save_cache_artifacts``/``load_cache_artifacts``) in one process,
+as PyTorch's own ``test_cache_hot_load`` uses them: the same counts plain and under compilecache.
+
+``tests/torch_hot_load_program.py`` runs the test's steps for each CPU parametrization (float32
+and bfloat16, static and dynamic shapes). Plain torch and ``compilecache run`` (Dynamo's packages
+on, the default) run it side by side in fresh processes; every count and every result must be
+the same. With packages on, torch's precompile mode would bundle the AOTAutograd entry under
+another key, so that the hot load's AOTAutograd lookup missed: compilecache keeps the entries in
+plain torch's form.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import clean_env
+
+pytest.importorskip("torch")
+
+PROGRAM = Path(__file__).with_name("torch_hot_load_program.py")
+CASES = ("float32:static", "float32:dynamic", "bfloat16:static", "bfloat16:dynamic")
+
+# PyTorch's expectations for the unbundled AOTAutograd cache (its test asserts these); torch
+# 2.13 on CPU meets them with static shapes (with dynamic shapes its hot load misses, plainly).
+EXPECTED_STATIC = {
+    "cold": {
+        "fxgraph_cache_miss": 2,
+        "fxgraph_cache_hit": 0,
+        "fxgraph_lookup_write_file": 0,
+        "autograd_cache_miss": 1,
+        "autograd_cache_hit": 0,
+        "autograd_cache_saved": 1,
+    },
+    "saved": {"inductor": 2, "aot_autograd": 1, "autotune": 0, "pgo": 0},
+    "again": {
+        "fxgraph_cache_miss": 4,
+        "fxgraph_cache_hit": 0,
+        "fxgraph_lookup_write_file": 0,
+        "autograd_cache_miss": 2,
+        "autograd_cache_hit": 0,
+        "autograd_cache_saved": 2,
+    },
+    "loaded": {"inductor": 2, "aot_autograd": 1, "autotune": 0, "pgo": 0},
+    "hot": {
+        "fxgraph_cache_miss": 4,
+        "fxgraph_cache_hit": 2,
+        "fxgraph_lookup_write_file": 2,
+        "autograd_cache_miss": 2,
+        "autograd_cache_hit": 1,
+        "autograd_cache_saved": 2,
+    },
+}
+
+
+def start(tmp: Path, name: str, under_compilecache: bool) -> subprocess.Popen[str]:
+    root = tmp / name
+    (root / "tmp").mkdir(parents=True)
+    env = clean_env(
+        {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TMPDIR": str(root / "tmp")}
+    )
+    program = [sys.executable, str(PROGRAM), *CASES]
+    if under_compilecache:
+        url = str(root / "store")
+        program = [sys.executable, "-m", "compilecache", "run", "--url", url, "--", *program]
+    return subprocess.Popen(
+        program, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def reports(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-4000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_hot_load_counts_are_plain_torchs_under_compilecache(tmp_path: Path) -> None:
+    plain_proc = start(tmp_path, "plain", under_compilecache=False)
+    ours_proc = start(tmp_path, "compilecache", under_compilecache=True)
+    plain, ours = reports(plain_proc), reports(ours_proc)
+
+    assert len(plain) == len(ours) == len(CASES)
+    for expected, got in zip(plain, ours, strict=True):
+        assert got == expected, (expected["dtype"], expected["dynamic"])
+        assert got["cold_same"] and got["again_same"] and got["hot_same"]
+        if not got["dynamic"]:
+            assert {step: got[step] for step in EXPECTED_STATIC} == EXPECTED_STATIC
+
+
+AOT_COMPILE = r"""
+import json, sys
+import torch
+
+def fn(x, w):
+    return torch.relu(x @ w).sin() + 1
+
+torch.manual_seed(int(sys.argv[2]))
+x, w = torch.randn(8, 16), torch.randn(16, 4)
+if sys.argv[1] == "save":
+    compiled = torch.compile(fn, fullgraph=True).aot_compile(((x, w), {}))
+    out = compiled(x, w)
+    compiled.save_compiled_function(sys.argv[3])
+else:
+    with open(sys.argv[3], "rb") as f:
+        out = torch.compiler.load_compiled_function(f)(x, w)
+print(json.dumps({"same": bool(torch.allclose(out, fn(x, w), atol=1e-5))}))
+"""
+
+
+@pytest.mark.slow
+def test_aot_compile_artifacts_cross_between_plain_torch_and_compilecache(tmp_path: Path) -> None:
+    """``torch.compile(fn).aot_compile(...).save_compiled_function()`` under compilecache is
+    loaded by plain torch, and plain torch's file under compilecache; each computes what eager
+    torch computes (on other inputs than the saved ones)."""
+    script = tmp_path / "aot_compile.py"
+    script.write_text(AOT_COMPILE)
+
+    def run(name: str, ours: bool, *args: str) -> dict[str, Any]:
+        root = tmp_path / name
+        (root / "tmp").mkdir(parents=True)
+        env = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(root / "ind"), "TMPDIR": str(root / "tmp")})
+        program = [sys.executable, str(script), *args]
+        if ours:
+            url = str(root / "s")
+            program = [sys.executable, "-m", "compilecache", "run", "--url", url, "--", *program]
+        proc = subprocess.run(program, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
+
+    for producer_ours in (True, False):
+        saved = tmp_path / f"fn-{producer_ours}.pt"
+        assert run(f"save-{producer_ours}", producer_ours, "save", "0", str(saved))["same"]
+        loaded = run(f"load-{producer_ours}", not producer_ours, "load", "1", str(saved))
+        assert loaded["same"], producer_ours
