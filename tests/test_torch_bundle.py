@@ -88,9 +88,12 @@ def headers(store: Path) -> dict[str, EntryHeader]:
         s.close()
 
 
-def plain_torch(machine: Machine, *args: str, inductor: Path | None = None) -> dict[str, Any]:
+def plain_torch(
+    machine: Machine, *args: str, inductor: Path | None = None, url: str = ""
+) -> dict[str, Any]:
     """The workload in a process without compilecache, with torch's defaults, on ``machine``
-    (its compiler allowed, and logged)."""
+    (its compiler allowed, and logged); with ``url``, under ``compilecache run --url URL``
+    (Dynamo's packages on) instead."""
     env = clean_env(
         {
             "TORCHINDUCTOR_CACHE_DIR": str(inductor or machine.inductor),
@@ -104,27 +107,8 @@ def plain_torch(machine: Machine, *args: str, inductor: Path | None = None) -> d
         if name.startswith("TORCHINDUCTOR_") and name != "TORCHINDUCTOR_CACHE_DIR":
             del env[name]
     program = ["-m", "compilecache.workloads.torch_step", "--model", MODEL, *args]
-    proc = run_python(program, env, timeout=420)
-    result: dict[str, Any] = last_json(proc.stdout)
-    return result
-
-
-def compilecache_torch(machine: Machine, url: str, *args: str) -> dict[str, Any]:
-    """The workload under ``compilecache run --url URL`` (Dynamo's packages on) on ``machine``."""
-    env = clean_env(
-        {
-            "TORCHINDUCTOR_CACHE_DIR": str(machine.inductor),
-            "TMPDIR": str(machine.tmp),
-            "PATH": f"{machine.fake_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-            "FAKE_CXX_LOG": str(machine.log),
-            "FAKE_CXX_ALLOW": "1",
-        }
-    )
-    for name in list(env):
-        if name.startswith("TORCHINDUCTOR_") and name != "TORCHINDUCTOR_CACHE_DIR":
-            del env[name]
-    workload = ["-m", "compilecache.workloads.torch_step", "--model", MODEL, *args]
-    program = ["-m", "compilecache", "run", "--url", url, "--", sys.executable, *workload]
+    if url:
+        program = ["-m", "compilecache", "run", "--url", url, "--", sys.executable, *program]
     proc = run_python(program, env, timeout=420)
     result: dict[str, Any] = last_json(proc.stdout)
     return result
@@ -290,7 +274,7 @@ def test_artifacts_saved_under_compilecache_serve_plain_torch_as_its_own(
     for name, store in (("cold", tmp_path / "empty-store"), ("warm", store_a)):
         producer = Machine(tmp_path / f"producer-{name}", cold["fake_bin"])
         blob = tmp_path / f"{name}.bin"
-        made = compilecache_torch(producer, str(store), "--save-mega", str(blob))
+        made = plain_torch(producer, "--save-mega", str(blob), url=str(store))
         assert made["digest"] == cold["result"]["digest"]
         saved[name] = made
         groups = {kind: [a.key for a in arts] for kind, arts in read_blob(blob.read_bytes(), blob)}
