@@ -561,9 +561,10 @@ class DynamoPackages:
 
     def _record_backend(self, backend_id: str, key: str, entry: Any) -> None:
         """Record ``entry`` (an AOTAutogradResult, plain or bundled; AOTAutograd's ``key``) as
-        the package backend ``backend_id``. torch's artifact for it turns the entry into the compiled function on
-        load (``deserialize_bundled_cache_entry``): a plain entry loads its forward and
-        backward from the FX graph cache then, as a plain AOTAutograd hit does."""
+        the package backend ``backend_id``. torch's artifact for it turns the entry into the
+        compiled function on load (``deserialize_bundled_cache_entry``): a plain entry loads
+        its forward and backward from the FX graph cache then, as a plain AOTAutograd hit
+        does."""
         entry.sanitized_aot_config.precompile_backend_id = None
         with self.lock:
             self.aot_keys[backend_id] = key
