@@ -58,18 +58,19 @@ EXPECTED_STATIC = {
 }
 
 
-def start(tmp: Path, name: str, under_compilecache: bool) -> subprocess.Popen[str]:
-    root = tmp / name
+def start(root: Path, under_compilecache: bool, *program: str) -> subprocess.Popen[str]:
+    """``python PROGRAM...`` on a new machine under ``root`` (its own torch directory and
+    ``TMPDIR``), plain or under ``compilecache run`` with a store there."""
     (root / "tmp").mkdir(parents=True)
     env = clean_env(
         {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TMPDIR": str(root / "tmp")}
     )
-    program = [sys.executable, str(PROGRAM), *CASES]
+    argv = [sys.executable, *program]
     if under_compilecache:
         url = str(root / "store")
-        program = [sys.executable, "-m", "compilecache", "run", "--url", url, "--", *program]
+        argv = [sys.executable, "-m", "compilecache", "run", "--url", url, "--", *argv]
     return subprocess.Popen(
-        program, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -81,8 +82,8 @@ def reports(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_hot_load_counts_are_plain_torchs_under_compilecache(tmp_path: Path) -> None:
-    plain_proc = start(tmp_path, "plain", under_compilecache=False)
-    ours_proc = start(tmp_path, "compilecache", under_compilecache=True)
+    plain_proc = start(tmp_path / "plain", False, str(PROGRAM), *CASES)
+    ours_proc = start(tmp_path / "compilecache", True, str(PROGRAM), *CASES)
     plain, ours = reports(plain_proc), reports(ours_proc)
 
     assert len(plain) == len(ours) == len(CASES)
@@ -122,16 +123,7 @@ def test_aot_compile_artifacts_cross_between_plain_torch_and_compilecache(tmp_pa
     script.write_text(AOT_COMPILE)
 
     def run(name: str, ours: bool, *args: str) -> dict[str, Any]:
-        root = tmp_path / name
-        (root / "tmp").mkdir(parents=True)
-        env = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(root / "ind"), "TMPDIR": str(root / "tmp")})
-        program = [sys.executable, str(script), *args]
-        if ours:
-            url = str(root / "s")
-            program = [sys.executable, "-m", "compilecache", "run", "--url", url, "--", *program]
-        proc = subprocess.run(program, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        (result,) = reports(start(tmp_path / name, ours, str(script), *args))
         return result
 
     for producer_ours in (True, False):
