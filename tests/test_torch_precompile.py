@@ -46,9 +46,11 @@ def run(
     *,
     precompile: bool | None = True,
     program: str = "precompile_program.py",
+    stderr: list[str] | None = None,
     **env: str,
 ) -> list[dict[str, Any]]:
-    """One process on a new machine; the JSON line printed per batch size."""
+    """One process on a new machine; the JSON line printed per batch size (what it wrote to
+    stderr goes into ``stderr`` when given)."""
     base = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(where / "machines" / machine), **env})
     if store is not None:
         base["COMPILECACHE_URL"] = store
@@ -64,6 +66,8 @@ def run(
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
@@ -274,6 +278,30 @@ def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> Non
     (broken,) = run(where, "b", str(store))
     assert broken["frames"] == 1 and broken["ours"]["errors"] == 1.0
     assert (broken["loss"], broken["grads"]) == (cold["loss"], cold["grads"])
+
+
+@pytest.mark.slow
+def test_a_package_whose_graphs_left_the_store_is_traced_with_one_plain_warning(
+    tmp_path: Path,
+) -> None:
+    """A package loads its compiled graphs from the store's FX graph entries; with those gone
+    (evicted, pruned) torch cannot install it: the frame is traced and compiled again, the
+    program computes what it computed, and one warning says why in words."""
+    where = program_dir(tmp_path)
+    store = tmp_path / "store"
+    (cold,) = run(where, "a", str(store))
+    local = LocalStore(store)
+    graphs = [info.key for info in local.scan("torch/fx/")]
+    assert graphs
+    for key in graphs:
+        local.delete(key)
+    said: list[str] = []
+    (evicted,) = run(where, "b", str(store), stderr=said)
+    assert evicted["frames"] == 1 and evicted["matches_eager"]
+    assert (evicted["loss"], evicted["grads"]) == (cold["loss"], cold["grads"])
+    warnings = [line for line in said[0].splitlines() if "could not be installed" in line]
+    assert len(warnings) == 1, said[0][-3000:]
+    assert "a compiled graph it needs is not in the cache" in warnings[0]
 
 
 # -- the checks' parts, without compiling -------------------------------------------------------

@@ -140,6 +140,13 @@ TESTED = ("2.13.", "2.14.", "2.15.")
 _DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
 
 
+def _install_reason(exc: Exception) -> str:
+    """Why torch could not install a package, in words (torch's own exception names are terse)."""
+    if type(exc).__name__ == "FXGraphCacheMiss":  # raised without a message
+        return "a compiled graph it needs is not in the cache"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class _QuietDroppedGuards(logging.Filter):
     """Keeps Dynamo's warnings about guards that package mode drops out of the program's
     output while the mode is compilecache's (the program did not ask for it, and the guards are
@@ -810,7 +817,9 @@ class DynamoPackages:
         package.initialize(fn, None, ignore_inlined_sources=False)
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.errors")
         self.cache.warn_once(
-            "torch:dynamo:install", f"Dynamo package not installed ({type(exc).__name__}: {exc})"
+            "torch:dynamo:install",
+            f"a Dynamo package from the cache could not be installed ({_install_reason(exc)}); "
+            "Dynamo traces and compiles its frames as without the cache",
         )
         with contextlib.suppress(Exception):
             key, _ = self.key_of(fn, str(self.compiles[package]))
