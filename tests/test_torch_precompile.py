@@ -286,7 +286,8 @@ def test_a_package_whose_graphs_left_the_store_is_traced_with_one_plain_warning(
 ) -> None:
     """A package loads its compiled graphs from the store's FX graph entries; with those gone
     (evicted, pruned) torch cannot install it: the frame is traced and compiled again, the
-    program computes what it computed, and one warning says why in words."""
+    program computes what it computed, one warning says why in words, and the next process is
+    served again."""
     where = program_dir(tmp_path)
     store = tmp_path / "store"
     (cold,) = run(where, "a", str(store))
@@ -302,6 +303,8 @@ def test_a_package_whose_graphs_left_the_store_is_traced_with_one_plain_warning(
     warnings = [line for line in said[0].splitlines() if "could not be installed" in line]
     assert len(warnings) == 1, said[0][-3000:]
     assert "a compiled graph it needs is not in the cache" in warnings[0]
+    (again,) = run(where, "c", str(store))  # the frame was stored again, with its graphs
+    assert again["frames"] == 0 and again["loss"] == cold["loss"]
 
 
 # -- the checks' parts, without compiling -------------------------------------------------------
