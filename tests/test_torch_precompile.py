@@ -310,6 +310,22 @@ def test_a_package_whose_graphs_left_the_store_is_traced_with_one_plain_warning(
 # -- the checks' parts, without compiling -------------------------------------------------------
 
 
+def test_why_a_package_was_not_installed_is_said_in_words() -> None:
+    """torch raises its FXGraphCacheMiss without a message; other exceptions keep theirs, and
+    one whose message cannot be made is named (the warning never raises into torch)."""
+    from torch._functorch._aot_autograd.autograd_cache import FXGraphCacheMiss
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    reason = torch_dynamo._install_reason
+    assert reason(FXGraphCacheMiss()) == "a compiled graph it needs is not in the cache"
+    assert reason(RuntimeError("guards torn")) == "RuntimeError: guards torn"
+    assert reason(KeyError()) == "KeyError"
+    assert reason(Unprintable()) == "Unprintable"
+
+
 def test_globals_are_named_the_same_in_every_process() -> None:
     assert guards.identity(json) == "module json"
     assert guards.identity(len) == "builtin builtins.len"

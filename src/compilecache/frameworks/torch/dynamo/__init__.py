@@ -142,9 +142,14 @@ _DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
 
 def _install_reason(exc: Exception) -> str:
     """Why torch could not install a package, in words (torch's own exception names are terse)."""
-    if type(exc).__name__ == "FXGraphCacheMiss":  # raised without a message
+    name = type(exc).__name__
+    if name == "FXGraphCacheMiss":  # raised without a message
         return "a compiled graph it needs is not in the cache"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose message cannot be made: its name is enough
+        text = ""
+    return f"{name}: {text}" if text else name
 
 
 class _QuietDroppedGuards(logging.Filter):
