@@ -93,8 +93,8 @@ HOOKS_CHILD = TIMED_CHILD.format(
     setup=(
         "import compilecache\n"
         "compilecache.enable()\n"
-        "from compilecache.frameworks.jax.integration import integration\n"
-        "TIMED = integration.JaxCacheAdapter"
+        "from compilecache.frameworks.jax import adapter\n"
+        "TIMED = adapter.JaxCacheAdapter"
     ),
     # The work a miss leaves to compilecache's background thread (the key's components, the
     # entry's encoding and write, its explanation and history record): CPU seconds, which on a

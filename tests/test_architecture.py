@@ -341,10 +341,10 @@ def test_framework_words_live_with_their_framework() -> None:
     ]
     assert named == []
 
-    from compilecache.frameworks.jax import integration as jax_integration
+    from compilecache.frameworks.jax import key as jax_key
     from compilecache.frameworks.jax import words as jax_words
     from compilecache.runtime import explain
 
-    assert tuple(jax_words.JAX.labels) == jax_words.STEPS == jax_integration._LAYOUTS[0]
+    assert tuple(jax_words.JAX.labels) == jax_words.STEPS == jax_key.LAYOUTS[0]
     assert set(jax_words.JAX.describe) == set(jax_words.STEPS)
     assert explain.vocabulary("jax") is jax_words.JAX

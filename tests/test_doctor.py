@@ -12,7 +12,7 @@ import pytest
 
 from compilecache import runner
 from compilecache.frameworks.facts import JaxFacts, ProcessFacts, TorchFacts
-from compilecache.frameworks.jax.integration import MARKER_DIR
+from compilecache.frameworks.jax.adapter import MARKER_DIR
 from compilecache.tools import doctor
 from compilecache.tools.doctor import RunResult
 from tests.conftest import clean_env

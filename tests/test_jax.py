@@ -35,6 +35,7 @@ def entries(store: Path) -> dict[str, Any]:
 def test_hook_is_live_on_installed_jax() -> None:
     """Fails loudly when a JAX upgrade removes the private functions the hook relies on."""
     from compilecache.frameworks.jax import integration
+    from compilecache.frameworks.jax.adapter import MARKER_DIR
 
     ok, reason = integration.hook_available()
     assert ok, reason
@@ -44,7 +45,7 @@ def test_hook_is_live_on_installed_jax() -> None:
     session = compilecache.enable("memory://hook-live")
     assert session is not None
     assert "jax" in session.installed
-    assert cc.get_file_cache(integration.MARKER_DIR)[0] is integration.active_adapter()
+    assert cc.get_file_cache(MARKER_DIR)[0] is integration.active_adapter()
     compilecache.disable()
     assert integration.active_adapter() is None
 
@@ -202,10 +203,12 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
     import jax.numpy as jnp
 
     import compilecache
+    from compilecache.frameworks.jax import adapter as jax_adapter
     from compilecache.frameworks.jax import integration
+    from compilecache.frameworks.jax import key as jax_key
 
     seen: list[tuple[str, tuple[Any, ...], dict[str, str] | None]] = []
-    remember = integration.JaxCacheAdapter.remember_key_args
+    remember = jax_adapter.JaxCacheAdapter.remember_key_args
 
     def recording(self: Any, key: str, args: tuple[Any, ...], hashes: Any = None) -> None:
         seen.append((key, args, hashes))
@@ -214,8 +217,8 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
     def again(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the key steps ran a second time")
 
-    monkeypatch.setattr(integration.JaxCacheAdapter, "remember_key_args", recording)
-    monkeypatch.setattr(integration, "key_components", again)
+    monkeypatch.setattr(jax_adapter.JaxCacheAdapter, "remember_key_args", recording)
+    monkeypatch.setattr(jax_adapter, "key_components", again)
     session = compilecache.enable("memory://one-pass", min_compile_time=0)
     assert session is not None
     try:
@@ -224,14 +227,14 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
         assert adapter is not None
         key, args, hashes = seen[-1]
         assert adapter.cache.wait_writes()  # the entry is written on the background thread
-        data = adapter.cache.store.peek(integration.store_key(key))
+        data = adapter.cache.store.peek(jax_adapter.store_key(key))
         assert data is not None
         header = entry.decode(data).header
     finally:
         compilecache.disable()
     # JAX 0.10 and later build the key in eight steps, 0.4.30 in seven; releases in between
     # were not run here (either layout).
-    newest, seven = integration._LAYOUTS
+    newest, seven = jax_key.LAYOUTS
     version = jax_version()
     if version >= (0, 10):
         expected = [newest]
@@ -243,5 +246,5 @@ def test_key_components_come_from_jax_own_key_computation(monkeypatch: pytest.Mo
     assert header.components == hashes and header.extra["components_verified"] is True
     assert header.extra["readable"]["accelerator_config"] == "1 x cpu"
     monkeypatch.undo()
-    recomputed, _, verified = integration.key_components(key, *args)
+    recomputed, _, verified = jax_key.key_components(key, *args)
     assert verified and recomputed == hashes

@@ -25,7 +25,8 @@ import zstandard
 
 from compilecache import entry
 from compilecache.entry import EntryHeader
-from compilecache.frameworks.jax import integration
+from compilecache.frameworks.jax import adapter as jax_adapter
+from compilecache.frameworks.jax import integration, settings
 from compilecache.runtime import history
 from compilecache.runtime.cache import Cache
 from compilecache.stats import function_counter
@@ -62,7 +63,7 @@ def _has_check_contents() -> bool:
     except ImportError:
         return False
     return hasattr(config, "compilation_cache_check_contents") and all(
-        hasattr(compilation_cache, n) for n in integration._VERIFY_HELPERS
+        hasattr(compilation_cache, n) for n in settings.VERIFY_HELPERS
     )
 
 
@@ -171,7 +172,7 @@ def _jax_value(seconds: int, executable: bytes = b"executable") -> bytes:
 @pytest.fixture
 def adapter(tmp_path: Path) -> Any:
     store = LocalStore(tmp_path / "store")
-    yield integration.JaxCacheAdapter(Cache(store))
+    yield jax_adapter.JaxCacheAdapter(Cache(store))
     store.close()
 
 
@@ -182,7 +183,7 @@ def _watching(adapter: Any) -> Any:
 
     installed = integration._Installed(
         adapter,
-        integration.ProgramSettings(),
+        settings.ProgramSettings(),
         explain.SettingNotes(adapter.cache, "jax"),
         Patches(),
     )
@@ -192,7 +193,7 @@ def _watching(adapter: Any) -> Any:
 
 def _stored(adapter: Any, key: str = KEY) -> EntryHeader:
     assert adapter.cache.wait_writes()  # put() writes on the background thread
-    data = adapter.cache.store.get(integration.store_key(key))
+    data = adapter.cache.store.get(jax_adapter.store_key(key))
     assert data is not None, "the write was lost"
     return entry.decode(data).header
 
@@ -206,7 +207,7 @@ def test_a_failing_clock_neither_raises_nor_loses_the_write(
 ) -> None:
     # JAX's own tests patch the time module's clocks; ours must not break under them.
     monkeypatch.setattr(
-        integration, "time", SimpleNamespace(perf_counter=_broken, monotonic=_broken)
+        jax_adapter, "time", SimpleNamespace(perf_counter=_broken, monotonic=_broken)
     )
     assert adapter.get(KEY) is None
     adapter.put(KEY, _jax_value(3))
@@ -220,7 +221,7 @@ def test_a_clock_that_fails_only_after_the_lookup_still_writes(
 ) -> None:
     assert adapter.get(KEY) is None
     monkeypatch.setattr(
-        integration, "time", SimpleNamespace(perf_counter=_broken, monotonic=_broken)
+        jax_adapter, "time", SimpleNamespace(perf_counter=_broken, monotonic=_broken)
     )
     adapter.put(KEY, _jax_value(2))
     assert _stored(adapter).compile_time_s == 2.0
@@ -231,7 +232,7 @@ def test_numpy_compile_times_are_stored_as_floats(
 ) -> None:
     readings = iter([np.float32(10.0), np.float32(11.5)])
     clock = SimpleNamespace(perf_counter=lambda: next(readings), monotonic=lambda: next(readings))
-    monkeypatch.setattr(integration, "time", clock)
+    monkeypatch.setattr(jax_adapter, "time", clock)
     assert adapter.get(KEY) is None
     adapter.put(KEY, _jax_value(1))
     header = _stored(adapter)

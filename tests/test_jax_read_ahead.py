@@ -58,9 +58,9 @@ def _reads_ahead() -> bool:
     """Whether this JAX passes a lookup the executable's devices (what a read-ahead needs)."""
     from jax._src import compilation_cache
 
-    from compilecache.frameworks.jax import integration
+    from compilecache.frameworks.jax import key as jax_key
 
-    return integration._positional(compilation_cache.get_executable_and_time) == 4
+    return jax_key.positional(compilation_cache.get_executable_and_time) == 4
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compilecache import entry
-from compilecache.frameworks.jax import integration
+from compilecache.frameworks.jax import key as jax_key
 from compilecache.runtime import history
 from compilecache.stores.local import LocalStore
 from tests.conftest import clean_env
@@ -133,9 +133,9 @@ DEVICES = SimpleNamespace(flat=[SimpleNamespace(device_kind="cpu", id=0, process
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, ck: SimpleNamespace) -> None:
-    real = integration._private
+    real = jax_key._private
     monkeypatch.setattr(
-        integration, "_private", lambda name: ck if name == "jax._src.cache_key" else real(name)
+        jax_key, "_private", lambda name: ck if name == "jax._src.cache_key" else real(name)
     )
 
 
@@ -143,7 +143,7 @@ def test_the_0_4_30_layout_is_chosen_and_verified(monkeypatch: pytest.MonkeyPatc
     ck = _ck_0_4_30()
     _use(monkeypatch, ck)
     key = ck.get(b"f", DEVICES, "opts", BACKEND, "zstandard")
-    hashes, readable, verified = integration.key_components(
+    hashes, readable, verified = jax_key.key_components(
         key, b"f", DEVICES, "opts", BACKEND, None, "zstandard"
     )
     assert verified is True
@@ -158,7 +158,7 @@ def test_the_0_10_layout_is_chosen_and_verified(monkeypatch: pytest.MonkeyPatch)
     ck = _ck_0_10()
     _use(monkeypatch, ck)
     key = ck.get(b"f", DEVICES, "opts", BACKEND, "zstandard", "NO")
-    hashes, _, verified = integration.key_components(
+    hashes, _, verified = jax_key.key_components(
         key, b"f", DEVICES, "opts", BACKEND, "NO", "zstandard"
     )
     assert verified is True
@@ -170,7 +170,7 @@ def test_a_key_no_layout_reproduces_is_recorded_unverified(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _use(monkeypatch, _ck_0_10())
-    hashes, _, verified = integration.key_components(
+    hashes, _, verified = jax_key.key_components(
         "jit_f-" + "0" * 64, b"f", DEVICES, "opts", BACKEND, "NO", "zstandard"
     )
     assert verified is False
@@ -188,7 +188,7 @@ def test_a_step_that_fails_leaves_out_that_component_only(
     key = ck.get(b"f", DEVICES, "opts", BACKEND, "zstandard")
     ck._hash_xla_flags = broken
     _use(monkeypatch, ck)
-    hashes, _, verified = integration.key_components(
+    hashes, _, verified = jax_key.key_components(
         key, b"f", DEVICES, "opts", BACKEND, None, "zstandard"
     )
     assert verified is False

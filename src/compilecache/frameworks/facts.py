@@ -127,13 +127,14 @@ def collect() -> ProcessFacts:
 
 def _jax() -> JaxFacts:
     from compilecache.frameworks.jax import integration
+    from compilecache.frameworks.jax.adapter import MARKER_DIR
 
     jax: Any = sys.modules["jax"]
     cfg = jax.config
     return JaxFacts(
         version=str(jax.__version__),
         hooked=integration.active_adapter() is not None,
-        marker=integration.MARKER_DIR,
+        marker=MARKER_DIR,
         cache_dir=str(cfg.jax_compilation_cache_dir),
         min_compile_time_secs=float(integration.program_min_compile_time() or 0.0),
         settings={k: str(v) for k, v in integration.settings_in_effect().items()},

@@ -1,5 +1,6 @@
 """JAX's persistent compilation cache: compilecache's adapter behind
-``jax._src.compilation_cache``, the executables it reads ahead (``preload``), XLA's own cache
+``jax._src.compilation_cache`` (``adapter``), JAX's key step by step (``key``), the program's own
+cache settings (``settings``), the executables it reads ahead (``preload``), XLA's own cache
 directories (``xla``), and the words ``explain`` uses for JAX's key components (``words``).
 
 This module is the face: :func:`install` and :func:`uninstall`, called by

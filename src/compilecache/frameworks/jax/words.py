@@ -1,7 +1,7 @@
 """JAX's key components in words: the steps of ``jax._src.cache_key.get`` and how a change of
 each is said by ``explain`` (the vocabulary is registered with :mod:`compilecache.runtime.explain`
-when this module is imported). ``STEPS`` is the one list of the steps' names: the integration
-(``frameworks/jax/integration.py``) hashes and records them under these names."""
+when this module is imported). ``STEPS`` is the one list of the steps' names: JAX's key tap
+(``frameworks/jax/key.py``) hashes and records them under these names."""
 
 from __future__ import annotations
 
