@@ -149,6 +149,10 @@ class Config:
     # on for the torch releases it was tested on, quietly off for others; True: asked for (a
     # warning where torch is another release); False: off.
     torch_precompile: bool | None = None
+    # JAX: serve a jitted function's stored trace where its guards hold, so a warm start does not
+    # trace or lower it again (COMPILECACHE_JAX_PRECOMPILE). None (unset): on for the JAX releases
+    # it was tested on, off for others; True: asked for; False: off.
+    jax_precompile: bool | None = None
 
     @property
     def signing(self) -> Signing | None:
@@ -253,6 +257,11 @@ def load(
         torch_precompile=(
             _flag(env, "COMPILECACHE_TORCH_PRECOMPILE")
             if env.get("COMPILECACHE_TORCH_PRECOMPILE", "").strip()
+            else None
+        ),
+        jax_precompile=(
+            _flag(env, "COMPILECACHE_JAX_PRECOMPILE")
+            if env.get("COMPILECACHE_JAX_PRECOMPILE", "").strip()
             else None
         ),
     )

@@ -32,6 +32,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("job", "COMPILECACHE_JOB", "setting"),
     ("prefetch", "COMPILECACHE_PREFETCH", "setting"),
     ("torch_precompile", "COMPILECACHE_TORCH_PRECOMPILE", "setting"),
+    ("jax_precompile", "COMPILECACHE_JAX_PRECOMPILE", "setting"),
     ("cold_streak", "COMPILECACHE_COLD_STREAK", "setting"),
     ("secret", "COMPILECACHE_SECRET", "secret"),
     ("secret_file", "COMPILECACHE_SECRET_FILE", "secret"),

@@ -163,6 +163,8 @@ def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Sett
         shown = format_size(value) if name == "max_size" else redact(_text(value))
         if name == "torch_precompile" and value is None:
             shown = "on for the torch releases it was tested on"
+        if name == "jax_precompile" and value is None:
+            shown = "on for the JAX releases it was tested on"
         if name == "job" and not value:
             shown = "(decided by each run: a fingerprint of the command it runs)"
         if name == "url" and url:

@@ -44,6 +44,7 @@ from typing import Any
 
 from compilecache.config import Config
 from compilecache.frameworks.jax import preload as jax_preload
+from compilecache.frameworks.jax import traces as jax_traces
 from compilecache.frameworks.jax import xla as jax_xla
 from compilecache.frameworks.jax.adapter import (
     FRAMEWORK,
@@ -91,6 +92,8 @@ class _Installed:
     watches_writes: bool = False
     # The read-ahead of the job's executables (None: no manifest, COMPILECACHE_PREFETCH=0).
     preloader: jax_preload.Preloader | None = None
+    # Stored traces served on a warm start (None: COMPILECACHE_JAX_PRECOMPILE=0, another JAX).
+    traces: jax_traces.TraceCache | None = None
 
 
 _installed: _Installed | None = None
@@ -195,6 +198,7 @@ def install(cache: Cache, cfg: Config) -> bool:
     installed.watches_writes = _watch_cache_writes(installed)
     installed.xla = _route_xla_caches(cache, installed, cfg)
     _release_leases_after_compiles(cache, installed)
+    installed.traces = _keep_traces(cache, installed, cfg)
     log.info("compilecache: JAX %s routed through %s", jax.__version__, cache.store.url)
     return True
 
@@ -454,6 +458,19 @@ def _release_leases_after_compiles(cache: Cache, installed: _Installed) -> None:
         installed.patches.wrap(compiler, "compile_or_get_cached", wrap)
     except (ImportError, AttributeError) as exc:
         log.debug("compilecache: JAX compiles not watched: %s", exc)
+
+
+def _keep_traces(cache: Cache, installed: _Installed, cfg: Config) -> jax_traces.TraceCache | None:
+    """Serve and record guarded traces (traces.py) where the session wants them: asked for with
+    COMPILECACHE_JAX_PRECOMPILE=1, or left unset on a JAX release they were tested on."""
+    jax = _private("jax")
+    wanted = cfg.jax_precompile
+    if wanted is None:
+        wanted = str(jax.__version__).startswith(jax_traces.TESTED_RELEASES)
+    if not wanted:
+        return None
+    traces = jax_traces.TraceCache(cache, installed.adapter)
+    return traces if traces.install(installed.patches) else None
 
 
 def _writes_here() -> bool:

@@ -31,7 +31,7 @@ LAYOUTS: tuple[tuple[str, ...], ...] = (
 )
 
 
-class _Recorder:
+class Recorder:
     """Stands in for the running sha256 of ``cache_key.get``: keeps what one step feeds it, so
     each step runs once and its bytes can be hashed alone and chained in any layout."""
 
@@ -141,7 +141,7 @@ def _step(helper: Callable[..., object], arg: Any, newer: Any) -> Callable[[Any]
     return lambda h: helper(h, arg)
 
 
-def _key_steps(
+def key_steps(
     ck: Any,
     module: Any,
     devices: Any,
@@ -190,10 +190,10 @@ def key_components(
     the key is kept (else this JAX's preferred one, unverified).
     """
     ck = _private("jax._src.cache_key")
-    steps = _key_steps(ck, module, devices, compile_options, backend, ignore_callbacks, compression)
+    steps = key_steps(ck, module, devices, compile_options, backend, ignore_callbacks, compression)
     fed: dict[str, bytes] = {}
     for name, step in steps.items():
-        recorder = _Recorder()
+        recorder = Recorder()
         try:
             step(recorder)
         except Exception as exc:  # a helper this JAX calls differently: that component is unknown

@@ -1,0 +1,657 @@
+"""Guards of a JAX trace: what a traced function's result depends on besides its arguments'
+shapes and dtypes, by value, so that a later process can tell whether tracing again would give
+the same program.
+
+A trace is a function of the code that runs and the values that code reads. JAX guards none of
+them across processes (its in-memory trace cache trusts the function object), so the guards are
+built here, from roots the caller names (the jitted function, its static arguments, the pytree
+nodes of its arguments, JAX's configuration), by walking each value:
+
+- Python functions: their code (the digest of the file it came from, for code outside the
+  installed packages), defaults, closure cells, attributes, and the globals their code names;
+  a module named by code is followed into the attributes that code names.
+- Containers, NumPy arrays and scalars, dtypes, enums, numbers and strings: by value; objects:
+  their class and their attributes (``__dict__`` and slots), recursively.
+- Code of the installed packages and the standard library is trusted as its distribution's
+  version (recorded by the caller); its functions' closures and defaults are still walked, since
+  a library wrapper (``functools.partial``, ``jax.vmap``) can close over the program's values.
+
+A walk *refuses* what it cannot name or compare: an object without a stable value (a lock, a
+file, an unknown C type), a value read from outside the program (the environment, ``sys.argv``,
+files, clocks, random state: the modules and builtins that give them), and dynamic lookups in the
+program's own modules that no name in the code shows. A refused walk means: trace as always.
+
+The walk is deterministic: no identity, address or hash of an object enters a digest, so two
+processes that hold the same values get the same digests.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import dis
+import enum
+import functools
+import hashlib
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Iterable
+from typing import Any
+
+# Modules whose state is outside the program (environment, arguments, clocks, random state,
+# files, sockets, processes): code that names them is not guarded, it is traced.
+DENIED_MODULES = frozenset(
+    {
+        "os",
+        "posix",
+        "nt",
+        "sys",
+        "random",
+        "_random",
+        "time",
+        "datetime",
+        "_datetime",
+        "subprocess",
+        "socket",
+        "_socket",
+        "uuid",
+        "secrets",
+        "tempfile",
+        "io",
+        "_io",
+        "pathlib",
+        "glob",
+        "shutil",
+        "platform",
+        "getpass",
+        "signal",
+        "threading",
+        "_thread",
+        "multiprocessing",
+        "fileinput",
+        "pickle",
+        "shelve",
+        "sqlite3",
+        "urllib",
+        "http",
+        "numpy.random",
+        "builtins.open",
+    }
+)
+# Builtins that read outside state or look names up dynamically.
+DENIED_BUILTINS = frozenset(
+    {
+        "open",
+        "input",
+        "id",
+        "hash",
+        "eval",
+        "exec",
+        "compile",
+        "globals",
+        "locals",
+        "vars",
+        "__import__",
+        "breakpoint",
+        "memoryview",
+    }
+)
+# Names that look attributes up by a computed name: a program's module reached by code that
+# uses them is guarded whole (every global), since no name in the code says which it reads.
+DYNAMIC_NAMES = frozenset({"getattr", "hasattr", "__dict__", "__getattribute__", "import_module"})
+# Budgets of one walk: past them it refuses (a guard must cost less than the trace it saves).
+MAX_NODES = 200_000
+MAX_ARRAY_BYTES = 256 * 1024 * 1024
+
+
+class Refused(Exception):
+    """A value the guards cannot name or compare: the function is traced."""
+
+
+def _trusted_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    # compilecache's own code (an editable install lives outside site-packages).
+    roots.add(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots if r))
+
+
+_TRUSTED = _trusted_roots()
+
+
+@functools.lru_cache(maxsize=4096)
+def is_library_file(filename: str) -> bool:
+    """Whether code from ``filename`` belongs to the installed packages or the standard library
+    (trusted by version), rather than to the program (guarded by its file's digest)."""
+    if not filename or filename.startswith("<"):
+        return filename.startswith("<frozen ")
+    real = os.path.realpath(filename)
+    return real.startswith(_TRUSTED)
+
+
+def is_library_code(code: types.CodeType) -> bool:
+    return is_library_file(code.co_filename)
+
+
+def denied_module(name: str) -> bool:
+    return any(name == d or name.startswith(d + ".") for d in DENIED_MODULES)
+
+
+def _has_file(filename: str) -> bool:
+    return bool(filename) and not filename.startswith("<") and os.path.isfile(filename)
+
+
+def code_digest(code: types.CodeType) -> str:
+    """A code object by value: its bytecode, constants (nested code by value) and names."""
+    h = hashlib.sha256()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        h.update(current.co_code)
+        h.update(
+            repr(
+                (
+                    current.co_names,
+                    current.co_varnames,
+                    current.co_freevars,
+                    current.co_cellvars,
+                    current.co_flags,
+                    current.co_argcount,
+                    current.co_posonlyargcount,
+                    current.co_kwonlyargcount,
+                    current.co_qualname,
+                )
+            ).encode()
+        )
+        for const in current.co_consts:
+            if isinstance(const, types.CodeType):
+                stack.append(const)
+                h.update(b"code")
+            else:
+                h.update(f"{type(const).__name__}:{const!r}".encode())
+    return h.hexdigest()
+
+
+def file_digest(filename: str) -> str:
+    """The sha256 of a program file; raises :class:`Refused` for code without a file."""
+    try:
+        with open(filename, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError as exc:
+        raise Refused(f"its code has no file to compare ({filename})") from exc
+
+
+@functools.lru_cache(maxsize=16384)
+def code_reads(code: types.CodeType) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """What one code object (not its nested functions) names: the globals it reads or writes,
+    the attributes it reads, and the modules it imports."""
+    globals_: set[str] = set()
+    attributes: set[str] = set()
+    imports: set[str] = set()
+    for instruction in dis.get_instructions(code):
+        op = instruction.opname
+        if op in _GLOBAL_OPS:
+            globals_.add(str(instruction.argval))
+        elif op in _ATTRIBUTE_OPS:
+            attributes.add(str(instruction.argval))
+        elif op == "IMPORT_NAME":
+            imports.add(str(instruction.argval))
+        elif op == "IMPORT_FROM":
+            attributes.add(str(instruction.argval))
+    return frozenset(globals_), frozenset(attributes), frozenset(imports)
+
+
+_GLOBAL_OPS = frozenset(
+    {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME"}
+)
+_ATTRIBUTE_OPS = frozenset(
+    {"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "LOAD_SUPER_ATTR"}
+)
+
+
+def nested_codes(code: types.CodeType) -> Iterable[types.CodeType]:
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+
+
+@dataclasses.dataclass
+class Walk:
+    """The guards of one trace: a digest per root and per program global read, the program's
+    code reached (which must cover every program function the trace runs), its files' digests.
+
+    ``refused`` says why the trace cannot be guarded (``None`` when it can)."""
+
+    digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    codes: set[types.CodeType] = dataclasses.field(default_factory=set)
+    refused: str | None = None
+    # The program's modules reached, and every name the program's code reached uses.
+    _modules: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)
+    _names: set[str] = dataclasses.field(default_factory=set)
+    _dynamic: bool = False
+    _nodes: int = 0
+    _array_bytes: int = 0
+    _done_globals: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    _pending_codes: list[tuple[types.CodeType, dict[str, Any]]] = dataclasses.field(
+        default_factory=list
+    )
+
+    def root(self, path: str, value: Any) -> None:
+        """Guard ``value`` under ``path`` (its digest, and everything it leads to)."""
+        if self.refused is not None:
+            return
+        try:
+            self.digests[path] = _Digest(self).of(value)
+        except Refused as exc:
+            self.refused = f"{path}: {exc}"
+        except RecursionError:
+            self.refused = f"{path}: nested too deeply to compare"
+
+    def finish(self) -> Walk:
+        """Follow the program's code to the globals it names, until nothing new is reached."""
+        try:
+            while self.refused is None and (self._pending_codes or self._unread_globals()):
+                while self._pending_codes:
+                    code, globals_ = self._pending_codes.pop()
+                    self._read_code(code, globals_)
+                for module_name, name in self._unread_globals():
+                    self._done_globals.add((module_name, name))
+                    module = self._modules[module_name]
+                    value = vars(module)[name]
+                    if _is_program_module(module):
+                        self.root(f"global {name} of {module_name}", value)
+                    else:
+                        self._library_attribute(module_name, name, value)
+                    if self.refused is not None:
+                        break
+        except Refused as exc:
+            self.refused = str(exc)
+        return self
+
+    def _library_attribute(self, module_name: str, name: str, value: Any) -> None:
+        """An attribute of an installed module that the program's code names: its functions
+        and classes are trusted with the module's version; data on it (which a program may set)
+        is guarded, and a module or function that reads outside state refuses."""
+        if isinstance(value, types.ModuleType):
+            if denied_module(value.__name__):
+                self.refused = f"it reads module {value.__name__} (outside the program's values)"
+            else:
+                self._modules.setdefault(value.__name__, value)
+            return
+        if isinstance(value, (types.BuiltinFunctionType, types.FunctionType, type)):
+            owner = getattr(value, "__module__", "") or ""
+            if denied_module(owner) or (owner == "builtins" and name in DENIED_BUILTINS):
+                self.refused = f"it calls {owner}.{name} (outside the program's values)"
+            return
+        if value is None or isinstance(value, (bool, int, float, complex, str, bytes, tuple)):
+            self.root(f"{module_name}.{name}", value)
+
+    def digest(self) -> str:
+        """One digest of every guard (the variant a stored trace is filed under)."""
+        h = hashlib.sha256()
+        for path in sorted(self.digests):
+            h.update(f"{path}\0{self.digests[path]}\0".encode())
+        for filename in sorted(self.files):
+            h.update(f"file {filename}\0{self.files[filename]}\0".encode())
+        return h.hexdigest()
+
+    def guards(self) -> dict[str, str]:
+        """Every guard by what it names, for an explanation of which one changed."""
+        named = dict(self.digests)
+        named.update((f"code of {_short(f)}", d) for f, d in self.files.items())
+        return named
+
+    def _unread_globals(self) -> list[tuple[str, str]]:
+        wanted: list[tuple[str, str]] = []
+        for module_name, module in list(self._modules.items()):
+            namespace = vars(module)
+            every = self._dynamic and _is_program_module(module)
+            for name in list(namespace) if every else self._names:
+                if name in namespace and (module_name, name) not in self._done_globals:
+                    wanted.append((module_name, name))
+        return wanted
+
+    def add_code(self, code: types.CodeType, globals_: dict[str, Any] | None) -> None:
+        """The program's ``code`` is reached (with the globals it reads names in)."""
+        if code in self.codes:
+            return
+        for nested in nested_codes(code):
+            self.codes.add(nested)
+        filename = code.co_filename
+        if _has_file(filename):
+            if filename not in self.files:
+                self.files[filename] = file_digest(filename)
+        else:  # made by exec (a dataclass's __init__), typed at a prompt: its code by value
+            self.digests[f"code of {code.co_qualname} ({filename})"] = code_digest(code)
+        self._pending_codes.append((code, globals_ or {}))
+
+    def _read_code(self, code: types.CodeType, globals_: dict[str, Any]) -> None:
+        module_name = str(globals_.get("__name__", ""))
+        module = sys.modules.get(module_name)
+        in_module = False
+        if module is not None and vars(module) is globals_:
+            in_module = True
+            self._modules.setdefault(module_name, module)
+        for nested in nested_codes(code):
+            if not in_module:  # exec'd code with globals of its own: each one it reads
+                for name in sorted(code_reads(nested)[0]):
+                    if name in globals_:
+                        self.root(f"global {name} of {code.co_qualname}", globals_[name])
+            global_names, attributes, imports = code_reads(nested)
+            for name in global_names:
+                if name not in globals_ and name in DENIED_BUILTINS and hasattr(builtins, name):
+                    raise Refused(
+                        f"{nested.co_qualname} calls {name}() (outside the program's values)"
+                    )
+            for name in imports:
+                if denied_module(name):
+                    raise Refused(
+                        f"{nested.co_qualname} imports {name} (outside the program's values)"
+                    )
+                imported = sys.modules.get(name)
+                if imported is None:
+                    raise Refused(f"{nested.co_qualname} imports {name}, not imported yet")
+                _Digest(self).of(imported)
+            if not self._dynamic and not DYNAMIC_NAMES.isdisjoint(global_names | attributes):
+                self._dynamic = True
+            self._names.update(global_names, attributes)
+
+
+_MISSING = object()
+
+
+def _is_program_module(module: types.ModuleType) -> bool:
+    filename = getattr(module, "__file__", None) or ""
+    return bool(filename) and not is_library_file(filename)
+
+
+def _short(filename: str) -> str:
+    return os.path.basename(filename)
+
+
+class _Digest:
+    """One root's digest: a running sha256 over a deterministic encoding of its value."""
+
+    def __init__(self, walk: Walk) -> None:
+        self.walk = walk
+        self.h = hashlib.sha256()
+        # Objects met on this walk (kept alive while it runs) -> their order: cycles and shared
+        # references encode as a back reference, never as an address.
+        self.seen: dict[int, tuple[int, Any]] = {}
+
+    def of(self, value: Any) -> str:
+        self.feed(value)
+        return self.h.hexdigest()
+
+    def put(self, *parts: object) -> None:
+        self.h.update("\x1f".join(str(p) for p in parts).encode("utf-8", "surrogatepass"))
+        self.h.update(b"\x1e")
+
+    def feed(self, v: Any) -> None:
+        walk = self.walk
+        walk._nodes += 1
+        if walk._nodes > MAX_NODES:
+            raise Refused("too many values to compare")
+        t = type(v)
+        if v is None or t is bool or t is int or t is str or v is Ellipsis:
+            self.put(t.__name__, v)
+            return
+        if t is float:
+            self.put("float", v.hex())
+            return
+        if t is complex:
+            self.put("complex", v.real.hex(), v.imag.hex())
+            return
+        if t is bytes:
+            self.put("bytes", hashlib.sha256(v).hexdigest())
+            return
+        ref = self.seen.get(id(v))
+        if ref is not None:
+            self.put("ref", ref[0])
+            return
+        self.seen[id(v)] = (len(self.seen), v)
+        if isinstance(v, types.ModuleType):
+            self._module(v)
+        elif isinstance(v, type):
+            self._class(v)
+        elif isinstance(v, types.FunctionType):
+            self._function(v)
+        elif isinstance(v, types.MethodType):
+            self.put("method")
+            self.feed(v.__func__)
+            self.feed(v.__self__)
+        elif isinstance(v, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            self._builtin(v)
+        elif isinstance(v, functools.partial):
+            self.put("partial")
+            self.feed(v.func)
+            self.feed(v.args)
+            self.feed(v.keywords)
+        elif isinstance(v, enum.Enum):
+            self._class(t)
+            self.put("enum", v.name)
+        elif t in (tuple, list) or (isinstance(v, tuple) and hasattr(t, "_fields")):
+            if t not in (tuple, list):
+                self._class(t)
+            self.put(t.__name__, len(v))
+            for item in v:
+                self.feed(item)
+        elif isinstance(v, dict):
+            self._class(t) if t is not dict else self.put("dict")
+            self.put(len(v))
+            for key, item in v.items():
+                self.feed(key)
+                self.feed(item)
+            factory = getattr(v, "default_factory", None)
+            if factory is not None:
+                self.feed(factory)
+        elif isinstance(v, (set, frozenset)):
+            digests = sorted(_Digest(walk).of(item) for item in v)
+            self.put(t.__name__, *digests)
+        else:
+            self._other(v)
+
+    def _module(self, module: types.ModuleType) -> None:
+        name = module.__name__
+        self.put("module", name)
+        if denied_module(name):
+            raise Refused(f"it reads module {name} (outside the program's values)")
+        filename = getattr(module, "__file__", None) or ""
+        if filename and not is_library_file(filename):
+            self.walk._modules.setdefault(name, module)
+            self.walk.files.setdefault(filename, file_digest(filename))
+        else:
+            # An installed module: the attributes the program's code names are followed (data
+            # set on it by the program, or a denied submodule or function reached through it).
+            self.walk._modules.setdefault(name, module)
+
+    def _class(self, cls: type) -> None:
+        module = getattr(cls, "__module__", "") or ""
+        self.put("class", module, getattr(cls, "__qualname__", cls.__name__))
+        if denied_module(module):
+            raise Refused(f"it uses {module}.{cls.__qualname__} (outside the program's values)")
+        source = sys.modules.get(module)
+        filename = getattr(source, "__file__", None) or ""
+        if module in ("builtins", "") or (filename and is_library_file(filename)):
+            return
+        # The program's own class: its methods and class attributes are values it reads.
+        for base in cls.__bases__:
+            if base is not object:
+                self.feed(base)
+        for key, item in vars(cls).items():
+            if key in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+                continue
+            self.put("attr", key)
+            self.feed(item)
+
+    def _function(self, fn: types.FunctionType) -> None:
+        code = fn.__code__
+        self.put("function", fn.__module__, fn.__qualname__)
+        if not is_library_code(code):
+            self.walk.add_code(code, fn.__globals__)
+        else:
+            module = fn.__module__ or ""
+            if denied_module(module):
+                raise Refused(f"it calls {module}.{fn.__qualname__} (outside the program's values)")
+        self.feed(fn.__defaults__)
+        self.feed(fn.__kwdefaults__)
+        cells = fn.__closure__ or ()
+        for name, cell in zip(code.co_freevars, cells, strict=False):
+            self.put("cell", name)
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                self.put("empty")
+                continue
+            self.feed(contents)
+        attributes = getattr(fn, "__dict__", None)
+        if attributes:
+            self.feed(dict(attributes))
+
+    def _builtin(self, fn: Any) -> None:
+        owner = getattr(fn, "__self__", None)
+        module = getattr(fn, "__module__", None) or (
+            owner.__name__
+            if isinstance(owner, types.ModuleType)
+            else getattr(type(owner), "__module__", "")
+        )
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", "?"))
+        self.put("builtin", module, name)
+        if denied_module(str(module)) or (module == "builtins" and name in DENIED_BUILTINS):
+            raise Refused(f"it calls {module}.{name} (outside the program's values)")
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            self.feed(owner)
+
+    def _other(self, v: Any) -> None:
+        t = type(v)
+        np = sys.modules.get("numpy")
+        if np is not None:
+            if isinstance(v, np.ndarray):
+                self._array(v)
+                return
+            if isinstance(v, np.generic):
+                self.put("npscalar", v.dtype.str, hashlib.sha256(v.tobytes()).hexdigest())
+                return
+            if isinstance(v, np.dtype):
+                self.put("dtype", v.str, v.name)
+                return
+        jax_array = _jax_array_type()
+        if jax_array is not None and isinstance(v, jax_array):
+            self._jax_array(v)
+            return
+        if t.__name__ == "PyTreeDef" and (t.__module__ or "").startswith("jaxlib"):
+            self._treedef(v)
+            return
+        special = _special(v)
+        if special is not None:
+            self.put(*special)
+            return
+        if hasattr(v, "_fun") and hasattr(v, "_jit_info"):  # a jitted function
+            self.put("jit")
+            self.feed(v._fun)
+            self.feed(jit_info_fields(v._jit_info))
+            return
+        attributes = getattr(v, "__dict__", None)
+        slots = [s for c in t.__mro__ for s in getattr(c, "__slots__", ()) if isinstance(s, str)]
+        if attributes is None and not slots:
+            raise Refused(f"a {t.__module__}.{t.__qualname__} has no value to compare")
+        self._class(t)
+        if attributes is not None:
+            self.feed(dict(attributes))
+        for slot in slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            self.put("slot", slot)
+            self.feed(getattr(v, slot, _MISSING if hasattr(v, slot) else None))
+
+    def _treedef(self, treedef: Any) -> None:
+        """A pytree structure by value: each node's type, its auxiliary data (its own repr
+        abbreviates large data), and the functions that flatten and rebuild a custom node (the
+        rebuild runs inside the trace)."""
+        registry = getattr(sys.modules.get("jax._src.tree_util"), "_registry", {})
+        stack = [treedef]
+        while stack:
+            node = stack.pop()
+            data = node.node_data()
+            if data is None:
+                self.put("leaf", node.num_leaves)
+                continue
+            kind, aux = data
+            self.put("node")
+            self.feed(kind)
+            self.feed(aux)
+            entry = registry.get(kind)
+            if entry is not None:
+                self.feed(tuple(entry))
+            children = node.children()
+            self.put("children", len(children))
+            stack.extend(reversed(children))
+
+    def _array(self, a: Any) -> None:
+        if a.dtype.hasobject:
+            raise Refused("an array of Python objects")
+        self.walk._array_bytes += a.nbytes
+        if self.walk._array_bytes > MAX_ARRAY_BYTES:
+            raise Refused("arrays too large to compare")
+        data = a.tobytes() if a.flags.c_contiguous else a.copy(order="C").tobytes()
+        self.put("ndarray", a.dtype.str, a.shape, hashlib.sha256(data).hexdigest())
+
+    def _jax_array(self, a: Any) -> None:
+        np = sys.modules["numpy"]
+        try:
+            host = np.asarray(a)
+        except Exception as exc:  # a tracer, a deleted buffer
+            raise Refused(f"a JAX array with no value to compare ({type(exc).__name__})") from exc
+        self.put("jaxarray", bool(getattr(a, "weak_type", False)), repr(getattr(a, "sharding", "")))
+        self._array(host)
+
+
+@functools.lru_cache(maxsize=1)
+def _jax_array_type() -> type | None:
+    module = sys.modules.get("jax")
+    return getattr(module, "Array", None) if module is not None else None
+
+
+def _special(v: Any) -> tuple[str, ...] | None:
+    """A digest for the few C types of JAX and NumPy whose text says all of their value."""
+    t = type(v)
+    module = t.__module__ or ""
+    if module.startswith(("jaxlib", "jax")) and t.__name__ in _FAITHFUL_REPRS:
+        return ("jaxobj", t.__name__, repr(v))
+    if module == "ml_dtypes" or (isinstance(v, type) and module.startswith("ml_dtypes")):
+        return ("ml_dtypes", repr(v))
+    return None
+
+
+# JAX's types whose repr holds their whole value (devices, shardings, the unspecified marker).
+_FAITHFUL_REPRS = frozenset(
+    {
+        "CpuDevice",
+        "GpuDevice",
+        "TpuDevice",
+        "Device",
+        "SingleDeviceSharding",
+        "NamedSharding",
+        "PositionalSharding",
+        "GSPMDSharding",
+        "UnspecifiedValue",
+        "PartitionSpec",
+        "Layout",
+        "DeviceLocalLayout",
+        "Format",
+    }
+)
+
+
+def jit_info_fields(info: Any) -> tuple[Any, ...]:
+    """A jit's options as values, without its source location (a path that differs between
+    hosts; the function itself is guarded by its code)."""
+    fields = getattr(info, "_fields", ())
+    skipped = ("fun_sourceinfo", "fun_signature")  # the function's code and defaults say these
+    return tuple((f, getattr(info, f)) for f in fields if f not in skipped)
