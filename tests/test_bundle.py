@@ -115,9 +115,11 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
     # 0.4's lookups do not allow.
     store = LocalStore(source)
     manifests = sum(1 for i in store.scan() if i.key.startswith("manifest/"))
+    # The guarded traces that name the executables travel with them.
+    traces = sum(1 for i in store.scan() if i.key.startswith("jax/trace/"))
     store.close()
     assert manifests <= 1
-    total = n + manifests
+    total = n + manifests + traces
     assert f"{total} of {total} entries" in capsys.readouterr().out
     listed = members(path)
     assert listed[0][0] == "manifest.json"
@@ -131,7 +133,7 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
         assert record["sha256"] == hashlib.sha256(data).hexdigest()
         if record["framework"] != "manifest":
             assert record["backend"] == "cpu" and record["framework"] == "jax"
-    assert sum(r["framework"] == "jax" for r in manifest["entries"]) == n
+    assert sum(r["framework"] == "jax" for r in manifest["entries"]) == n + traces
 
     assert main(["import", "--url", str(target), str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -141,6 +143,7 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
         run_python([PROGRAM, "before"], clean_env({"COMPILECACHE_URL": str(target)})).stdout
     )
     assert warm["stats"]["misses"] == 0 and warm["stats"]["hits"] == n
+    assert warm["stats"].get("jax.trace.served", 0) == traces
     assert all(warm[k] == cold[k] for k in ("step", "other", "grad_sum"))
 
     # Importing again changes nothing: every entry is already there, and valid.

@@ -67,7 +67,10 @@ def run_twice(
 
 
 def jax_entries(store: str) -> list[str]:
-    return [k for k in stored_entries(store) if k.startswith("jax/")]
+    # JAX's executables: not the guarded traces that name them.
+    return [
+        k for k in stored_entries(store) if k.startswith("jax/") and not k.startswith("jax/trace/")
+    ]
 
 
 def explained(store: str) -> str:

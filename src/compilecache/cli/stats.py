@@ -20,6 +20,13 @@ from compilecache.cli.configure import trust_line
 from compilecache.cli.entries import matching_keys
 from compilecache.config import format_size
 
+# What each framework's internal entries are, in words.
+_INTERNAL_KINDS = {
+    "torch": "kernel binaries, headers, probe answers, autotune records",
+    "jax": "guarded traces and XLA autotune files",
+    "xla": "XLA autotune files",
+}
+
 
 def cmd_stats(args: argparse.Namespace) -> int:
     store = store_of(args, create=False)
@@ -72,10 +79,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
         )
         print(f"  {framework:<19} {parts}")
     for framework, (count, size) in sorted(report.internal.items()):
-        # Kernels, headers, probe answers: parts of compiles, not functions (`ls` lists them).
+        # Kernels, headers, probe answers, traces: parts of compiles, not functions (`ls` lists
+        # them).
+        kinds = _INTERNAL_KINDS.get(framework, "framework records")
         print(
-            f"  {framework + ' internal':<19} {count} entries ({format_size(size)}): kernel "
-            "binaries, headers, probe answers, autotune records; `compilecache ls` lists them"
+            f"  {framework + ' internal':<19} {count} entries ({format_size(size)}): {kinds}; "
+            "`compilecache ls` lists them"
+        )
+    traces = report.frameworks.get("jax", {})
+    said = [(what, traces.get(f"trace.{what}", 0)) for what in ("served", "stale", "refused")]
+    if any(n for _, n in said) or traces.get("trace.writes"):
+        # Warm starts that skipped tracing, entries whose guards did not hold, functions traced
+        # every time (`explain` says why for each).
+        print(
+            f"  {'jax traces':<19} "
+            + ", ".join(f"{number(n)} {what}" for what, n in said)
+            + f", {number(traces.get('trace.writes', 0))} written"
         )
     functions = sorted(report.functions.values(), key=lambda f: -f.compile_time_s)
     if functions:

@@ -22,10 +22,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("compilecache")
 
-# Keys of the entries compilecache keeps for a framework rather than for a function of the
-# program: torch's kernel binaries, precompiled headers, probe answers and autotune records, and
-# XLA's autotune files. Listed by ``ls``, counted apart by ``stats`` and ``explain``.
-INTERNAL_PREFIXES = ("torch/kernel/", "torch/pch/", "torch/probe/", "torch/autotune/", "xla/")
+# Keys of the entries compilecache keeps for a framework rather than for a compile of the
+# program: torch's kernel binaries, precompiled headers, probe answers and autotune records,
+# XLA's autotune files, and JAX's guarded traces (records that name an executable). Listed by
+# ``ls``, counted apart by ``stats`` and ``explain``.
+INTERNAL_PREFIXES = (
+    "torch/kernel/",
+    "torch/pch/",
+    "torch/probe/",
+    "torch/autotune/",
+    "xla/",
+    "jax/trace/",
+)
 
 
 def is_internal(key: str) -> bool:

@@ -176,6 +176,16 @@ class Cache:
         """The verified entry stored under ``key``, or ``None`` (counted as a miss)."""
         return self._load(framework, key, count_miss=True)[0]
 
+    def load_uncounted(self, framework: str, key: str) -> Entry | None:
+        """:meth:`load` for an entry that is not a compile (a framework's record about one, such
+        as a JAX trace): read as a lookup (listed for the job's manifest, copied between levels),
+        verified and checked for this host the same way, but neither a hit nor a miss. Failures
+        and damaged entries are counted as for any read."""
+        found, _ = self._decoded(framework, key, self.read)
+        if found is None or self.refuses(key, found[0].header):
+            return None
+        return found[0]
+
     def peek(self, framework: str, key: str) -> Entry | None:
         """The verified entry under ``key`` for bookkeeping (an index, a list), read without
         counting a hit or a miss and without copying it between levels; ``None`` when there is
@@ -486,10 +496,12 @@ class Cache:
         *,
         compress: bool | None = None,
         any_time: bool = False,
+        counted: bool = True,
     ) -> bool:
         """Store ``payload``; ``False`` when skipped (read-only, too fast, an entry signed with
         another key is there) or failed (counted). ``any_time``: not a compile of its own (a
-        file a compile left), so COMPILECACHE_MIN_COMPILE_TIME does not apply."""
+        file a compile left), so COMPILECACHE_MIN_COMPILE_TIME does not apply. ``counted=False``:
+        not a compile (a framework's record about one), so not among the writes."""
         framework = header.framework
         if self.read_only:
             self.stats.add("skipped", framework=framework)
@@ -521,6 +533,8 @@ class Cache:
             return False
         if self._flight is not None:
             self._flight.wrote(looked_up)
+        if not counted:
+            return True
         self.stats.add("writes", framework=framework)
         self.stats.add("bytes_written", len(data), framework=framework)
         self.stats.add("compile_time_s", header.compile_time_s, framework=framework)

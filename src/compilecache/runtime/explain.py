@@ -549,6 +549,7 @@ def record_miss(
     background: bool = False,
     internal: bool = False,
     why: str = "",
+    counted: bool = True,
 ) -> Explanation | None:
     """After a miss's compile: count it for its function, explain it, and remember it in the
     store's history and the run's events. ``background``: explain and remember it on the cache's
@@ -557,9 +558,10 @@ def record_miss(
     (a kernel binary, a probe's answer), not a function of the program: not counted per
     function, and grouped apart by ``explain``. ``why``: the integration knows the cause (its
     own entry was there and could not be used here), said instead of a nearest entry's
-    differences. Never raises."""
+    differences. ``counted=False``: not a compile (a JAX trace traced again), so not counted among
+    the function's misses. Never raises."""
     try:
-        if not internal:
+        if not internal and counted:
             cache.stats.add(function_counter(framework, name, "misses"))
             cache.stats.add(function_counter(framework, name, "compile_time_s"), compile_time_s)
     except Exception as exc:

@@ -6,6 +6,7 @@ stored entry as JAX's own ``VerificationCache`` does."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -13,7 +14,7 @@ import threading
 import time
 import types
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,10 @@ class JaxCacheAdapter:
         # the keys already compared in this process.
         self.check_contents = False
         self._verified: set[str] = set()
+        # Probes of a stored trace's executable on this thread (probing()), and the keys whose
+        # miss a probe counted already.
+        self._probe = threading.local()
+        self._miss_counted: set[str] = set()
 
     def configure(self, check_contents: bool) -> None:
         """JAX is building its cache: apply ``jax_compilation_cache_check_contents``."""
@@ -151,6 +156,8 @@ class JaxCacheAdapter:
             self.cache.stats.add("hits", framework=FRAMEWORK)
             self.cache.stats.add(function_counter(FRAMEWORK, module_name(key), "hits"))
             return written
+        if getattr(self._probe, "active", False):
+            return self._probed(key)
         try:
             # Single-flight: on a miss, wait for another process compiling the same key, or
             # lead (released in put, or when compile_or_get_cached returns without a put).
@@ -162,9 +169,39 @@ class JaxCacheAdapter:
             with self._lock:
                 self._pending.pop(key, None)
             return found.payload
+        with self._lock:
+            counted = key in self._miss_counted
+            self._miss_counted.discard(key)
+        if counted:  # a probe of it already counted this miss (a damaged entry): once is enough
+            self.cache.stats.add("misses", -1, framework=FRAMEWORK)
         slot = self._slot(key)
         slot.miss_time, slot.looked_up = _clock(), True
         return None
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """Lookups on this thread meanwhile are probes of a stored trace's executable: a hit is
+        counted as a hit, a miss is not counted and takes no lease (the trace that follows a
+        miss looks the key up again, and that lookup counts it)."""
+        self._probe.active = True
+        try:
+            yield
+        finally:
+            self._probe.active = False
+
+    def _probed(self, key: str) -> bytes | None:
+        start = time.perf_counter()
+        damaged_before = len(self.cache.damaged)
+        found = self.cache.load_uncounted(FRAMEWORK, store_key(key))
+        if found is None:
+            if len(self.cache.damaged) != damaged_before:
+                with self._lock:
+                    self._miss_counted.add(key)
+            return None
+        self.cache.count_read_ahead(
+            FRAMEWORK, store_key(key), found, len(found.payload), time.perf_counter() - start
+        )
+        return found.payload
 
     def put(self, key: str, value: bytes) -> None:
         mismatch: Exception | None = None

@@ -77,7 +77,7 @@ DENIED_MODULES = frozenset(
         "urllib",
         "http",
         "numpy.random",
-        "builtins.open",
+        "importlib",
     }
 )
 # Builtins that read outside state or look names up dynamically.
@@ -212,6 +212,25 @@ _ATTRIBUTE_OPS = frozenset(
 )
 
 
+def denied_builtin(code: types.CodeType, globals_: dict[str, Any]) -> str | None:
+    """The builtin that reads outside state which ``code`` names (``None`` when none)."""
+    for name in sorted(code_reads(code)[0]):
+        if name not in globals_ and name in DENIED_BUILTINS and hasattr(builtins, name):
+            return name
+    return None
+
+
+@functools.lru_cache(maxsize=16384)
+def builds_sets(code: types.CodeType) -> bool:
+    """Whether ``code`` makes a set (a literal, a comprehension, ``set()``/``frozenset()``)."""
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("BUILD_SET", "SET_ADD", "SET_UPDATE"):
+            return True
+        if instruction.opname in _GLOBAL_OPS and instruction.argval in ("set", "frozenset"):
+            return True
+    return False
+
+
 def nested_codes(code: types.CodeType) -> Iterable[types.CodeType]:
     stack = [code]
     while stack:
@@ -344,11 +363,6 @@ class Walk:
                     if name in globals_:
                         self.root(f"global {name} of {code.co_qualname}", globals_[name])
             global_names, attributes, imports = code_reads(nested)
-            for name in global_names:
-                if name not in globals_ and name in DENIED_BUILTINS and hasattr(builtins, name):
-                    raise Refused(
-                        f"{nested.co_qualname} calls {name}() (outside the program's values)"
-                    )
             for name in imports:
                 if denied_module(name):
                     raise Refused(
@@ -364,6 +378,7 @@ class Walk:
 
 
 _MISSING = object()
+_NO_CODE = compile("", "<none>", "exec")
 
 
 def _is_program_module(module: types.ModuleType) -> bool:
@@ -442,7 +457,7 @@ class _Digest:
             self.put(t.__name__, len(v))
             for item in v:
                 self.feed(item)
-        elif isinstance(v, dict):
+        elif isinstance(v, (dict, types.MappingProxyType)):
             self._class(t) if t is not dict else self.put("dict")
             self.put(len(v))
             for key, item in v.items():
@@ -460,7 +475,7 @@ class _Digest:
     def _module(self, module: types.ModuleType) -> None:
         name = module.__name__
         self.put("module", name)
-        if denied_module(name):
+        if denied_module(name) or name == "builtins":  # builtins: getattr(builtins, "open")
             raise Refused(f"it reads module {name} (outside the program's values)")
         filename = getattr(module, "__file__", None) or ""
         if filename and not is_library_file(filename):
@@ -552,6 +567,13 @@ class _Digest:
         if special is not None:
             self.put(*special)
             return
+        if type(v).__name__ == "_lru_cache_wrapper" and not is_library_code(
+            getattr(getattr(v, "__wrapped__", None), "__code__", _NO_CODE)
+        ):
+            raise Refused(
+                f"{getattr(v, '__qualname__', '?')} is memoised (functools.lru_cache): its cached "
+                "results are not compared"
+            )
         if hasattr(v, "_fun") and hasattr(v, "_jit_info"):  # a jitted function
             self.put("jit")
             self.feed(v._fun)
@@ -624,6 +646,8 @@ def _special(v: Any) -> tuple[str, ...] | None:
     module = t.__module__ or ""
     if module.startswith(("jaxlib", "jax")) and t.__name__ in _FAITHFUL_REPRS:
         return ("jaxobj", t.__name__, repr(v))
+    if module == "operator" and t.__name__ in ("methodcaller", "attrgetter", "itemgetter"):
+        return ("operator", repr(v))
     if module == "ml_dtypes" or (isinstance(v, type) and module.startswith("ml_dtypes")):
         return ("ml_dtypes", repr(v))
     return None

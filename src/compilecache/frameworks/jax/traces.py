@@ -47,7 +47,7 @@ from typing import Any
 from compilecache.entry import EntryHeader
 from compilecache.frameworks.jax import guards as jax_guards
 from compilecache.frameworks.jax import xla as jax_xla
-from compilecache.frameworks.jax.adapter import FRAMEWORK, JaxCacheAdapter
+from compilecache.frameworks.jax.adapter import FRAMEWORK, JaxCacheAdapter, store_key
 from compilecache.frameworks.jax.key import Recorder, key_steps
 from compilecache.host import framework_module as _private
 from compilecache.host import jax_versions
@@ -85,6 +85,9 @@ _IRRELEVANT_OPTIONS = frozenset(
 )
 # Options under which a trace is never served: the program asks to see tracing and compiles.
 _WATCHING_OPTIONS = ("jax_log_compiles", "jax_explain_cache_misses")
+# Python hashes strings with a per-process seed unless PYTHONHASHSEED fixes it: a set's order can
+# then differ between two processes, and so can a trace that iterates one.
+_HASH_ORDER = bool(sys.flags.hash_randomization)
 # Counters: jax.trace.<what>.
 SERVED, STALE, REFUSED, WRITES, NEW = "served", "stale", "refused", "writes", "new"
 
@@ -127,9 +130,10 @@ class _Recording:
     signature: str
     name: str
     walk: jax_guards.Walk
-    roots: list[tuple[str, Any]]
+    call: tuple[Any, Any, Any, Any]  # fun, jit_info, args, kwargs: the roots again, after
     ran: dict[Any, dict[str, Any]]  # code that ran -> its globals
-    c_calls: list[Any]
+    c_calls: list[tuple[Any, Any]]  # (program code, a builtin it called)
+    callers: set[tuple[Any, Any]] = field(default_factory=set)  # (program code, its caller)
     params: Any = None
     compiles: list[dict[str, Any]] = field(default_factory=list)
     keys: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
@@ -334,25 +338,32 @@ class TraceCache:
         if sys.getprofile() is not None:
             self._refused(name, "a profiler of the program's own is running")
             return None, None
-        return None, _Recording(key, name, walk, roots, {}, [])
+        return None, _Recording(key, name, walk, (fun, jit_info, args, kwargs), {}, [])
 
     def _traced(
         self, original: Any, recording: _Recording, fun: Any, jit_info: Any, args: Any, kwargs: Any
     ) -> Any:
         """JAX's trace, under a profiler that lists the code it ran."""
-        ran, c_calls = recording.ran, recording.c_calls
+        ran, c_calls, callers = recording.ran, recording.c_calls, recording.callers
         library: dict[Any, bool] = {}
 
         def profile(frame: Any, event: str, arg: Any) -> None:
             if event == "call":
-                ran[frame.f_code] = frame.f_globals
+                code = frame.f_code
+                ran[code] = frame.f_globals
+                trusted = library.get(code)
+                if trusted is None:
+                    trusted = library[code] = jax_guards.is_library_code(code)
+                if not trusted:
+                    back = frame.f_back
+                    callers.add((code, back.f_code if back is not None else None))
             elif event == "c_call":
                 code = frame.f_code
                 trusted = library.get(code)
                 if trusted is None:
                     trusted = library[code] = jax_guards.is_library_code(code)
                 if not trusted:
-                    c_calls.append(arg)
+                    c_calls.append((code, arg))
 
         sys.setprofile(profile)
         try:
@@ -367,7 +378,7 @@ class TraceCache:
 
     def _variants(self, key: str) -> dict[str, _Variant]:
         try:
-            found = self.cache.load(FRAMEWORK, key)
+            found = self.cache.load_uncounted(FRAMEWORK, key)
         except Exception as exc:
             log.debug("compilecache: trace entry %s not read: %s", key, exc)
             return {}
@@ -406,12 +417,24 @@ class TraceCache:
             return None, f"JAX's key would differ here ({', '.join(changed) or 'its steps'})"
         xla_client = _private("jax._src.lib").xla_client
         executable_devices = xla_client.DeviceList(tuple(devices))
-        loaded, _ = compilation_cache.get_executable_and_time(
-            variant.jax_key, options, backend, executable_devices
-        )
+        start = time.perf_counter()  # not time.monotonic, which JAX's own tests mock
+        with self.adapter.probing():
+            loaded, compile_time = compilation_cache.get_executable_and_time(
+                variant.jax_key, options, backend, executable_devices
+            )
         if loaded is None:
-            self.cache.finish_thread_leads()  # the trace that follows looks the key up again
             return None, "its executable is not in the store"
+        # JAX's own events of a persistent-cache hit, as compile_or_get_cached records them.
+        monitoring = _private("jax._src.monitoring")
+        retrieval = time.perf_counter() - start
+        monitoring.record_event("/jax/compilation_cache/compile_requests_use_cache")
+        monitoring.record_event("/jax/compilation_cache/cache_hits")
+        monitoring.record_event_duration_secs(
+            "/jax/compilation_cache/compile_time_saved_sec", (compile_time or 0) - retrieval
+        )
+        monitoring.record_event_duration_secs(
+            "/jax/compilation_cache/cache_retrieval_time_sec", retrieval
+        )
         unloaded = _unpickle(variant.executable, backend, devices, loaded)
         return _Served(unloaded.load(), variant.out_tree, variant.name), ""
 
@@ -441,7 +464,7 @@ class TraceCache:
         covered = self._uncovered(recording)
         if covered:
             raise TraceRefused(covered)
-        after = _walk(recording.roots)
+        after = _walk(_roots(*recording.call))
         if after.refused is not None or after.digest() != recording.walk.digest():
             raise TraceRefused(
                 f"the trace changed a value it read ({_changed_paths(recording.walk, after)})"
@@ -469,7 +492,17 @@ class TraceCache:
     def _uncovered(self, recording: _Recording) -> str:
         """Why the trace ran something the guards do not cover (``""`` when it did not)."""
         for code, globals_ in recording.ran.items():
-            if code in recording.walk.codes or jax_guards.is_library_code(code):
+            if jax_guards.is_library_code(code):
+                continue
+            denied = jax_guards.denied_builtin(code, globals_)
+            if denied is not None and not _hashing_for_jax(code, denied, recording.callers):
+                return f"{code.co_qualname} calls {denied}() while tracing"
+            if _HASH_ORDER and jax_guards.builds_sets(code):
+                return (
+                    f"{code.co_qualname} builds a set while tracing (its order follows Python's "
+                    "per-process string hashing; PYTHONHASHSEED fixes it)"
+                )
+            if code in recording.walk.codes:
                 continue
             if code.co_filename == "<string>" and _library_namespace(globals_):
                 continue  # made by exec inside an installed package (a dataclass's __init__)
@@ -478,13 +511,15 @@ class TraceCache:
                     f"the trace ran {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), "
                     "which no guard covers"
                 )
-        for called in recording.c_calls:
+        for caller, called in recording.c_calls:
             module = getattr(called, "__module__", None) or getattr(
                 getattr(called, "__self__", None), "__name__", ""
             )
             name = getattr(called, "__name__", "")
             if jax_guards.denied_module(str(module)) or (
-                module == "builtins" and name in jax_guards.DENIED_BUILTINS
+                module == "builtins"
+                and name in jax_guards.DENIED_BUILTINS
+                and not _hashing_for_jax(caller, name, recording.callers)
             ):
                 return f"the program called {module}.{name} while tracing"
         return ""
@@ -503,7 +538,11 @@ class TraceCache:
         )
 
         def write() -> None:
-            if self.cache.save(header, payload):
+            # After the executable's own write (the same queue): a trace is kept only beside an
+            # executable the store holds (not one JAX or compilecache chose not to store).
+            if self.cache.store.stat(store_key(variant.jax_key)) is None:
+                return
+            if self.cache.save(header, payload, any_time=True, counted=False):
                 self.cache.stats.add(counter(WRITES))
 
         self.cache.save_later(key, write)
@@ -513,9 +552,13 @@ class TraceCache:
     def _refused(self, name: str, why: str) -> None:
         self.cache.stats.add(counter(REFUSED))
         log.info("compilecache: the trace of %s is not kept: %s", name, why)
-        self._explain(name, PREFIX + "refused/" + name, None, f"traced: {why}")
+        self._explain(name, PREFIX + "refused/" + name, None, f"traced: {why}", stored=False)
 
-    def _explain(self, name: str, key: str, walk: jax_guards.Walk | None, why: str) -> None:
+    def _explain(
+        self, name: str, key: str, walk: jax_guards.Walk | None, why: str, stored: bool = True
+    ) -> None:
+        """Say why ``name`` was traced (``explain`` lists it with the program's misses; it is
+        not counted as one: its executable's lookup is)."""
         from compilecache.runtime import explain
 
         explain.record_miss(
@@ -525,10 +568,11 @@ class TraceCache:
             key=key,
             components=walk.guards() if walk is not None else {},
             prefix=None,
-            stored=False,
+            stored=stored,
+            reason="" if stored else "its trace is not kept",
             background=True,
-            internal=True,
-            why=why or "traced (a first trace: its guards are stored)",
+            why=why or "traced for the first time; its trace is kept with its guards",
+            counted=False,
         )
 
 
@@ -649,6 +693,15 @@ def _changed_paths(before: jax_guards.Walk, after: jax_guards.Walk) -> str:
     a, b = before.guards(), after.guards()
     changed = [p for p in sorted(set(a) | set(b)) if a.get(p) != b.get(p)]
     return ", ".join(changed[:5]) or (after.refused or "?")
+
+
+def _hashing_for_jax(code: Any, denied: str, callers: set[tuple[Any, Any]]) -> bool:
+    """Whether ``code`` is a ``__hash__`` that only JAX called (to find a static argument in
+    its caches): the hash it takes (of strings, randomised per process) cannot reach the trace."""
+    if denied != "hash" or code.co_name != "__hash__":
+        return False
+    called_by = [caller for callee, caller in callers if callee is code]
+    return all(c is not None and jax_guards.is_library_code(c) for c in called_by)
 
 
 def _library_namespace(globals_: dict[str, Any]) -> bool:

@@ -1,0 +1,152 @@
+"""Guarded JAX traces: a warm start serves a jitted function's stored trace only where tracing
+again would give the same program, and otherwise traces, counts and explains.
+
+The corpus (tests/jax_trace_program.py) holds functions that trace differently from run to run
+with the same code, shapes and dtypes. Each run is a fresh process under ``compilecache run`` on
+one store, and must print exactly what the same program prints without compilecache.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TESTS, clean_env
+
+pytest.importorskip("jax")
+
+PROGRAM = TESTS / "jax_trace_program.py"
+HELPER_A = "import jax.numpy as jnp\n\n\ndef transform(x):\n    return jnp.sin(x) + 1.0\n"
+# The same size as HELPER_A, one character changed: a file compared by size and time would pass.
+HELPER_B = HELPER_A.replace("+ 1.0", "+ 2.0")
+
+
+def _run(
+    tmp: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The program's output, and (under compilecache) its process's trace counters."""
+    extra = dict(env or {})
+    command = [sys.executable, str(PROGRAM), str(tmp / "helper"), *args]
+    if store is not None:
+        extra["COMPILECACHE_URL"] = str(store)
+        command = [sys.executable, "-m", "compilecache", "run", "--", *command]
+    proc = subprocess.run(
+        command, env=clean_env(extra), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    return printed["output"], printed["traces"]
+
+
+def _helper(tmp: Path, text: str) -> None:
+    helper = tmp / "helper"
+    helper.mkdir(exist_ok=True)
+    path = helper / "trace_helper.py"
+    stat = path.stat() if path.exists() else None
+    path.write_text(text)
+    if stat is not None:  # the same modification time: only the contents tell the edit
+        import os
+
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+# Each variant changes one value the program reads from outside, against the base run.
+VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
+    "argv closure": (("--scale", "3.0"), {}, HELPER_A),
+    "env global": ((), {"TRACE_OFFSET": "4.0"}, HELPER_A),
+    "edited helper": ((), {}, HELPER_B),
+    "numpy constant": ((), {"TRACE_TABLE": "0.25"}, HELPER_A),
+    "default argument": ((), {"TRACE_POWER": "3"}, HELPER_A),
+    "static field": (("--static-field", "5"), {}, HELPER_A),
+    "jax config": ((), {"JAX_ENABLE_X64": "1"}, HELPER_A),
+}
+
+
+def test_each_variant_gets_plain_jaxs_output_in_fresh_processes(tmp_path: Path) -> None:
+    """a, a, then each variant b and a again, on one store: every run prints what plain JAX
+    prints for its variant; the base's second run is served its traces, and a variant retraces
+    only what it changes."""
+    store = tmp_path / "store"
+    _helper(tmp_path, HELPER_A)
+    plain_a, _ = _run(tmp_path, None)
+    cold, traces = _run(tmp_path, store)
+    assert cold == plain_a
+    functions = len(plain_a) - 1  # the dtype line is not a function
+    assert traces.get("jax.trace.writes", 0) >= functions, traces
+    warm, traces = _run(tmp_path, store)
+    assert warm == plain_a
+    assert traces.get("jax.trace.served", 0) >= functions, traces
+    assert not traces.get("jax.trace.stale") and not traces.get("jax.trace.refused"), traces
+    for name, (args, env, helper) in VARIANTS.items():
+        _helper(tmp_path, helper)
+        plain_b, _ = _run(tmp_path, None, *args, env=env)
+        assert plain_b != plain_a, f"{name}: the variant does not change the output"
+        cached_b, traces = _run(tmp_path, store, *args, env=env)
+        assert cached_b == plain_b, f"{name}: a stale trace was served"
+        # What the variant changes is traced again (stale, or a new signature: x64's avals).
+        assert traces.get("jax.trace.served", 0) < functions, (name, traces)
+        _helper(tmp_path, HELPER_A)
+        again, traces = _run(tmp_path, store)
+        assert again == plain_a, f"{name}: the base run after it got another output"
+        assert traces.get("jax.trace.served", 0) >= functions, (name, traces)
+    # explain says, for each function traced again, which read kept its trace from being served.
+    explained = subprocess.run(
+        [sys.executable, "-m", "compilecache", "explain", "--url", str(store)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert "global OFFSET of __main__" in explained
+    assert "code of trace_helper.py" in explained
+    assert "static argument 1" in explained
+
+
+API_PROGRAM = TESTS / "jax_trace_api_program.py"
+
+
+def _api(store: Path | None, *args: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    command = [sys.executable, str(API_PROGRAM), *args]
+    extra: dict[str, str] = {}
+    if store is not None:
+        extra["COMPILECACHE_URL"] = str(store)
+        command = [sys.executable, "-m", "compilecache", "run", "--", *command]
+    proc = subprocess.run(
+        command, env=clean_env(extra), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    return printed["output"], printed["traces"], proc.stderr
+
+
+def test_jax_apis_work_as_jax_on_a_warm_start_served_its_traces(tmp_path: Path) -> None:
+    """.lower(), .trace(), .eval_shape(), AOT compile, jit under grad, vmap and scan, and
+    donation give plain JAX's results after a served first call; only Python that runs at
+    trace time does not run for a served function (as within one process)."""
+    store = tmp_path / "store"
+    plain, _, _ = _api(None)
+    assert plain["traced"] == ["step", "counted"]
+    cold, _, _ = _api(store)
+    assert cold == plain
+    warm, traces, _ = _api(store)
+    assert traces.get("jax.trace.served", 0) >= 3, traces
+    # .lower() traces step (JAX's own trace cache was empty): what runs at trace time then ran.
+    assert warm.pop("traced") == ["step"]
+    assert warm == {k: v for k, v in plain.items() if k != "traced"}
+
+
+def test_jax_log_compiles_sees_every_trace(tmp_path: Path) -> None:
+    """jax_log_compiles asks to see tracing and compiling: nothing is served, JAX logs as
+    without compilecache."""
+    store = tmp_path / "store"
+    _api(store, "--log-compiles")
+    warm, traces, stderr = _api(store, "--log-compiles")
+    assert not traces.get("jax.trace.served"), traces
+    assert "Compiling step" in stderr or "Finished tracing + transforming step" in stderr
+    plain, _, _ = _api(None, "--log-compiles")
+    assert warm == plain
