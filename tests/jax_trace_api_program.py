@@ -22,7 +22,7 @@ if LOG_COMPILES:
     jax.config.update("jax_log_compiles", True)
     logging.basicConfig(level=logging.WARNING)
 
-TRACED: list[str] = []  # what ran at trace time (a Python side effect)
+TRACED: list[str] = []  # what ran at trace time: a global the trace changes
 
 
 @jax.jit
@@ -32,8 +32,8 @@ def step(w, x):
 
 
 @jax.jit
-def counted(x):
-    TRACED.append("counted")  # runs when JAX traces: not on a warm start served its trace
+def printed(x):
+    print("tracing printed")  # runs when JAX traces: not on a warm start served its trace
     return x + 1.0
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     donated = jnp.arange(4.0)
     out["donate"] = _values(donating(donated, jnp.ones(4)))
     out["donated_deleted"] = bool(donated.is_deleted())
-    out["counted"] = _values(counted(v)) + _values(counted(v * 2.0))
+    out["printed"] = _values(printed(v)) + _values(printed(v * 2.0))
     out["traced"] = list(TRACED)
     print(json.dumps({"output": out, "traces": _trace_counters()}))
 

@@ -81,6 +81,7 @@ def test_each_variant_gets_plain_jaxs_output_in_fresh_processes(tmp_path: Path) 
     warm, traces = _run(tmp_path, store)
     assert warm == plain_a
     assert traces.get("jax.trace.served", 0) >= functions, traces
+    every = traces["jax.trace.served"]  # the program's functions and JAX's own jitted helpers
     assert not traces.get("jax.trace.stale") and not traces.get("jax.trace.refused"), traces
     for name, (args, env, helper) in VARIANTS.items():
         _helper(tmp_path, helper)
@@ -89,14 +90,14 @@ def test_each_variant_gets_plain_jaxs_output_in_fresh_processes(tmp_path: Path) 
         cached_b, traces = _run(tmp_path, store, *args, env=env)
         assert cached_b == plain_b, f"{name}: a stale trace was served"
         # What the variant changes is traced again (stale, or a new signature: x64's avals).
-        assert traces.get("jax.trace.served", 0) < functions, (name, traces)
+        assert traces.get("jax.trace.served", 0) < every, (name, traces)
         _helper(tmp_path, HELPER_A)
         again, traces = _run(tmp_path, store)
         assert again == plain_a, f"{name}: the base run after it got another output"
-        assert traces.get("jax.trace.served", 0) >= functions, (name, traces)
+        assert traces.get("jax.trace.served", 0) == every, (name, traces)
     # explain says, for each function traced again, which read kept its trace from being served.
     explained = subprocess.run(
-        [sys.executable, "-m", "compilecache", "explain", "--url", str(store)],
+        [sys.executable, "-m", "compilecache", "explain", "--limit", "500", "--url", str(store)],
         env=clean_env(),
         capture_output=True,
         text=True,
@@ -105,12 +106,13 @@ def test_each_variant_gets_plain_jaxs_output_in_fresh_processes(tmp_path: Path) 
     assert "global OFFSET of __main__" in explained
     assert "code of trace_helper.py" in explained
     assert "static argument 1" in explained
+    assert "its closure cell scale" in explained and "its default arguments" in explained
 
 
 API_PROGRAM = TESTS / "jax_trace_api_program.py"
 
 
-def _api(store: Path | None, *args: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _api(store: Path | None, *args: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
     command = [sys.executable, str(API_PROGRAM), *args]
     extra: dict[str, str] = {}
     if store is not None:
@@ -121,23 +123,24 @@ def _api(store: Path | None, *args: str) -> tuple[dict[str, Any], dict[str, Any]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = json.loads(proc.stdout.strip().splitlines()[-1])
-    return printed["output"], printed["traces"], proc.stderr
+    return printed["output"], printed["traces"], proc.stdout, proc.stderr
 
 
 def test_jax_apis_work_as_jax_on_a_warm_start_served_its_traces(tmp_path: Path) -> None:
     """.lower(), .trace(), .eval_shape(), AOT compile, jit under grad, vmap and scan, and
-    donation give plain JAX's results after a served first call; only Python that runs at
-    trace time does not run for a served function (as within one process)."""
+    donation give plain JAX's results after a served first call. Python that runs at trace time
+    does not run for a served function (a print), as within one process; a trace that changes a
+    value it reads (a list it appends to) is never served, so that runs every time."""
     store = tmp_path / "store"
-    plain, _, _ = _api(None)
-    assert plain["traced"] == ["step", "counted"]
-    cold, _, _ = _api(store)
+    plain, _, plain_out, _ = _api(None)
+    assert plain["traced"] == ["step"] and "tracing printed" in plain_out
+    cold, _, _, _ = _api(store)
     assert cold == plain
-    warm, traces, _ = _api(store)
+    warm, traces, warm_out, _ = _api(store)
     assert traces.get("jax.trace.served", 0) >= 3, traces
-    # .lower() traces step (JAX's own trace cache was empty): what runs at trace time then ran.
-    assert warm.pop("traced") == ["step"]
-    assert warm == {k: v for k, v in plain.items() if k != "traced"}
+    assert traces.get("jax.trace.refused", 0) >= 1, traces  # step: it appends to TRACED
+    assert warm == plain
+    assert "tracing printed" not in warm_out
 
 
 def test_jax_log_compiles_sees_every_trace(tmp_path: Path) -> None:
@@ -145,8 +148,8 @@ def test_jax_log_compiles_sees_every_trace(tmp_path: Path) -> None:
     without compilecache."""
     store = tmp_path / "store"
     _api(store, "--log-compiles")
-    warm, traces, stderr = _api(store, "--log-compiles")
+    warm, traces, _, stderr = _api(store, "--log-compiles")
     assert not traces.get("jax.trace.served"), traces
-    assert "Compiling step" in stderr or "Finished tracing + transforming step" in stderr
-    plain, _, _ = _api(None, "--log-compiles")
+    assert "Finished tracing step for jit" in stderr and "Compiling jit(step)" in stderr
+    plain, _, _, _ = _api(None, "--log-compiles")
     assert warm == plain

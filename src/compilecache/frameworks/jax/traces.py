@@ -48,7 +48,7 @@ from compilecache.entry import EntryHeader
 from compilecache.frameworks.jax import guards as jax_guards
 from compilecache.frameworks.jax import xla as jax_xla
 from compilecache.frameworks.jax.adapter import FRAMEWORK, JaxCacheAdapter, store_key
-from compilecache.frameworks.jax.key import Recorder, key_steps
+from compilecache.frameworks.jax.key import Recorder, key_steps, readable_components
 from compilecache.host import framework_module as _private
 from compilecache.host import jax_versions
 from compilecache.patches import Patches
@@ -486,7 +486,12 @@ class TraceCache:
             out_tree=params.out_tree,
             name=name,
         )
-        self._store(recording.signature, variant)
+        np = sys.modules["numpy"]
+        array = np.empty(len(devices), dtype=object)
+        array[:] = devices
+        # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
+        readable = readable_components(array, compile_["options"], backend, "")
+        self._store(recording.signature, variant, readable)
         self._explain(name, recording.signature, recording.walk, "")
 
     def _uncovered(self, recording: _Recording) -> str:
@@ -524,7 +529,7 @@ class TraceCache:
                 return f"the program called {module}.{name} while tracing"
         return ""
 
-    def _store(self, key: str, variant: _Variant) -> None:
+    def _store(self, key: str, variant: _Variant, readable: dict[str, str]) -> None:
         variants = self._variants(key)
         variants.pop(variant.walk, None)
         kept = sorted(variants.values(), key=lambda v: v.created)[-(VARIANTS - 1) :]
@@ -534,7 +539,15 @@ class TraceCache:
             key=key,
             name=variant.name,
             versions=jax_versions(),
-            extra={"layer": LAYER, "executable": variant.jax_key},
+            extra={
+                "layer": LAYER,
+                "executable": variant.jax_key,
+                "readable": {
+                    k: v
+                    for k, v in readable.items()
+                    if k in ("backend version", "accelerator_config", "jax_lib version")
+                },
+            },
         )
 
         def write() -> None:
@@ -668,6 +681,16 @@ def _roots(fun: Any, jit_info: Any, args: Any, kwargs: Any) -> list[tuple[str, A
         ("the arguments' structure", treedef),
         ("JAX's configuration", options),
     ]
+    # The function's own values again under their names, so that explain can say which changed.
+    function = getattr(fun, "__func__", fun)
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        roots.append(("its default arguments", (function.__defaults__, function.__kwdefaults__)))
+        for name, cell in zip(code.co_freevars, function.__closure__ or (), strict=False):
+            try:
+                roots.append((f"its closure cell {name}", cell.cell_contents))
+            except ValueError:
+                continue
     roots += [(f"static argument {i}", args[i]) for i in sorted(static_numbers)]
     roots += [(f"static argument {n}", kwargs[n]) for n in sorted(static_names)]
     return roots
