@@ -123,6 +123,8 @@ class _Served:
     executable: Any
     out_tree: Any
     name: str
+    # JAX's own trace of the call, for arguments the executable turns out not to take.
+    retrace: Any = None
 
 
 @dataclass
@@ -199,6 +201,7 @@ class TraceCache:
                 log.debug("compilecache: trace lookup failed: %s", exc)
                 served, recording = None, None
             if served is not None:
+                served[0].retrace = lambda: original(fun, jit_info, args, kwargs)
                 return served
             if recording is None:
                 return original(fun, jit_info, args, kwargs)
@@ -209,7 +212,18 @@ class TraceCache:
     def _wrap_run(self, original: Any) -> Any:
         def _run_python_pjit(p: Any, args_flat: Any, fun: Any, args: Any, kwargs: Any) -> Any:
             if isinstance(p, _Served):
-                return _run_served(p, args_flat)
+                if _takes(p.executable, args_flat):
+                    return _run_served(p, args_flat)
+                # Checked before anything runs: the program gets JAX's own trace instead.
+                self.cache.stats.add(counter(STALE))
+                self._explain(
+                    p.name,
+                    PREFIX + p.name,
+                    None,
+                    "its stored executable does not take these arguments; traced again",
+                    stored=False,
+                )
+                p, args_flat = p.retrace()
             recording: _Recording | None = getattr(self._local, "recording", None)
             if recording is None or recording.params is not p:
                 return original(p, args_flat, fun, args, kwargs)
@@ -825,13 +839,29 @@ def _other_components(devices: list[Any], options: Any, backend: Any) -> dict[st
     return hashes
 
 
+def _takes(executable: Any, args_flat: Any) -> bool:
+    """Whether the stored executable takes these arguments (JAX's checks of them, made before
+    anything runs, so that a mismatch can still be traced)."""
+    try:
+        dispatch = _private("jax._src.dispatch")
+        core = _private("jax._src.core")
+        for arg in args_flat:
+            dispatch.check_arg(arg)
+        info = getattr(executable, "_all_args_info", None)
+        if info is not None:
+            avals = [core.shaped_abstractify(a) for a in args_flat]
+            return len(avals) == len(info.in_avals) and all(
+                a == b for a, b in zip(avals, info.in_avals, strict=True)
+            )
+        return True
+    except Exception:
+        return False
+
+
 def _run_served(served: _Served, args_flat: Any) -> Any:
     """``_run_python_pjit``'s result for a served call: the stored executable run with JAX's own
     checks of its arguments."""
-    dispatch = _private("jax._src.dispatch")
     tree_util = _private("jax._src.tree_util")
-    for arg in args_flat:
-        dispatch.check_arg(arg)
     out_flat = served.executable.call(*args_flat)
     outs = tree_util.tree_unflatten(served.out_tree, out_flat)
     return (outs, out_flat, served.out_tree, args_flat, _NoJaxpr(), served.executable, None, [])
