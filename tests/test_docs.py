@@ -118,3 +118,28 @@ def test_every_command_has_help() -> None:
             timeout=60,
         )
         assert proc.returncode == 0 and "usage: compilecache" in proc.stdout, command
+
+
+def test_one_python_floor_everywhere() -> None:
+    """The lowest Python is said once and kept everywhere: pip refuses older ones
+    (``requires-python``), mypy checks the code as that version and ruff writes for it, the
+    classifiers start there, and the README and docs/versions.md name it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    required = project["project"]["requires-python"]
+    match = re.fullmatch(r">=(3)\.(\d+)", required)
+    assert match, required
+    major, minor = int(match[1]), int(match[2])
+    floor = f"{major}.{minor}"
+    assert project["tool"]["mypy"]["python_version"] == floor
+    assert project["tool"]["ruff"]["target-version"] == f"py{major}{minor}"
+    listed = [
+        c.rsplit(" :: ", 1)[1]
+        for c in project["project"]["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
+    assert listed and min(listed, key=lambda v: int(v.split(".")[1])) == floor, listed
+    assert f"Python {floor}+" in README.read_text()
+    assert f"Python {floor} or newer" in (ROOT / "docs" / "versions.md").read_text()
+    assert sys.version_info >= (major, minor)
