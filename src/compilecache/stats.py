@@ -99,12 +99,6 @@ def level_counter(url: str, counter: str) -> str:
     return f"{LEVEL_PREFIX}{url}.{counter}"
 
 
-def is_scoped(name: str) -> bool:
-    """Whether ``name`` is a per-function or per-level counter (neither a total nor a
-    per-framework one)."""
-    return name.startswith((FUNCTION_PREFIX, LEVEL_PREFIX))
-
-
 def split_counters(
     counters: Mapping[str, float],
 ) -> tuple[
