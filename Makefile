@@ -49,7 +49,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_torch.py
 	$(PY) benchmarks/bench_torch.py --real
-	$(PY) benchmarks/bench_torch_precompile.py
+	$(PY) benchmarks/bench_torch_dynamo.py
 	$(PY) benchmarks/bench_torch_portable.py
 	$(PY) benchmarks/bench_singleflight.py
 	$(PY) benchmarks/bench_fleet.py
@@ -80,7 +80,7 @@ COMPAT_TORCH_VENV ?= .venv-compat-torch
 COMPAT_TORCH_TESTS ?= tests/test_host.py tests/test_torch_bundle.py tests/test_torch.py \
 	tests/test_torch_explain.py tests/test_torch_warm.py tests/test_torch_headers.py \
 	tests/test_torch_extensions.py tests/test_triton.py tests/test_torch_switches.py \
-	tests/test_torch_precompile.py tests/test_torch_corpus.py tests/test_host_kinds.py
+	tests/test_torch_dynamo.py tests/test_torch_corpus.py tests/test_host_kinds.py
 COMPAT_JAX_TESTS ?= tests/test_host.py tests/test_host_kinds.py tests/test_jax_versions.py \
 	tests/test_jax_adapter.py tests/test_jax_read_ahead.py \
 	tests/test_jax.py tests/test_explain.py tests/test_bundle.py

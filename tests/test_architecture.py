@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "signing",
         "config",
         "entry",
-        "summary",
+        "run_summary",
         "stats",
         "host",
         "redaction",
@@ -74,7 +74,7 @@ LAYERS: list[tuple[str, ...]] = [
     # tools that inspect and move entries, and the workloads of the demo and benchmarks
     ("tools", "workloads"),
     # the front doors
-    ("cli", "command", "__init__", "__main__", "_bootstrap"),
+    ("cli", "entrypoint", "__init__", "__main__", "_bootstrap"),
 ]
 
 

@@ -140,7 +140,7 @@ def test_report_imports_no_cli() -> None:
         for alias in node.names
     }
     assert "compilecache.cli" not in imported
-    assert "compilecache.tools.statsreport" in imported
+    assert "compilecache.tools.store_stats" in imported
 
 
 # -- readable in a browser (issue 11, item 12) ------------------------------------------------

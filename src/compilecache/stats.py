@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from compilecache.summary import Summary
+from compilecache.run_summary import Summary
 
 __all__ = ["Summary"]  # re-exported: the summary line lives in its own (import-free) module
 
