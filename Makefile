@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 	# The pin again beside the extras: pip 26 otherwise replaces the CPU wheel with a CUDA build
 	# of a newer release while resolving the test and s3 extras together.
 	$(PY) -m pip install --quiet $(TORCH) -e '.[$(EXTRAS)]'
-	# Azurite (Azure Storage's emulator, npm) for the Azure tests; they skip, saying so, without.
+	# Azurite (Azure Storage's emulator, npm) for the Azure tests; they skip, saying so, without
+	# (and fail under CI=true: tests/conftest.py).
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/azurite azurite@3 >/dev/null 2>&1 \
-		|| echo "make: azurite not installed (npm); the Azure tests will skip"
+		|| echo "make: azurite not installed (npm); the Azure tests will skip (fail under CI)"
 	touch $(STAMP)
 
 install: $(STAMP)
