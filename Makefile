@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 EXTRAS := jax,torch,triton,test,dev,redis,s3,azure
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
+.PHONY: install demo test lint fix bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m compilecache demo
 
+# lint: the checks CI runs; .pre-commit-config.yaml runs the same three (tests/test_docs.py
+# keeps them equal). fix: what ruff can repair, repaired (mypy's findings stay for you).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
+
+fix: $(STAMP)
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
 
 # The venv's bin first on PATH: torch's extension builds look for `ninja` there.
 test: lint
