@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 EXTRAS := jax,torch,triton,test,dev,redis,s3,azure
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
+.PHONY: install demo test lint fix bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 	# The pin again beside the extras: pip 26 otherwise replaces the CPU wheel with a CUDA build
 	# of a newer release while resolving the test and s3 extras together.
 	$(PY) -m pip install --quiet $(TORCH) -e '.[$(EXTRAS)]'
-	# Azurite (Azure Storage's emulator, npm) for the Azure tests; they skip, saying so, without.
+	# Azurite (Azure Storage's emulator, npm) for the Azure tests; they skip, saying so, without
+	# (and fail under CI=true: tests/conftest.py).
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/azurite azurite@3 >/dev/null 2>&1 \
-		|| echo "make: azurite not installed (npm); the Azure tests will skip"
+		|| echo "make: azurite not installed (npm); the Azure tests will skip (fail under CI)"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,10 +28,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m compilecache demo
 
+# lint: the checks CI runs; .pre-commit-config.yaml runs the same three (tests/test_docs.py
+# keeps them equal). fix: what ruff can repair, repaired (mypy's findings stay for you).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
+
+fix: $(STAMP)
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
 
 # The venv's bin first on PATH: torch's extension builds look for `ninja` there.
 test: lint
@@ -49,7 +56,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_torch.py
 	$(PY) benchmarks/bench_torch.py --real
-	$(PY) benchmarks/bench_torch_precompile.py
+	$(PY) benchmarks/bench_torch_dynamo.py
 	$(PY) benchmarks/bench_torch_portable.py
 	$(PY) benchmarks/bench_singleflight.py
 	$(PY) benchmarks/bench_fleet.py
@@ -80,7 +87,7 @@ COMPAT_TORCH_VENV ?= .venv-compat-torch
 COMPAT_TORCH_TESTS ?= tests/test_host.py tests/test_torch_bundle.py tests/test_torch.py \
 	tests/test_torch_explain.py tests/test_torch_warm.py tests/test_torch_headers.py \
 	tests/test_torch_extensions.py tests/test_triton.py tests/test_torch_switches.py \
-	tests/test_torch_precompile.py tests/test_torch_corpus.py tests/test_host_kinds.py
+	tests/test_torch_dynamo.py tests/test_torch_corpus.py tests/test_host_kinds.py
 COMPAT_JAX_TESTS ?= tests/test_host.py tests/test_host_kinds.py tests/test_jax_versions.py \
 	tests/test_jax_adapter.py tests/test_jax_read_ahead.py \
 	tests/test_jax.py tests/test_explain.py tests/test_bundle.py

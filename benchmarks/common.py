@@ -88,7 +88,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         load = []
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cores": os.cpu_count(),
         "cpu": _cpu_model(),
         "platform": platform.platform(),

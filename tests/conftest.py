@@ -1,22 +1,172 @@
-"""Shared fixtures: fresh subprocess environments that never touch the user's real cache."""
+"""Shared fixtures: fresh subprocess environments that never touch the user's real cache; and
+what the suite needs from the machine: the servers it cannot install itself, and the skips a CI
+run accepts."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
+
+
+# -- servers and skips ---------------------------------------------------------------------------
+
+# The servers the suite runs against that pip cannot install. `.ci/run` installs them (Debian's
+# packages) and `make install` Azurite (npm). Where one is missing, a test that needs it skips,
+# saying so; where it is required, the test fails instead, with the same reason.
+SERVERS = {
+    "redis7": "the system's Redis 7 (Debian's redis-server)",
+    "azurite": "Azurite, Azure Storage's emulator (npm; make install)",
+    "chromium": "headless Chromium (Debian's chromium), which renders the HTML report",
+    "moto": "moto_server, the S3 test server (the test extra)",
+}
+
+
+def ci_run(env: Mapping[str, str]) -> bool:
+    """Whether this is a CI run (``CI=true``, as CI services and `.ci/run` set it)."""
+    return env.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def required_servers(env: Mapping[str, str]) -> frozenset[str]:
+    """``COMPILECACHE_TEST_REQUIRE``: names of :data:`SERVERS` separated by commas, ``all`` or
+    ``none``. Unset: all of them on a CI run, none elsewhere."""
+    value = env.get("COMPILECACHE_TEST_REQUIRE")
+    if value is None:
+        return frozenset(SERVERS) if ci_run(env) else frozenset()
+    names = {n.strip() for n in value.split(",") if n.strip()}
+    if names == {"all"}:
+        return frozenset(SERVERS)
+    if names <= {"none"}:
+        return frozenset()
+    unknown = names - set(SERVERS)
+    if unknown:
+        raise pytest.UsageError(
+            f"COMPILECACHE_TEST_REQUIRE: unknown {sorted(unknown)}; known: {sorted(SERVERS)}, "
+            "all, none"
+        )
+    return frozenset(names)
+
+
+# Read once, when the suite starts (each test runs without COMPILECACHE_ variables).
+REQUIRED = required_servers(os.environ)
+CI = ci_run(os.environ)
+_SERVER_SKIP = re.compile(r"^missing server (\w+): ")
+
+
+def missing_server(name: str, reason: str) -> NoReturn:
+    """The test cannot run: ``name`` (a key of :data:`SERVERS`) is missing, for ``reason``.
+    A failure where the server is required, a skip elsewhere."""
+    assert name in SERVERS, name
+    if name in REQUIRED:
+        pytest.fail(
+            f"{SERVERS[name]} is required (COMPILECACHE_TEST_REQUIRE, or CI=true) and missing: "
+            f"{reason}",
+            pytrace=False,
+        )
+    pytest.skip(f"missing server {name}: {reason}")
+
+
+# The skips a CI run accepts: what the machine or the framework release decides, never what CI
+# could install. Any other skip fails a CI run (after the summary that lists it). Each row: the
+# reason's pattern, and why it is allowed.
+ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
+    (
+        r"^no (counters|history|leases) on this backend$|^this backend reads, then claims$",
+        "the conformance suite runs each capability on the backends that have it",
+    ),
+    (
+        r"root ignores directory permissions|needs root|\(root\)|\(root\)|cannot mount|"
+        r"cannot bind-mount|cannot run mount|unshare|mount namespace",
+        "needs root, or namespaces the machine does not grant (or runs as root)",
+    ),
+    (r"^this machine has a GPU$", "a check of the CPU-only path, on a machine with a GPU"),
+    (r"^this machine runs torch with one thread", "nothing to change on a one-thread machine"),
+    (
+        r"^this host('s /proc/cpuinfo lists no ISA features| has no avx2 to take away)|"
+        r"^needs setarch on x86_64",
+        "the host's CPU cannot play the other host",
+    ),
+    (r"^needs os\.fork$|^POSIX signals$", "not a POSIX system"),
+    (
+        r"^this JAX has no check_contents$|^this JAX's lookups do not name their devices$",
+        "a JAX release without the feature",
+    ),
+    (
+        r"^COMPILECACHE_TORCH_TESTS does not name",
+        "PyTorch's own cache tests (tests/test_torch_suite.py) need a PyTorch checkout",
+    ),
+    (r"^builds from the checkout's tracked files", "a source tree that is not a git checkout"),
+)
+
+
+def skip_reason(report: Any) -> str:
+    """The reason a skipped test or module gave."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return str(reason).removeprefix("Skipped: ")
+
+
+def skip_allowed(reason: str, required: frozenset[str] = REQUIRED) -> bool:
+    """Whether a CI run accepts a skip for ``reason``: an allowed row, or a server that is not
+    required."""
+    server = _SERVER_SKIP.match(reason)
+    if server:
+        return server[1] not in required
+    return any(re.search(pattern, reason) for pattern, _why in ALLOWED_SKIPS)
+
+
+def _skips(config: pytest.Config) -> collections.Counter[str]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    reports = reporter.stats.get("skipped", []) if reporter is not None else []
+    return collections.Counter(skip_reason(r) for r in reports)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A CI run with a skip it does not accept fails (the summary says which)."""
+    if hasattr(session.config, "workerinput") or not CI:
+        return
+    refused = [r for r in _skips(session.config) if not skip_allowed(r)]
+    if refused and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """How many tests skipped, and why: each reason once, with its count and whether a CI run
+    accepts it."""
+    if hasattr(config, "workerinput"):
+        return
+    skips = _skips(config)
+    total = sum(skips.values())
+    refused = sum(n for r, n in skips.items() if not skip_allowed(r))
+    terminalreporter.section("skips")
+    required = ",".join(sorted(REQUIRED)) or "none"
+    terminalreporter.line(
+        f"{total} skipped, {refused} of them not accepted on CI "
+        f"(CI={'true' if CI else 'unset'}, servers required: {required})"
+    )
+    for reason, count in skips.most_common():
+        verdict = "allowed" if skip_allowed(reason) else "NOT ACCEPTED ON CI"
+        terminalreporter.line(f"{count:5d}  {verdict:18s}  {reason}")
+    if CI and refused:
+        terminalreporter.line(
+            "a CI run fails on these: install what they need, or add the reason to "
+            "ALLOWED_SKIPS in tests/conftest.py with why",
+            red=True,
+        )
 
 
 @pytest.fixture(autouse=True)

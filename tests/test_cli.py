@@ -111,9 +111,16 @@ def test_prune_dry_run_then_real(store_url: str, capsys: pytest.CaptureFixture[s
 
 
 def test_prune_older_than(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    time.sleep(1.1)
-    run_cli(capsys, "prune", "--older-than", "1", "--url", store_url)
-    assert list(LocalStore(store_url).scan()) == []
+    """Entries last used two hours ago go, the one used now stays (the rows are backdated:
+    nothing waits for the clock)."""
+    store = LocalStore(store_url)
+    with store._transaction() as conn:
+        conn.execute(
+            "UPDATE entries SET accessed = ? WHERE key != 'jax/jit_a-0000'", (time.time() - 7200,)
+        )
+    store.close()
+    assert run_cli(capsys, "prune", "--older-than", "1h", "--url", store_url)[0] == 0
+    assert [i.key for i in LocalStore(store_url).scan()] == ["jax/jit_a-0000"]
 
 
 def test_clear_needs_yes(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -118,3 +118,65 @@ def test_every_command_has_help() -> None:
             timeout=60,
         )
         assert proc.returncode == 0 and "usage: compilecache" in proc.stdout, command
+
+
+def test_one_python_floor_everywhere() -> None:
+    """The lowest Python is said once and kept everywhere: pip refuses older ones
+    (``requires-python``), mypy checks the code as that version and ruff writes for it, the
+    classifiers start there, and the README and docs/versions.md name it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    required = project["project"]["requires-python"]
+    match = re.fullmatch(r">=(3)\.(\d+)", required)
+    assert match, required
+    major, minor = int(match[1]), int(match[2])
+    floor = f"{major}.{minor}"
+    assert project["tool"]["mypy"]["python_version"] == floor
+    assert project["tool"]["ruff"]["target-version"] == f"py{major}{minor}"
+    listed = [
+        c.rsplit(" :: ", 1)[1]
+        for c in project["project"]["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
+    assert listed and min(listed, key=lambda v: int(v.split(".")[1])) == floor, listed
+    assert f"Python {floor}+" in README.read_text()
+    assert f"Python {floor} or newer" in (ROOT / "docs" / "versions.md").read_text()
+    assert sys.version_info >= (major, minor)
+
+
+def _recipe(target: str) -> list[str]:
+    """The commands of a Makefile target, ``$(VENV)`` spelled out."""
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    commands = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        commands.append(line.strip().replace("$(VENV)", ".venv"))
+    return commands
+
+
+def test_pre_commit_runs_what_make_lint_runs_and_make_fix_repairs_the_same_tree() -> None:
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    entries = re.findall(r"^\s+entry: (.+)$", config, re.MULTILINE)
+    lint = _recipe("lint")
+    assert entries == lint, (entries, lint)
+    hooks = re.findall(r"^\s+- id: ", config, re.MULTILINE)
+    assert len(re.findall(r"^\s+pass_filenames: false$", config, re.MULTILINE)) == len(hooks)
+    assert _recipe("fix") == [
+        ".venv/bin/ruff check --fix src tests benchmarks",
+        ".venv/bin/ruff format src tests benchmarks",
+    ]
+    assert lint[:2] == [
+        ".venv/bin/ruff check src tests benchmarks",
+        ".venv/bin/ruff format --check src tests benchmarks",
+    ]
+
+
+def test_contributing_says_which_tests_cover_every_test_file() -> None:
+    """The table of CONTRIBUTING.md names every test module, so a new one finds its row."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    missing = [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if p.name not in text]
+    assert missing == []
+    assert "## Unreleased" in (ROOT / "CHANGELOG.md").read_text()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from compilecache.summary import Summary
+from compilecache.run_summary import Summary
 from tests import servers
 from tests.conftest import (
     JAX_PROGRAM,

@@ -30,7 +30,7 @@ from compilecache.runtime.cache import Cache
 from compilecache.stats import Stats
 from compilecache.stores.local import LocalStore
 from compilecache.tools import report
-from tests.conftest import clean_env
+from tests.conftest import clean_env, missing_server
 
 CHART_COLOURS = {
     "saved per run": report.SAVED_COLOUR,
@@ -140,7 +140,7 @@ def test_report_imports_no_cli() -> None:
         for alias in node.names
     }
     assert "compilecache.cli" not in imported
-    assert "compilecache.tools.statsreport" in imported
+    assert "compilecache.tools.store_stats" in imported
 
 
 # -- readable in a browser (issue 11, item 12) ------------------------------------------------
@@ -447,7 +447,9 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 def test_charts_render_in_headless_chromium(filled_store: Path, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
-        pytest.skip("no Chromium: install the Debian package with `apt-get install -y chromium`")
+        missing_server(
+            "chromium", "no Chromium: install the Debian package with `apt-get install -y chromium`"
+        )
     page = tmp_path / "report.html"
     assert main(["report", "--html", str(page), "--url", str(filled_store)]) == 0
     shot = tmp_path / "shot.png"

@@ -6,6 +6,7 @@ redis-py."""
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -263,7 +264,8 @@ def test_a_connect_timeout() -> None:
             filler.setblocking(False)
             filler.connect_ex(address)
             fillers.append(filler)
-        time.sleep(0.1)
+        # The queue is full once a filler's handshake completed (its socket turns writable).
+        assert wait_until(lambda: select.select([], fillers, [], 0)[1])
         client = RespClient(address[0], address[1], socket_connect_timeout=0.3)
         start = time.monotonic()
         with pytest.raises(RespTimeoutError):
@@ -311,11 +313,12 @@ def test_no_retry_after_a_timeout(redis_server: RedisServer) -> None:
         proxy.delay_s = 0.4  # each way: the INCR runs at +0.4 s, its reply comes at +0.8 s
         with pytest.raises(RespTimeoutError):
             client.execute_command("INCR", k)
-        time.sleep(1.0)
+        # A retry would have been sent before the error reached us.
         assert counts.sends == 2 and counts.connections == 1
-    direct = RespClient.from_url(redis_server.url)
-    assert direct.get(k) == b"1"
-    direct.close()
+        direct = RespClient.from_url(redis_server.url)
+        assert wait_until(lambda: direct.get(k) == b"1")  # the delayed INCR arrived, once
+        assert counts.sends == 2
+        direct.close()
 
 
 def test_a_new_connection_that_fails_is_not_retried() -> None:
@@ -337,10 +340,11 @@ def test_a_new_connection_that_fails_is_not_retried() -> None:
     threading.Thread(target=serve, daemon=True).start()
     try:
         client = RespClient("127.0.0.1", listener.getsockname()[1], socket_timeout=2)
+        counts = counted(client)
         with pytest.raises(RespConnectionError):
             client.ping()
-        time.sleep(0.1)
-        assert len(accepted) == 1 and client.connections() == (0, 0)
+        assert counts.connections == 1 and client.connections() == (0, 0)
+        assert wait_until(lambda: accepted) == [1]
     finally:
         listener.close()
 
@@ -364,7 +368,12 @@ def test_max_connections(redis_server: RedisServer) -> None:
     for w in waiters:
         w.start()
     wait_until(lambda: client.connections()[0] >= 2, interval=0.01)
-    time.sleep(0.1)  # both BLPOPs are on the server
+    watcher = RespClient.from_url(redis_server.url)
+    blocked = wait_until(  # both BLPOPs are on the server
+        lambda: b"blocked_clients:2\r\n" in bytes(watcher.execute_command("INFO", "clients"))
+    )
+    watcher.close()
+    assert blocked
     start = time.monotonic()
     with pytest.raises(RespConnectionError, match="too many connections"):
         client.ping()

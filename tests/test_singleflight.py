@@ -575,6 +575,19 @@ def counting(backend, module, *args, **kwargs):
 
 compiler.backend_compile_and_load = counting
 
+flight = session.cache._flight
+if flight is not None:  # say when this process first waits on another's lease (observable)
+    polled = flight._sleep
+    said = []
+
+    def sleep_on_lease(seconds):
+        if not said:
+            said.append(True)
+            print(json.dumps({"waiting": os.getpid()}), flush=True)
+        polled(seconds)
+
+    flight._sleep = sleep_on_lease
+
 @jax.jit
 def sf_a(v):
     return jnp.tanh(v * 2.0).sum()
@@ -742,8 +755,7 @@ def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path, qu
         wait_for_line(stuck, "compiling")
         others = [start(script, clean_env({**common, "SF_DELAY": "1.0"})) for _ in range(3)]
         for proc in others:
-            wait_for_line(proc, "ready")
-        time.sleep(1.0)  # all three are waiting on the lease now
+            wait_for_line(proc, "waiting")  # each polls the lease the stuck process holds
         killed_at = time.monotonic()
         os.kill(stuck.pid, signal.SIGKILL)
         results = [finish(p) for p in others]

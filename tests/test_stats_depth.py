@@ -30,7 +30,7 @@ from compilecache.stores.registry import open_url
 from compilecache.tools import prune
 from compilecache.tools import report as report_mod
 from compilecache.tools.report import prometheus
-from compilecache.tools.statsreport import StatsReport
+from compilecache.tools.store_stats import StatsReport
 from tests import servers
 from tests.conftest import TESTS, clean_env, last_json
 

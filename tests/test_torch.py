@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from compilecache import entry
+from compilecache.config import Config
 from compilecache.frameworks.torch import kernels as torch_kernels
 from compilecache.runtime.cache import Cache
 from compilecache.stores.local import LocalStore
@@ -540,7 +541,7 @@ def integration_on_memory() -> Iterator[Any]:
     from compilecache.frameworks.torch import integration
 
     cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
-    integration.install(cache)
+    integration.install(cache, Config(url=cache.store.url))
     try:
         yield integration
     finally:
@@ -575,7 +576,7 @@ def test_backend_never_raises_into_torch() -> None:
     from compilecache.frameworks.torch import integration
 
     cache = Cache(Adapted(Failing()))  # a store of the plain protocol, as the registry opens it
-    integration.install(cache)
+    integration.install(cache, Config(url=cache.store.url))
     try:
         backend = integration.StoreBackend("fx")
         assert backend.get("pt2:fx-graph-v1::fkey:c1") is None

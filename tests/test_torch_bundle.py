@@ -37,6 +37,7 @@ import pytest
 
 from compilecache import entry
 from compilecache.cli import main
+from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError
 from compilecache.runtime.cache import Cache
@@ -422,7 +423,7 @@ def test_blob_import_writes_entries_like_the_integration_and_reports_the_rest(
     # The torch integration reads the imported entry back as torch wrote it.
     from compilecache.frameworks.torch import integration
 
-    integration.install(Cache(target))
+    integration.install(Cache(target), Config(url=target.url))
     try:
         value = json.loads(integration.StoreBackend("fx").get(f"pt2:fx-graph-v1::{FX1}:c1"))
     finally:

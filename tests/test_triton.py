@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from compilecache.config import Config
 from compilecache.entry import EntryHeader
 from compilecache.runtime import fileset, history
 from compilecache.stores.local import LocalStore
@@ -273,7 +274,8 @@ def test_uninstall_gives_triton_back_its_manager_and_key_function(
         monkeypatch.setattr(knobs.cache, "manager_class", configured)
     before_knob = vars(knobs.cache).get("manager_class", "unset")
     before_key = compiler.get_cache_key
-    assert integration.install(Cache(MemoryStore("memory://triton-undo")))
+    undo = "memory://triton-undo"
+    assert integration.install(Cache(MemoryStore(undo)), Config(url=undo))
     try:
         assert knobs.cache.manager_class is integration.StoreCacheManager
         assert compiler.get_cache_key is not before_key

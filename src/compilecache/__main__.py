@@ -2,6 +2,6 @@
 
 import sys
 
-from compilecache.command import main
+from compilecache.entrypoint import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -166,10 +166,6 @@ class Config:
         writers' keys without holding one (:data:`READER_REASON`)."""
         signing = self.signing
         return signing is None or signing.shared_writer
-
-    def with_overrides(self, **overrides: object) -> Config:
-        """A copy with the non-``None`` overrides applied."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
 
 
 def load(

@@ -145,7 +145,7 @@ def read_settings(spool: Path | str) -> list[str]:
 
 def summary_lines(spool: str) -> list[str]:
     """The summary line, then what the program's settings changed (each once)."""
-    from compilecache.summary import Summary
+    from compilecache.run_summary import Summary
 
     if not _spool_files(spool, ".json"):
         # No process of the command used a framework compilecache caches.

@@ -448,9 +448,9 @@ def _register_early_flush() -> None:
     _early_flush_registered = True
     import concurrent.futures.thread  # noqa: F401  (its exit hook must be registered before ours)
 
-    register = getattr(threading, "_register_atexit", None)  # CPython >= 3.9
-    if register is None:
-        return
+    # CPython's hook that runs before the interpreter joins its non-daemon threads (no public
+    # name; present on every supported Python).
+    register: Callable[[Callable[[], None]], None] = threading._register_atexit  # type: ignore[attr-defined]
     with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
         register(_flush_while_threads_run)
 

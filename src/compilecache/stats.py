@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from compilecache.summary import Summary
+from compilecache.run_summary import Summary
 
 __all__ = ["Summary"]  # re-exported: the summary line lives in its own (import-free) module
 
@@ -97,12 +97,6 @@ def function_counter(framework: str, name: str, counter: str) -> str:
 def level_counter(url: str, counter: str) -> str:
     """``level./root/.cache/compilecache.hits``: the counter of one store level."""
     return f"{LEVEL_PREFIX}{url}.{counter}"
-
-
-def is_scoped(name: str) -> bool:
-    """Whether ``name`` is a per-function or per-level counter (neither a total nor a
-    per-framework one)."""
-    return name.startswith((FUNCTION_PREFIX, LEVEL_PREFIX))
 
 
 def split_counters(

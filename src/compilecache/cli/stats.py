@@ -38,7 +38,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         else:
             print("compilecache: statistics zeroed")
         return 0
-    from compilecache.tools.statsreport import StatsReport
+    from compilecache.tools.store_stats import StatsReport
 
     report = StatsReport.of(store)
     if args.json:

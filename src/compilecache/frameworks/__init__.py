@@ -1,8 +1,12 @@
-"""Framework integrations. Each module exposes ``install(cache, cfg) -> bool`` and
-``uninstall()``: it gets the session's cache and its configuration, and reads no compilecache
-variable itself.
+"""Framework integrations: one package per framework, imported only when the user's program
+imports the framework itself.
 
-They are imported only when the framework itself is imported by the user's program.
+Each framework keeps one contract, :class:`FrameworkHooks`: ``install(cache, cfg) -> bool`` and
+``uninstall()``. Its ``integration`` module implements it (it gets the session's cache and its
+configuration, and reads no compilecache variable itself), and its package's face re-exports it
+through :func:`face`. Each face holds its ``integration`` module to the contract for mypy (an
+assignment under ``TYPE_CHECKING``), so a signature that drifts is a type error, not a
+docstring out of date.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import logging
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from compilecache import _importhook
 
@@ -40,6 +44,22 @@ def is_internal(key: str) -> bool:
     return key.startswith(INTERNAL_PREFIXES)
 
 
+@runtime_checkable
+class FrameworkHooks(Protocol):
+    """What compilecache asks of a framework's integration (and of its package's face)."""
+
+    def install(self, cache: Cache, cfg: Config) -> bool:
+        """Route the framework's caches through ``cache``, configured by ``cfg`` (the session's
+        Config: the integration reads no variable itself). ``False``, with at most one warning
+        through ``cache``, where the framework cannot be hooked; never raises into the
+        framework. Installing again replaces the earlier installation."""
+        ...
+
+    def uninstall(self) -> None:
+        """Undo :meth:`install` (every patch, in reverse); nothing when not installed."""
+        ...
+
+
 # framework name -> (the module whose import triggers installation, our package's face)
 INTEGRATIONS = {
     "jax": ("jax", "compilecache.frameworks.jax"),
@@ -60,11 +80,11 @@ def face(package: str) -> tuple[Callable[[Cache, Config], bool], Callable[[], No
         except ImportError as exc:  # a framework release without what the hooks need: unhooked
             log.debug("compilecache: %s not imported: %s", module, exc)
             return False
-        return bool(integration.install(cache, cfg))
+        return isinstance(integration, FrameworkHooks) and integration.install(cache, cfg)
 
     def uninstall() -> None:
         integration = sys.modules.get(module)
-        if integration is not None:
+        if isinstance(integration, FrameworkHooks):
             integration.uninstall()
 
     return install, uninstall
@@ -77,11 +97,12 @@ def load_vocabularies() -> None:
         importlib.import_module(f"compilecache.frameworks.{framework}.words")
 
 
-def _integration(framework: str) -> ModuleType | None:
+def _integration(framework: str) -> FrameworkHooks | None:
     try:
-        return importlib.import_module(INTEGRATIONS[framework][1])
+        module = importlib.import_module(INTEGRATIONS[framework][1])
     except ImportError:
         return None
+    return module if isinstance(module, FrameworkHooks) else None
 
 
 def install(framework: str, cache: Cache, installed: set[str], cfg: Config) -> None:
@@ -107,7 +128,7 @@ def uninstall(framework: str) -> None:
     trigger, module = INTEGRATIONS[framework]
     _importhook.cancel(trigger)
     integration = sys.modules.get(module)
-    if integration is not None:
+    if isinstance(integration, FrameworkHooks):
         try:
             integration.uninstall()
         except Exception as exc:

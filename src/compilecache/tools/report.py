@@ -1,6 +1,6 @@
 """Reports on a store: ``stats --prometheus`` and ``report --html FILE``.
 
-Both show the :class:`~compilecache.tools.statsreport.StatsReport` record that ``stats`` prints.
+Both show the :class:`~compilecache.tools.store_stats.StatsReport` record that ``stats`` prints.
 The HTML report is one self-contained file: inline CSS and SVG charts, no script, no fonts, no
 network access, so it can be mailed, attached to a CI run or opened on an air-gapped cluster.
 It is built from what the store keeps: persistent counters (per framework, function and level),
@@ -24,7 +24,7 @@ from compilecache.frameworks import is_internal
 from compilecache.redaction import redact
 from compilecache.runtime import explain, history
 from compilecache.stores.base import Store
-from compilecache.tools.statsreport import StatsReport
+from compilecache.tools.store_stats import StatsReport
 
 # Chart colours (the screenshot test looks for them).
 SAVED_COLOUR = "#1f77b4"

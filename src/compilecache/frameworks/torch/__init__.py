@@ -10,6 +10,14 @@ This module is the face: :func:`install` and :func:`uninstall`, called by
 package are light (importing ``words`` imports neither torch nor the hooks).
 """
 
+from typing import TYPE_CHECKING
+
 from compilecache.frameworks import face
 
 install, uninstall = face(__name__)
+
+if TYPE_CHECKING:  # mypy holds the hooks to the contract every framework keeps
+    from compilecache.frameworks import FrameworkHooks
+    from compilecache.frameworks.torch import integration
+
+    _hooks: FrameworkHooks = integration

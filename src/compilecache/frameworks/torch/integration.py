@@ -1115,7 +1115,7 @@ def _graph_name(layer: str) -> str:
 _installed: Integration | None = None
 
 
-def install(cache: Cache, cfg: Config | None = None) -> bool:
+def install(cache: Cache, cfg: Config) -> bool:
     """Route torch.compile's caches through ``cache``; hooks apply as torch's modules load.
     ``cfg``, the session's configuration, says whether Dynamo's packages are kept too."""
     global _installed

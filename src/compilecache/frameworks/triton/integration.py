@@ -286,7 +286,7 @@ def versions() -> dict[str, str]:
 # -- install ----------------------------------------------------------------------------------
 
 
-def install(cache: Cache, cfg: Config | None = None) -> bool:
+def install(cache: Cache, cfg: Config) -> bool:
     """Make :class:`StoreCacheManager` Triton's cache manager, chained to the one configured.
     (``cfg``, the session's configuration, decides nothing here yet.)"""
     global _cache, _inner

@@ -1,4 +1,4 @@
-"""A model built as transformers builds theirs, for ``tests/test_torch_precompile.py``: its
+"""A model built as transformers builds theirs, for ``tests/test_torch_dynamo.py``: its
 ``forward`` is decorated (functools.wraps, from another module) and reads a property whose
 getter breaks the graph (Dynamo then compiles the getter as a frame of its own). Prints one
 JSON line: the loss's and gradients' digests, the frames Dynamo traced, compilecache's
@@ -7,7 +7,7 @@ JSON line: the loss's and gradients' digests, the frames Dynamo traced, compilec
 import hashlib
 import json
 
-import precompile_helper
+import dynamo_helper
 import torch
 from torch._dynamo.utils import counters
 
@@ -22,9 +22,9 @@ class Decorated(torch.nn.Module):
         torch._dynamo.graph_break()
         return 2.0
 
-    @precompile_helper.passthrough
+    @dynamo_helper.passthrough
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (precompile_helper.act(self.linear(x)) * self.scale).sum()
+        return (dynamo_helper.act(self.linear(x)) * self.scale).sum()
 
 
 def main() -> None:

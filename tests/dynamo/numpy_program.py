@@ -1,4 +1,4 @@
-"""A function of NumPy arrays, for ``tests/test_torch_precompile.py``: Dynamo reads each array
+"""A function of NumPy arrays, for ``tests/test_torch_dynamo.py``: Dynamo reads each array
 as a new tensor every time it looks, which torch's own caching_precompile mode could not guard
 (it raised into the program). Prints one JSON line: the result, the frames Dynamo traced,
 compilecache's ``torch.dynamo.*`` counters."""

@@ -18,8 +18,8 @@ The compile overhead of a run is its wall time minus the eager run's of the same
 are medians over rounds of the per-round ratios against ``torch_warm_local``. Every compiled run
 must compute the same loss and gradients (digest), and the runs say whether Dynamo traced.
 
-    python benchmarks/bench_torch_precompile.py                 # mlp and block, 3 rounds
-    python benchmarks/bench_torch_precompile.py --models gpt2 llama --rounds 2   # transformers
+    python benchmarks/bench_torch_dynamo.py                 # mlp and block, 3 rounds
+    python benchmarks/bench_torch_dynamo.py --models gpt2 llama --rounds 2   # transformers
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import common
 from compilecache import runner
 
-NAME = "bench_torch_precompile"
+NAME = "bench_torch_dynamo"
 SRC = common.REPO_ROOT / "src"
 MODELS = {
     "mlp": "MLP 256-1024-256",

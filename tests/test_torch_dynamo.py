@@ -1,7 +1,7 @@
 """Dynamo's packages from the store (on by default; ``COMPILECACHE_TORCH_PRECOMPILE``): a warm
 start that does not trace again, and traces whenever what it depends on may have changed.
 
-Real torch compiles in fresh processes (``tests/precompile/precompile_program.py``, copied with
+Real torch compiles in fresh processes (``tests/dynamo/model_program.py``, copied with
 its helper module into a temporary directory so a test can edit it). Every run is a new machine:
 its own empty ``TORCHINDUCTOR_CACHE_DIR``; only the store is shared.
 """
@@ -30,7 +30,7 @@ from tests.conftest import TESTS, clean_env
 
 torch = pytest.importorskip("torch")
 
-SOURCE = TESTS / "precompile"
+SOURCE = TESTS / "dynamo"
 
 
 def program_dir(tmp_path: Path) -> Path:
@@ -45,7 +45,7 @@ def run(
     store: str | None,
     *,
     precompile: bool | None = True,
-    program: str = "precompile_program.py",
+    program: str = "model_program.py",
     stderr: list[str] | None = None,
     **env: str,
 ) -> list[dict[str, Any]]:
@@ -128,7 +128,7 @@ def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None
     eager = json.dumps({"backend": "aot_eager"})
     (backend,) = run(where, "c3", store, PRECOMPILE_ACT="relu", PRECOMPILE_COMPILE=eager)
     assert backend["frames"] == 1 and backend["ours"] == {} and backend["matches_eager"]
-    helper = where / "precompile_helper.py"
+    helper = where / "dynamo_helper.py"
     helper.write_text(helper.read_text().replace("SCALE = 1.0", "SCALE = 2.0"))
     (edited,) = run(where, "d", store, PRECOMPILE_ACT="relu")
     assert edited["frames"] == 1 and edited["ours"] == {"stale": 1.0, "writes": 1.0}
@@ -144,7 +144,7 @@ def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None
     ).stdout
     json.loads(said)
     assert "Dynamo's stored package was not used" in said
-    assert "ACT is another object" in said and "the source of precompile_helper changed" in said
+    assert "ACT is another object" in said and "the source of dynamo_helper changed" in said
     assert "Inductor's configuration changed" in said
 
 
@@ -338,7 +338,7 @@ def test_globals_are_named_the_same_in_every_process() -> None:
     def g(x: int) -> int:
         return x + 2
 
-    assert guards.identity(f).startswith("function tests.test_torch_precompile.")
+    assert guards.identity(f).startswith("function tests.test_torch_dynamo.")
     assert guards.identity(f) != guards.identity(g)
     with pytest.raises(guards.Unverifiable):
         guards.identity(object())

@@ -1,4 +1,4 @@
-"""A small model compiled with torch.compile, for ``tests/test_torch_precompile.py``.
+"""A small model compiled with torch.compile, for ``tests/test_torch_dynamo.py``.
 
 Run under ``compilecache run`` (or plain) with this directory as the working directory. For each
 batch size in ``PRECOMPILE_SHAPES`` (default ``8``) it runs one forward and backward, and prints
@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 
-import precompile_helper
+import dynamo_helper
 import torch
 from torch._dynamo.utils import counters
 
@@ -29,7 +29,7 @@ class Block(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
-            x = precompile_helper.act(layer(x))
+            x = dynamo_helper.act(layer(x))
         return x.sum()
 
 

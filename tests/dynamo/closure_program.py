@@ -1,5 +1,5 @@
 """A compiled closure whose result depends on a global and on two cells of its closure, for
-``tests/test_torch_precompile.py``.
+``tests/test_torch_dynamo.py``.
 
 The global ``ACT`` is rebound after the first call; a correct cache then compiles again. Prints
 one JSON line: per call, the compiled result and the frames Dynamo traced so far; the eager
