@@ -36,6 +36,7 @@ import hashlib
 import os
 import sys
 import sysconfig
+import time
 import types
 from collections.abc import Iterable
 from typing import Any
@@ -175,13 +176,44 @@ def code_digest(code: types.CodeType) -> str:
     return h.hexdigest()
 
 
-def file_digest(filename: str) -> str:
-    """The sha256 of a program file; raises :class:`Refused` for code without a file."""
+def _process_start() -> float:
+    """When this process started (wall clock): a program file changed since then may not be
+    the code the process runs."""
     try:
+        with open("/proc/self/stat") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return time.time()  # no /proc: the module's import, a little later than the start
+
+
+_STARTED = _process_start()
+
+
+def file_digest(filename: str) -> str:
+    """The sha256 of a program file; raises :class:`Refused` for code without a file, and for
+    a file changed since this process started (the code it runs may be the file's former text)."""
+    try:
+        stat = os.stat(filename)
+        seen = (filename, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        known = _DIGESTS.get(seen)
+        if known is not None:
+            return known
         with open(filename, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
+            changed = os.fstat(handle.fileno()).st_mtime
+            data = handle.read()
     except OSError as exc:
         raise Refused(f"its code has no file to compare ({filename})") from exc
+    if changed >= _STARTED - 1.0:  # mtime's resolution: a second of margin
+        raise Refused(f"{os.path.basename(filename)} changed while this process ran")
+    digest = _DIGESTS[seen] = hashlib.sha256(data).hexdigest()
+    return digest
+
+
+# Program files digested in this process, by what their stat says (each file is read once).
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
 
 
 @functools.lru_cache(maxsize=16384)
@@ -302,6 +334,12 @@ class Walk:
                 self.refused = f"it reads module {value.__name__} (outside the program's values)"
             else:
                 self._modules.setdefault(value.__name__, value)
+            return
+        if isinstance(value, (types.FunctionType, type)) and not is_library_file(
+            getattr(sys.modules.get(getattr(value, "__module__", "") or ""), "__file__", "") or ""
+        ):
+            # The program's own function or class set on an installed module: guarded as such.
+            self.root(f"{module_name}.{name}", value)
             return
         if isinstance(value, (types.BuiltinFunctionType, types.FunctionType, type)):
             owner = getattr(value, "__module__", "") or ""
@@ -425,6 +463,14 @@ class _Digest:
             return
         if t is bytes:
             self.put("bytes", hashlib.sha256(v).hexdigest())
+            return
+        if isinstance(v, (int, float, complex, str, bytes)):  # a subclass: its class and value
+            self._class(t)
+            base: Any = next(b for b in (bool, int, float, complex, str, bytes) if isinstance(v, b))
+            self.feed(base(v))
+            attributes = getattr(v, "__dict__", None)
+            if attributes:
+                self.feed(dict(attributes))
             return
         ref = self.seen.get(id(v))
         if ref is not None:

@@ -657,7 +657,8 @@ def _signature(fun: Any, jit_info: Any, args: Any, kwargs: Any) -> tuple[str, li
     dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
     leaves, treedef = tree_util.tree_flatten((dynamic, dynamic_kwargs))
     h = hashlib.sha256()
-    h.update(f"{type(fun).__module__}.{_name(fun)}\0{treedef}\0".encode())
+    module = getattr(getattr(fun, "__func__", fun), "__module__", None) or type(fun).__module__
+    h.update(f"{module}.{_name(fun)}\0{treedef}\0".encode())
     h.update(repr(sorted(static_numbers)).encode() + repr(sorted(static_names)).encode())
     for leaf in leaves:
         if isinstance(leaf, core.Tracer):
