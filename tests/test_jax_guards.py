@@ -1,0 +1,142 @@
+"""The guards of a JAX trace (frameworks/jax/guards.py): values compared by value, the same in
+every process, and what cannot be compared refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from compilecache.frameworks.jax import guards
+from tests.conftest import clean_env
+
+
+def digest(value: Any) -> str:
+    walk = guards.Walk()
+    walk.root("value", value)
+    walk.finish()
+    assert walk.refused is None, walk.refused
+    return walk.digest()
+
+
+def refused(value: Any) -> str:
+    walk = guards.Walk()
+    walk.root("value", value)
+    walk.finish()
+    assert walk.refused is not None
+    return walk.refused
+
+
+class Colour(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
+class MyInt(int):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    width: int
+    names: tuple[str, ...] = ("a",)
+
+
+def test_values_are_compared_by_value() -> None:
+    assert digest(1) != digest(True) != digest(1.0)
+    assert digest(0.0) != digest(-0.0)
+    assert digest(MyInt(2)) != digest(MyInt(3)) and digest(MyInt(2)) != digest(2)
+    assert digest(Colour.RED) != digest(Colour.BLUE)
+    assert digest(Config(1)) == digest(Config(1)) != digest(Config(2))
+    assert digest(np.arange(3.0)) != digest(np.arange(3.0) + 1)
+    assert digest(np.float32(1)) != digest(np.float64(1))
+    assert digest({"a": 1, "b": 2}) != digest({"b": 2, "a": 1})  # iteration order is kept
+    assert digest({1, 2, 3}) == digest({3, 2, 1})
+    assert digest(functools.partial(max, 1)) != digest(functools.partial(max, 2))
+
+
+def test_closures_and_defaults_are_part_of_a_function() -> None:
+    def make(scale: float) -> Any:
+        def f(x: float, power: int = 2) -> float:
+            return x**power * scale
+
+        return f
+
+    assert digest(make(1.0)) == digest(make(1.0)) != digest(make(2.0))
+    g = make(1.0)
+    before = digest(g)
+    g.__defaults__ = (3,)
+    assert digest(g) != before
+
+
+def test_cycles_and_shared_values_are_encoded_without_addresses() -> None:
+    a: list[Any] = [1]
+    a.append(a)
+    assert digest(a) == digest(a)
+    shared = [1, 2]
+    assert digest([shared, shared]) != digest([[1, 2], [3]])
+
+
+def test_what_reads_outside_the_program_or_has_no_value_is_refused() -> None:
+    import random
+    import threading
+
+    assert "os" in refused(os)
+    assert "random" in refused(random.Random(0))
+    assert "no value" in refused(threading.Lock())
+
+    @functools.cache
+    def memo() -> int:
+        return 1
+
+    assert "memoised" in refused(memo)
+    assert "too many" in refused(list(range(guards.MAX_NODES + 10)))
+
+
+def test_digests_are_the_same_in_every_process(tmp_path: Path) -> None:
+    """No identity, address or string hash (randomised per process) enters a digest."""
+    program = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from tests.test_jax_guards import Config, Colour, digest\n"
+        "value = {'cfg': Config(3, ('x', 'y')), 'set': {'a', 'b', 'c'}, 'c': Colour.RED,\n"
+        "         'f': [1.5, None, b'z'], 'frozen': frozenset({'p', 'q'})}\n"
+        "print(json.dumps(digest(value)))\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    seen = set()
+    for seed in ("1", "2", "random"):
+        proc = subprocess.run(
+            [sys.executable, "-c", program, root],
+            env=clean_env({"PYTHONHASHSEED": seed}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        seen.add(json.loads(proc.stdout))
+    assert len(seen) == 1
+
+
+def test_a_program_file_is_compared_by_its_contents(tmp_path: Path) -> None:
+    source = tmp_path / "prog_module.py"
+    source.write_text("X = 1\n")
+    old = os.stat(source).st_mtime_ns - 10**10  # written before this process started
+    os.utime(source, ns=(old, old))
+    first = guards.file_digest(str(source))
+    source.write_text("X = 2\n")  # the same size and time: only the contents differ
+    os.utime(source, ns=(old, old))
+    guards._DIGESTS.clear()  # as in a new process (one process digests each file once)
+    assert guards.file_digest(str(source)) != first
+    source.write_text("X = 3\n")  # changed now: the process may run its former text
+    with pytest.raises(guards.Refused, match="changed while this process ran"):
+        guards.file_digest(str(source))
