@@ -285,6 +285,7 @@ def test_stats_report_is_a_frozen_record_that_stats_json_prints(
         *stats.COUNTERS,
         "entries",
         "size_bytes",
+        "job_lookup_lists",
         "url",
         "frameworks",
         "functions",

@@ -39,15 +39,15 @@ def _info_json(info: EntryInfo) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from compilecache.runtime import manifest
+    from compilecache.runtime.transfer import count_words, is_job_list, split_keys
 
     store = store_of(args, create=False)
     infos = list(store.scan())
-    # A job's lookup list sits beside the entries, but is not a compiled entry: stats does not
-    # count it either.
-    lists = [i for i in infos if i.key.startswith(manifest.PREFIX)]
+    # A job's lookup list sits beside the entries, but is not a compiled entry: every command
+    # counts it apart.
+    lists = [i for i in infos if is_job_list(i.key)]
     if not args.all:
-        infos = [i for i in infos if not i.key.startswith(manifest.PREFIX)]
+        infos = [i for i in infos if not is_job_list(i.key)]
     if args.framework:
         infos = [i for i in infos if i.framework == args.framework]
     sort_key = {
@@ -75,7 +75,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{i.compile_time_s:>7.2f}s {i.hits:>5} {ago(now - i.accessed):>7}  "
             f"{cpu_label(cpus.get(i.key)):<20}  {i.key}"
         )
-    line = f"{plural(len(infos), 'entry', 'entries')}, {format_size(sum(i.size for i in infos))}"
+    line = f"{count_words(*split_keys(i.key for i in infos))}, "
+    line += format_size(sum(i.size for i in infos))
     if lists and not args.all:
         line += f" (and {plural(len(lists), 'job lookup list')}, not listed: `ls --all`)"
     print(line)

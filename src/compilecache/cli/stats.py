@@ -44,6 +44,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"store                 {report.url}")
     print(f"entries               {report.entries}")
+    if report.job_lookup_lists:
+        print(
+            f"job lookup lists      {report.job_lookup_lists} (kept for prefetching, not "
+            "entries: `ls --all` lists them)"
+        )
     print(f"size                  {format_size(report.size_bytes)}")
     print(f"hits                  {report.hits}")
     print(f"misses                {report.misses}")

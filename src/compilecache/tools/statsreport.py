@@ -3,8 +3,8 @@
 ``stats`` (text, ``--json``, ``--prometheus``) and ``report --html`` all show this record, so they
 cannot disagree. It is built from two questions every store answers: ``read_stats()`` (the
 persistent counters; ``{}`` where none are kept) and ``scan()`` (entry metadata, no payloads).
-Entries are compiled entries: the lookup manifests a tiered store keeps beside them
-(:mod:`compilecache.runtime.manifest`) are not counted.
+Entries are compiled entries: the jobs' lookup lists kept beside them for prefetching
+(:mod:`compilecache.runtime.manifest`) are counted apart, as every command counts them.
 
 Why a module of its own: :mod:`compilecache.stats` is ground level (``stores.tiered`` imports it
 to name level counters), while this record reads a store, so it sits just above the stores and
@@ -24,11 +24,9 @@ from typing import Any
 from compilecache import stats
 from compilecache.frameworks import is_internal
 from compilecache.redaction import redact
-from compilecache.runtime import history, manifest
+from compilecache.runtime import history
+from compilecache.runtime.transfer import is_job_list
 from compilecache.stores.base import EntryInfo, Store
-
-# Totals that count events; the JSON shows them as integers (the others stay floats, as always).
-INTEGER_COUNTERS = (*stats.EVENT_COUNTERS, "entries", "size_bytes")
 
 
 def _frozen(nested: Mapping[str, Mapping[str, float]]) -> Mapping[str, Mapping[str, float]]:
@@ -41,9 +39,9 @@ class FunctionStats:
 
     framework: str
     name: str
-    hits: float = 0.0
-    misses: float = 0.0
-    writes: float = 0.0
+    hits: int = 0
+    misses: int = 0
+    writes: int = 0
     compile_time_s: float = 0.0
     compile_time_saved_s: float = 0.0
     entries: int = 0
@@ -87,6 +85,9 @@ class StatsReport:
     # The compile time the stored entries hold (what their compiles took), from the entries
     # themselves: the same on every level, whoever counted what.
     stored_compile_time_s: float = 0.0
+    # The jobs' lookup lists kept beside the entries for prefetching: counted apart, never as
+    # entries (every command counts them so).
+    job_lookup_lists: int = 0
 
     @classmethod
     def of(cls, store: Store) -> StatsReport:
@@ -105,11 +106,12 @@ class StatsReport:
         frameworks = {fw: dict(values) for fw, values in per_framework.items()}
         stored: dict[tuple[str, str], tuple[int, int]] = {}  # (framework, name) -> entries, bytes
         internal: dict[str, tuple[int, int]] = {}
-        entries = size = 0
+        entries = size = lists = 0
         stored_time = 0.0
         for info in infos:
-            if info.key.startswith(manifest.PREFIX):
-                continue  # a job's lookup list, kept beside the entries: not a compiled entry
+            if is_job_list(info.key):
+                lists += 1  # kept beside the entries: not a compiled entry
+                continue
             if is_internal(info.key):
                 fw_name = info.framework or "other"
                 n, b = internal.get(fw_name, (0, 0))
@@ -129,9 +131,9 @@ class StatsReport:
             function = FunctionStats(
                 framework,
                 name,
-                hits=values.get("hits", 0.0),
-                misses=values.get("misses", 0.0),
-                writes=values.get("writes", 0.0),
+                hits=int(values.get("hits", 0)),
+                misses=int(values.get("misses", 0)),
+                writes=int(values.get("writes", 0)),
                 compile_time_s=values.get("compile_time_s", 0.0),
                 compile_time_saved_s=values.get("compile_time_saved_s", 0.0),
                 entries=n,
@@ -149,6 +151,7 @@ class StatsReport:
             levels=_frozen(levels),
             internal=MappingProxyType(internal),
             stored_compile_time_s=stored_time,
+            job_lookup_lists=lists,
         )
 
     # -- the headline numbers -----------------------------------------------------------------
@@ -202,23 +205,19 @@ class StatsReport:
         return self.hits + self.misses
 
     def to_json(self) -> dict[str, Any]:
-        """What ``stats --json`` prints: the totals of ``COUNTERS`` (event counts as integers),
-        then ``entries``, ``size_bytes``, ``url``, ``frameworks``, ``functions``, ``levels`` and
-        ``hit_rate``."""
-        data: dict[str, Any] = {
-            name: self.count(name) if name in INTEGER_COUNTERS else value
-            for name, value in self.counters.items()
-        }
+        """What ``stats --json`` prints: the totals of ``COUNTERS``, then ``entries``,
+        ``size_bytes``, ``url``, ``frameworks``, ``functions``, ``levels`` and ``hit_rate``.
+        Every count (events, entries, bytes) is an integer, at every depth; seconds are
+        floats (their names end in ``_s``)."""
+        data: dict[str, Any] = stats.typed(self.counters)
         data["entries"] = self.entries
         data["size_bytes"] = self.size_bytes
+        data["job_lookup_lists"] = self.job_lookup_lists
         data["url"] = self.url
-        data["frameworks"] = {
-            fw: {k: int(v) if k in INTEGER_COUNTERS else v for k, v in values.items()}
-            for fw, values in self.frameworks.items()
-        }
+        data["frameworks"] = {fw: stats.typed(values) for fw, values in self.frameworks.items()}
         data["stored_compile_time_s"] = self.stored_compile_time_s
         data["functions"] = {label: fn.to_json() for label, fn in self.functions.items()}
-        data["levels"] = {redact(url): dict(values) for url, values in self.levels.items()}
+        data["levels"] = {redact(url): stats.typed(values) for url, values in self.levels.items()}
         data["internal"] = {
             fw: {"entries": n, "size_bytes": b} for fw, (n, b) in self.internal.items()
         }

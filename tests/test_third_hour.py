@@ -1,0 +1,132 @@
+"""A user's third hour: every count true and said one way by every command, every message
+about the store or the program true.
+
+Each test plays the user in fresh processes: the ``compilecache`` command and small JAX programs
+under ``compilecache run``, on real stores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import JAX_PROGRAM, run_cli
+
+cc = run_cli
+
+
+def run_jax(url: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``compilecache run -- python jax_program.py plain`` on ``url``."""
+    proc = cc(
+        "run",
+        "--",
+        sys.executable,
+        JAX_PROGRAM,
+        "plain",
+        env={"COMPILECACHE_URL": url, **(env or {})},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def program_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, proc.stdout + proc.stderr
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+@pytest.fixture(scope="module")
+def jax_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local store after a cold and a warm run of the JAX program: its entries, and the job's
+    lookup list that ``compilecache run`` records beside them."""
+    root = tmp_path_factory.mktemp("jax-store") / "store"
+    run_jax(str(root))
+    run_jax(str(root))
+    return root
+
+
+def copy_of(store: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(store, target)
+    return target
+
+
+# -- one count of entries --------------------------------------------------------------------
+
+
+def test_every_command_counts_entries_one_way_and_lookup_lists_apart(
+    jax_store: Path, tmp_path: Path
+) -> None:
+    stats = json.loads(cc("stats", "--json", "--url", str(jax_store)).stdout)
+    n, lists = stats["entries"], stats["job_lookup_lists"]
+    assert n > 0 and lists == 1, stats
+    held = f"{n} entries and 1 job lookup list"
+    moved = f"{n} of {n} entries and 1 of 1 job lookup list"
+
+    text = cc("stats", "--url", str(jax_store)).stdout
+    assert re.search(rf"^entries +{n}$", text, re.M) and "job lookup lists      1" in text
+    assert f"{n} entries," in cc("ls", "--url", str(jax_store)).stdout
+    assert f"{held}," in cc("ls", "--all", "--url", str(jax_store)).stdout
+    assert f"{held} checked, 0 corrupt" in cc("verify", "--url", str(jax_store)).stdout
+    verify = json.loads(cc("verify", "--json", "--url", str(jax_store)).stdout)
+    assert verify["checked"] == n and verify["job_lookup_lists_checked"] == 1
+
+    bundle = tmp_path / "b.ccb"
+    assert moved in cc("export", str(bundle), "--url", str(jax_store)).stdout
+    imported = cc("import", str(bundle), "--url", str(tmp_path / "imported"))
+    assert moved in imported.stdout, imported.stderr
+    again = json.loads(cc("import", str(bundle), "--json", "--url", str(tmp_path / "s")).stdout)
+    assert again["total"] == again["transferred"] == n, again
+    assert again["job_lookup_lists"] == {"total": 1, "transferred": 1, "already_present": 0}
+    warm = cc("warm", "--from", str(jax_store), "--url", str(tmp_path / "warmed"))
+    assert moved in warm.stdout, warm.stderr
+
+    prune = cc("prune", "--dry-run", "--max-size", "1", "--url", str(jax_store))
+    assert f"in {held};" in prune.stdout
+    dry = json.loads(
+        cc("prune", "--dry-run", "--max-size", "1", "--json", "--url", str(jax_store)).stdout
+    )
+    assert dry["planned"] == dry["entries_before"] == n and dry["job_lookup_lists_planned"] == 1
+
+    copy = copy_of(jax_store, tmp_path)
+    refused = cc("clear", "--url", str(copy))
+    assert f"clear would remove {held} from" in refused.stderr
+    assert f"removed {held}" in cc("clear", "--yes", "--url", str(copy)).stdout
+
+    page = tmp_path / "report.html"
+    assert cc("report", "--html", str(page), "--url", str(jax_store)).returncode == 0
+    assert "manifest" not in page.read_text()
+
+
+# -- counts are integers -----------------------------------------------------------------------
+
+
+def _non_integer_counts(data: Any, path: str = "") -> list[str]:
+    """Every count in ``data`` (a name not ending in ``_s``, nor a rate) that is a float."""
+    found = []
+    if isinstance(data, dict):
+        for name, value in data.items():
+            found += _non_integer_counts(value, f"{path}.{name}")
+    elif isinstance(data, float):
+        name = path.rsplit(".", 1)[-1]
+        if not name.endswith("_s") and name != "hit_rate":
+            found.append(path)
+    return found
+
+
+def test_counts_are_integers_in_stats_json_and_session_stats(jax_store: Path) -> None:
+    stats = json.loads(cc("stats", "--json", "--url", str(jax_store)).stdout)
+    assert stats["functions"], stats
+    assert _non_integer_counts(stats) == []
+    assert isinstance(stats["frameworks"]["jax"]["read_ahead_hits"], int)
+    session = program_json(run_jax(str(jax_store)))["stats"]
+    assert session["hits"] > 0 and _non_integer_counts(session) == []
+    assert isinstance(session["compile_time_saved_s"], float)
