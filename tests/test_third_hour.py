@@ -130,3 +130,30 @@ def test_counts_are_integers_in_stats_json_and_session_stats(jax_store: Path) ->
     session = program_json(run_jax(str(jax_store)))["stats"]
     assert session["hits"] > 0 and _non_integer_counts(session) == []
     assert isinstance(session["compile_time_saved_s"], float)
+
+
+# -- stats says who signed the store's entries, and what this process would do ------------------
+
+
+def test_stats_says_the_stores_signatures_and_this_processs_settings_apart(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("cryptography")
+    key = tmp_path / "writer.pem"
+    made = cc("keygen", "--out", str(key))
+    assert made.returncode == 0, made.stderr
+    public = next(w for w in made.stdout.split() if w.startswith("ed25519:"))
+    store = tmp_path / "signed"
+    run_jax(str(store), env={"COMPILECACHE_SIGNING_KEY_FILE": str(key)})
+
+    text = cc("stats", "--url", str(store)).stdout  # a reader with no signing settings
+    entries = json.loads(cc("stats", "--json", "--url", str(store)).stdout)["entries"]
+    assert f"signatures            store: all {entries} entries signed by {public}" in text, text
+    assert "this process: nothing signed or checked" in text
+    signers = json.loads(cc("stats", "--json", "--url", str(store)).stdout)["signers"]
+    assert signers == {public: entries}
+
+    unsigned = tmp_path / "unsigned"
+    run_jax(str(unsigned))
+    assert "store: all " in cc("stats", "--url", str(unsigned)).stdout
+    assert " entries unsigned\n" in cc("stats", "--url", str(unsigned)).stdout

@@ -64,7 +64,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         )
     print(f"compile time stored   {report.stored_compile_time_s:.1f} s")
     print(f"compile time saved    {report.compile_time_saved_s:.1f} s")
-    print(f"signatures            {trust_line(config_of(args))}")
+    # Two facts: what the store holds, and what this process would sign and accept.
+    print(f"signatures            store: {report.signers_line()}")
+    print(f"                      this process: {trust_line(config_of(args))}")
     shown = {*HEADLINE, "corrupt", "unrunnable", "compile_time_s"}
     others = [(name, v) for name, v in report.counters.items() if v and name not in shown]
     if others:  # every other counter of stats.COUNTERS that is not zero

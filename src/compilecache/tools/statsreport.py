@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from compilecache import stats
+from compilecache import entry, stats
+from compilecache.errors import CorruptEntry
 from compilecache.frameworks import is_internal
 from compilecache.redaction import redact
 from compilecache.runtime import history
@@ -88,14 +89,21 @@ class StatsReport:
     # The jobs' lookup lists kept beside the entries for prefetching: counted apart, never as
     # entries (every command counts them so).
     job_lookup_lists: int = 0
+    # Who signed the newest entries (at most SIGNERS_LOOKED_AT of them), as each entry says:
+    # ``ed25519:...``, ``hmac`` or ``""`` (unsigned), with counts. What the store holds, whatever
+    # this process would sign or accept.
+    signers: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(cls, store: Store) -> StatsReport:
         """The report of ``store``: its persistent counters, a scan of its entries and the
         settings its history recorded."""
         counters = store.counters.read() if store.counters is not None else {}
-        report = cls.build(store.url, counters, store.scan())
-        return dataclasses.replace(report, settings=program_settings(store))
+        infos = list(store.scan())
+        report = cls.build(store.url, counters, infos)
+        return dataclasses.replace(
+            report, settings=program_settings(store), signers=signers_of(store, infos)
+        )
 
     @classmethod
     def build(
@@ -224,7 +232,55 @@ class StatsReport:
         # None before any lookup: no rate, rather than a rate of 0.
         data["hit_rate"] = self.hit_rate if self.lookups else None
         data["settings"] = list(self.settings)
+        data["signers"] = {signer or "unsigned": n for signer, n in self.signers.items()}
         return data
+
+    def signers_line(self) -> str:
+        """What the entries looked at say of their signatures, in words: ``the 20 newest of 40
+        entries: all signed by ed25519:...``."""
+        looked_at = sum(self.signers.values())
+        if not looked_at:
+            return "no entries"
+        head = (
+            f"the {looked_at} newest of {self.entries} entries"
+            if looked_at < self.entries
+            else (f"all {looked_at} entries" if looked_at > 1 else "its one entry")
+        )
+        parts = []
+        for signer, n in sorted(self.signers.items(), key=lambda kv: -kv[1]):
+            words = (
+                "unsigned"
+                if not signer
+                else signer
+                if signer == "damaged"
+                else (f"signed by {signer}")
+            )
+            parts.append(words if n == looked_at else f"{n} {words}")
+        return f"{head} {parts[0]}" if len(parts) == 1 else f"{head}: {', '.join(parts)}"
+
+
+# How many entries ``stats`` reads to say who signed the store's entries (the newest ones: the
+# whole store could be gigabytes on a remote level).
+SIGNERS_LOOKED_AT = 20
+
+
+def signers_of(store: Store, infos: Iterable[EntryInfo]) -> Mapping[str, int]:
+    """Who signed the newest entries of ``infos`` (at most :data:`SIGNERS_LOOKED_AT`), read
+    with ``peek``: counted by signer (``""``: unsigned; ``damaged``: unreadable)."""
+    newest = sorted((i for i in infos if not is_job_list(i.key)), key=lambda i: -i.created)[
+        :SIGNERS_LOOKED_AT
+    ]
+    signers: dict[str, int] = {}
+    for info in newest:
+        try:
+            data = store.peek(info.key)
+            if data is None:
+                continue  # removed since the scan
+            signer = entry.claimed_signer(data)
+        except CorruptEntry:
+            signer = "damaged"
+        signers[signer] = signers.get(signer, 0) + 1
+    return MappingProxyType(signers)
 
 
 # How many distinct program settings ``stats`` lists.
