@@ -157,3 +157,54 @@ def test_stats_says_the_stores_signatures_and_this_processs_settings_apart(
     run_jax(str(unsigned))
     assert "store: all " in cc("stats", "--url", str(unsigned)).stdout
     assert " entries unsigned\n" in cc("stats", "--url", str(unsigned)).stdout
+
+
+# -- XLA's entries: one framework name everywhere, in its own words ------------------------------
+
+
+def test_xla_entries_are_listed_by_their_framework_and_described_in_xlas_words(
+    tmp_path: Path,
+) -> None:
+    # Tiers: the first level gets the job's (empty, on a CPU) list of XLA's autotune files.
+    local = tmp_path / "local"
+    run_jax(f"{local},{tmp_path / 'shared'}")
+    stats = cc("stats", "--url", str(local)).stdout
+    line = next(line for line in stats.splitlines() if "xla internal" in line)
+    assert "xla internal        1 entry (" in line, line
+    assert "XLA's autotune files" in line and "kernel binaries" not in line, line
+    assert "`compilecache ls --framework xla`" in line
+    listed = cc("ls", "--framework", "xla", "--url", str(local))
+    assert listed.returncode == 0, listed.stderr
+    last = listed.stdout.splitlines()[-1]
+    assert "xla/autotune-index/" in listed.stdout, listed.stdout
+    assert last.startswith("1 entry, ") and "lookup" not in last, last
+    bundle = tmp_path / "xla.ccb"
+    exported = cc("export", str(bundle), "--framework", "xla", "--url", str(local))
+    assert exported.returncode == 0 and "1 of 1 entry" in exported.stdout, exported.stderr
+
+
+# -- explain: the footer promises what `explain --all` lists ---------------------------------------
+
+TORCH_STEP = ("-m", "compilecache.workloads.torch_step", "--model", "tiny", "--fresh-dirs")
+
+
+def test_explain_footer_names_what_explain_all_lists_and_probes_are_not_functions(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    store = tmp_path / "store"
+    proc = cc("run", "--", sys.executable, *TORCH_STEP, env={"COMPILECACHE_URL": str(store)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = cc("explain", "--url", str(store)).stdout
+    footer = text.splitlines()[-1]
+    match = re.search(r"and (\d+) internal entries \(([^)]*)\) missed too: `([^`]*)` lists", footer)
+    assert match, text
+    count, kinds, command = int(match[1]), match[2], match[3].split()
+    listed = json.loads(cc(*command, "--json", "--url", str(store)).stdout)
+    internal = [r for r in listed if r.get("internal")]
+    assert len(internal) == count, (footer, len(internal))
+    assert kinds == "probe answers", footer  # what they are: no kernels among them
+    assert all(r["key"].startswith("torch/probe/") for r in internal)
+    assert not any("new function" in r["summary"] for r in internal), internal
+    functions = [r for r in listed if not r.get("internal")]
+    assert any("new function" in r["summary"] for r in functions), functions

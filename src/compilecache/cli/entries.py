@@ -45,7 +45,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     infos = list(store.scan())
     # A job's lookup list sits beside the entries, but is not a compiled entry: every command
     # counts it apart.
-    lists = [i for i in infos if is_job_list(i.key)]
+    lists = [] if args.framework else [i for i in infos if is_job_list(i.key)]
     if not args.all:
         infos = [i for i in infos if not is_job_list(i.key)]
     if args.framework:
@@ -78,7 +78,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     line = f"{count_words(*split_keys(i.key for i in infos))}, "
     line += format_size(sum(i.size for i in infos))
     if lists and not args.all:
-        line += f" (and {plural(len(lists), 'job lookup list')}, not listed: `ls --all`)"
+        n_lists = split_keys(i.key for i in lists)[1]
+        line += f" (and {plural(n_lists, 'job lookup list')}, not listed: `ls --all`)"
     print(line)
     return 0
 
@@ -87,7 +88,7 @@ def matching_keys(store: Store, text: str) -> list[str]:
     """The keys ``text`` names: a full store key, a framework key without its prefix, else every
     entry of that function name (one function has an entry per shape and flags), else every
     key that starts with ``text`` (with or without its framework prefix)."""
-    for candidate in (text, *(f"{name}/{text}" for name in config_mod.KNOWN_FRAMEWORKS)):
+    for candidate in (text, *(f"{name}/{text}" for name in config_mod.ENTRY_FRAMEWORKS)):
         if store.stat(candidate) is not None:
             return [candidate]
     infos = list(store.scan())
@@ -230,7 +231,7 @@ def register(commands: Commands) -> None:
     """Add ls and show to the parser."""
     p = commands.add("ls", "list entries")
     p.add_argument("--sort", choices=("key", "size", "accessed", "hits"), default="key")
-    p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
+    p.add_argument("--framework", choices=config_mod.ENTRY_FRAMEWORKS)
     p.add_argument(
         "--all", action="store_true", help="also the jobs' lookup lists kept for prefetching"
     )

@@ -13,6 +13,7 @@ from compilecache.cli.common import (
     ago,
     config_of,
     number,
+    plural,
     print_json,
     store_of,
 )
@@ -78,11 +79,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{k} {number(v)}" for k, v in sorted(values.items()) if k in (*HEADLINE, "entries")
         )
         print(f"  {framework:<19} {parts}")
+    from compilecache.frameworks import internal_kinds
+
     for framework, (count, size) in sorted(report.internal.items()):
         # Kernels, headers, probe answers: parts of compiles, not functions (`ls` lists them).
         print(
-            f"  {framework + ' internal':<19} {count} entries ({format_size(size)}): kernel "
-            "binaries, headers, probe answers, autotune records; `compilecache ls` lists them"
+            f"  {framework + ' internal':<19} {plural(count, 'entry', 'entries')} "
+            f"({format_size(size)}): {internal_kinds(framework)}; "
+            f"`compilecache ls --framework {framework}` lists them"
         )
     functions = sorted(report.functions.values(), key=lambda f: -f.compile_time_s)
     if functions:
@@ -136,17 +140,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 if args.json:
                     print_json([])
                 return 1
-    internal = 0
+    internal: list[str] = []  # the keys of the misses of a framework's parts, not listed
     if not args.key and not args.all:
         # Misses of a framework's parts (kernel binaries, probe answers) are counted in one
         # line, not listed among the program's functions.
-        kept = [r for r in records if not r.get(entry.INTERNAL)]
-        internal, records = len(records) - len(kept), kept
+        internal = [str(r.get("key", "")) for r in records if r.get(entry.INTERNAL)]
+        records = [r for r in records if not r.get(entry.INTERNAL)]
+    shown = len(records)
     records = records[: args.limit]
     if args.json:
         print_json(records)
         return 0
-    if not records:
+    if not records and not internal:
         if not history.keeps(store):
             print(f"compilecache: {store.url} keeps no miss history (local, memory and Redis do)")
         else:
@@ -170,9 +175,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 print(f"{'':11}nearest entry: {r['nearest']}")
             print(f"{'':11}key: {r.get('key')}")
     if internal:
+        from compilecache.frameworks import internal_kinds_of
+
+        # The kinds these misses are, from their keys: only what `explain --all` will list.
+        # `--all` lists the newest --limit misses of every kind: a limit that holds them all.
+        everything = len(internal) + shown
+        hint = "explain --all" + (f" --limit {everything}" if everything > args.limit else "")
         print(
-            f"{'':11}and {internal} internal entries (kernel binaries, headers, probe answers) "
-            "missed too: `explain --all` lists them"
+            f"{'':11}and {plural(len(internal), 'internal entry', 'internal entries')} "
+            f"({internal_kinds_of(internal)}) "
+            f"missed too: `{hint}` lists them"
         )
     other_hosts = sum(1 for r in records if r.get("unrunnable"))
     if other_hosts:
@@ -216,7 +228,7 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--all",
         action="store_true",
-        help="also list the internal entries (kernel binaries, headers, probe answers)",
+        help="also list the misses of internal entries (probe answers, headers, XLA's files)",
     )
     p.set_defaults(func=cmd_explain)
 

@@ -152,7 +152,7 @@ def register(commands: Commands) -> None:
 
     def filters(p: argparse.ArgumentParser) -> None:
         p.add_argument("-v", "--verbose", action="store_true", help="list every skipped entry")
-        p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
+        p.add_argument("--framework", choices=config_mod.ENTRY_FRAMEWORKS)
         p.add_argument("--since", help="only entries used since: 7d, or a date (2024-06-01)")
         p.add_argument("--name", metavar="GLOB", help="only entries whose name or key matches")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,27 @@ log = logging.getLogger("compilecache")
 # program: torch's kernel binaries, precompiled headers, probe answers and autotune records, and
 # XLA's autotune files. Listed by ``ls``, counted apart by ``stats`` and ``explain``.
 INTERNAL_PREFIXES = ("torch/kernel/", "torch/pch/", "torch/probe/", "torch/autotune/", "xla/")
+
+# What each kind of internal entry is, by the prefix of its key (``stats``, ``explain``).
+INTERNAL_KINDS = (
+    ("torch/kernel/", "kernel binaries"),
+    ("torch/pch/", "precompiled headers"),
+    ("torch/probe/", "probe answers"),
+    ("torch/autotune/", "autotune records"),
+    ("xla/", "XLA's autotune files and their lists"),
+)
+
+
+def internal_kinds(framework: str) -> str:
+    """What ``framework``'s internal entries can be, in words (``kernel binaries, ...``)."""
+    words = [w for prefix, w in INTERNAL_KINDS if prefix.startswith(f"{framework}/")]
+    return ", ".join(words) or "parts of compiles, not functions of the program"
+
+
+def internal_kinds_of(keys: Iterable[str]) -> str:
+    """What the internal entries of ``keys`` are, in words: only the kinds they hold."""
+    found = {w for key in keys for prefix, w in INTERNAL_KINDS if key.startswith(prefix)}
+    return ", ".join(w for _, w in INTERNAL_KINDS if w in found) or "framework internals"
 
 
 def is_internal(key: str) -> bool:

@@ -52,13 +52,15 @@ def count_words(entries: int, lists: int = 0, *, of: tuple[int, int] | None = No
 
 
 def split_keys(keys: Iterable[str]) -> tuple[int, int]:
-    """How many of ``keys`` are entries, and how many jobs' lookup lists."""
+    """How many of ``keys`` are entries, and how many jobs' lookup lists. A list's pack (the
+    copies of its entries a shared level keeps for a fresh host, ``manifest/<job>.pack``) is
+    part of that list, not one more."""
     entries = lists = 0
     for key in keys:
-        if is_job_list(key):
-            lists += 1
-        else:
+        if not is_job_list(key):
             entries += 1
+        elif not key.endswith(manifest.PACK_SUFFIX):
+            lists += 1
     return entries, lists
 
 

@@ -26,7 +26,7 @@ from compilecache.errors import CorruptEntry
 from compilecache.frameworks import is_internal
 from compilecache.redaction import redact
 from compilecache.runtime import history
-from compilecache.runtime.transfer import is_job_list
+from compilecache.runtime.transfer import is_job_list, split_keys
 from compilecache.stores.base import EntryInfo, Store
 
 
@@ -118,7 +118,8 @@ class StatsReport:
         stored_time = 0.0
         for info in infos:
             if is_job_list(info.key):
-                lists += 1  # kept beside the entries: not a compiled entry
+                # kept beside the entries: not a compiled entry (a pack is part of its list)
+                lists += split_keys([info.key])[1]
                 continue
             if is_internal(info.key):
                 fw_name = info.framework or "other"
