@@ -208,3 +208,23 @@ def test_explain_footer_names_what_explain_all_lists_and_probes_are_not_function
     assert not any("new function" in r["summary"] for r in internal), internal
     functions = [r for r in listed if not r.get("internal")]
     assert any("new function" in r["summary"] for r in functions), functions
+
+
+# -- show: no empty fields, and an unsigned entry says so ----------------------------------------
+
+
+def test_show_omits_empty_fields_and_says_an_entry_is_unsigned(jax_store: Path) -> None:
+    shown = cc("show", "jit_step", "--url", str(jax_store))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "  signed_by: unsigned" in lines, shown.stdout
+    # A line that ends in ':' heads a nested block: it is followed by a deeper line.
+    for n, line in enumerate(lines):
+        assert not line.endswith(": "), line
+        if line.endswith(":"):
+            depth = len(line) - len(line.lstrip())
+            following = lines[n + 1] if n + 1 < len(lines) else ""
+            assert len(following) - len(following.lstrip()) > depth, (line, following)
+    assert "XLA flags" not in shown.stdout and "custom_hook" not in shown.stdout
+    raw = json.loads(cc("show", "jit_step", "--json", "--url", str(jax_store)).stdout)
+    assert raw["entry"]["extra"]["readable"]["custom_hook"] == ""  # --json keeps every field

@@ -188,7 +188,8 @@ _SHOWN_CHARS = 200
 
 def _for_people(result: dict[str, Any]) -> dict[str, Any]:
     """What ``show`` prints without ``--json``: each key component once, by its readable value
-    where the entry records one (else its digest), and no value longer than a line."""
+    where the entry records one (else its digest), no empty value, who signed it (or that
+    nobody did), and no value longer than a line."""
     found = result.get("entry")
     if isinstance(found, dict):
         extra = dict(found.get("extra") or {})
@@ -197,10 +198,20 @@ def _for_people(result: dict[str, Any]) -> dict[str, Any]:
         if isinstance(readable, dict):
             components = {k: readable.get(k, v) for k, v in components.items()}
             components.update({k: v for k, v in readable.items() if k not in components})
-        found = {**found, "components": components, "extra": extra}
+        # An unsigned entry says so; a component the framework left empty is not a line.
+        signer = found.get("signed_by") or "unsigned"
+        found = {**found, "signed_by": signer, "components": components, "extra": extra}
         result = {**result, "entry": found}
-    shortened: dict[str, Any] = _short(result)
+    shortened: dict[str, Any] = _short(_without_empty(result))
     return shortened
+
+
+def _without_empty(value: Any) -> Any:
+    """``value`` without the empty strings, lists and mappings it holds (at every depth)."""
+    if isinstance(value, dict):
+        kept = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ("", None, [], {})}
+    return value
 
 
 def _short(value: Any) -> Any:
