@@ -228,3 +228,18 @@ def test_show_omits_empty_fields_and_says_an_entry_is_unsigned(jax_store: Path) 
     assert "XLA flags" not in shown.stdout and "custom_hook" not in shown.stdout
     raw = json.loads(cc("show", "jit_step", "--json", "--url", str(jax_store)).stdout)
     assert raw["entry"]["extra"]["readable"]["custom_hook"] == ""  # --json keeps every field
+
+
+# -- the demo's table says whose hits and misses it shows ---------------------------------------
+
+
+def test_the_demo_table_says_its_hits_and_misses_are_the_warm_runs(tmp_path: Path) -> None:
+    proc = cc(
+        "demo", "--layers", "1", "--url", str(tmp_path / "store"),
+        env={"COMPILECACHE_FRAMEWORKS": "jax"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("| workload"))
+    assert "| warm hits |" in header and "| warm misses |" in header, header
+    assert " hits " not in header.replace("warm hits", "")
+    assert "warm hits and warm misses: the warm run's lookups" in proc.stdout
