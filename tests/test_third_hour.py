@@ -243,3 +243,67 @@ def test_the_demo_table_says_its_hits_and_misses_are_the_warm_runs(tmp_path: Pat
     assert "| warm hits |" in header and "| warm misses |" in header, header
     assert " hits " not in header.replace("warm hits", "")
     assert "warm hits and warm misses: the warm run's lookups" in proc.stdout
+
+
+# -- the docs: what is tested, present tense, what a wheel user has --------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_the_readme_names_only_the_tested_pythons_and_installs_torchs_build_first() -> None:
+    versions = (ROOT / "docs" / "versions.md").read_text()
+    claimed = set(re.findall(r"Python (3\.\d+)\+?", README))
+    assert claimed and "3.10+" not in README, claimed
+    for version in claimed:
+        assert f"Python {version}" in versions, version
+    install = README.index("pip install './[torch]'")
+    before = README[:install]
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in before
+    assert "several GB" in before[before.rindex("For torch") :]
+
+
+def test_the_docs_speak_in_the_present_and_how_it_works_lists_every_workload() -> None:
+    docs = {p.name: p.read_text() for p in (ROOT / "docs").glob("*.md")}
+    for name, phrase in (
+        ("frameworks.md", "went on serving"),
+        ("frameworks.md", "build compared"),
+        ("fleet.md", "before it recorded"),
+    ):
+        assert phrase not in docs[name], (name, phrase)
+    workloads = ROOT / "src" / "compilecache" / "workloads"
+    layout = docs["how-it-works.md"]
+    for module in sorted(workloads.glob("*.py")):
+        if module.stem != "__init__":
+            assert module.stem in layout, module.stem
+
+
+def test_messages_cite_what_a_wheel_user_has() -> None:
+    """No message of the package points at a file of the repository (docs/...): a wheel holds
+    the README (its metadata), and the messages name its sections, which exist."""
+    import ast
+
+    cited = []
+    for path in (ROOT / "src" / "compilecache").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and re.search(r"docs/[\w-]+\.md", node.value)
+            ):
+                cited.append((path.name, node.value))
+    assert cited == []
+    from compilecache import unsigned_warning
+
+    text = unsigned_warning.message(["redis://cache:6379/0"])
+    section = re.search(r'the README, section "([^"]+)"', text)
+    assert section and f"\n## {section[1]}\n" in README, text
