@@ -36,7 +36,7 @@ def message(levels: list[str]) -> str:
         "`compilecache keygen --out writer.pem` once, give the job that fills the cache "
         "COMPILECACHE_SIGNING_KEY_FILE=writer.pem, and every other process "
         "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (the README, "
-        "section \"Stores\"; `compilecache check` shows this process's signing role)."
+        'section "Stores"; `compilecache check` shows this process\'s signing role).'
     )
 
 
