@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -188,13 +189,20 @@ def test_xla_entries_are_listed_by_their_framework_and_described_in_xlas_words(
 TORCH_STEP = ("-m", "compilecache.workloads.torch_step", "--model", "tiny", "--fresh-dirs")
 
 
-def test_explain_footer_names_what_explain_all_lists_and_probes_are_not_functions(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture(scope="module")
+def torch_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local store after one cold run of a small torch.compile step (new torch directories)."""
     pytest.importorskip("torch")
-    store = tmp_path / "store"
+    store = tmp_path_factory.mktemp("torch-store") / "store"
     proc = cc("run", "--", sys.executable, *TORCH_STEP, env={"COMPILECACHE_URL": str(store)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return store
+
+
+def test_explain_footer_names_what_explain_all_lists_and_probes_are_not_functions(
+    torch_store: Path,
+) -> None:
+    store = torch_store
     text = cc("explain", "--url", str(store)).stdout
     footer = text.splitlines()[-1]
     match = re.search(r"and (\d+) internal entries \(([^)]*)\) missed too: `([^`]*)` lists", footer)
@@ -261,6 +269,9 @@ def test_the_readme_names_only_the_tested_pythons_and_installs_torchs_build_firs
     before = README[:install]
     assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in before
     assert "several GB" in before[before.rindex("For torch") :]
+    # What the summary counts, as the code counts it: a write is not always a miss's.
+    summary = README[README.index("The summary line counts") :][:900]
+    assert "writes can exceed\nmisses" in summary and "never negative" in summary, summary
 
 
 def test_the_docs_speak_in_the_present_and_how_it_works_lists_every_workload() -> None:
@@ -307,3 +318,53 @@ def test_messages_cite_what_a_wheel_user_has() -> None:
     text = unsigned_warning.message(["redis://cache:6379/0"])
     section = re.search(r'the README, section "([^"]+)"', text)
     assert section and f"\n## {section[1]}\n" in README, text
+
+
+# -- time saved and the function table ---------------------------------------------------------------
+
+
+def test_a_load_slower_than_its_compile_saves_nothing_never_negative(tmp_path: Path) -> None:
+    from compilecache.entry import EntryHeader
+    from compilecache.runtime.cache import Cache
+    from compilecache.stats import typed
+    from compilecache.stores.local import LocalStore
+    from compilecache.summary import Summary
+
+    store = LocalStore(tmp_path / "store")
+    header = EntryHeader(framework="jax", key="jax/jit_quick-1", name="jit_quick")
+    assert Cache(store).save(replace(header, compile_time_s=0.0), b"x" * 4096)
+    reader = Cache(store)
+    assert reader.load("jax", "jax/jit_quick-1") is not None
+    counted = reader.stats.snapshot()
+    assert counted["hits"] == 1 and counted["compile_time_saved_s"] == 0.0
+    assert counted["fn.jax.jit_quick.compile_time_saved_s"] == 0.0
+    # Whatever was added up (a wait longer than the compile), no reader sees a negative.
+    assert typed({"compile_time_saved_s": -0.0043})["compile_time_saved_s"] == 0.0
+    assert "-0.0s" not in Summary.of({"compile_time_saved_s": -0.0043}).line()
+    store.close()
+
+
+def test_torchs_function_table_includes_the_dynamo_packages_compile_time(
+    torch_store: Path,
+) -> None:
+    entries = json.loads(cc("ls", "--json", "--url", str(torch_store)).stdout)
+    (package,) = [e for e in entries if e["key"].startswith("torch/dynamo/")]
+    assert package["compile_time_s"] > 0
+    functions = json.loads(cc("stats", "--json", "--url", str(torch_store)).stdout)["functions"]
+    row = functions[f"torch/{package['name']}"]
+    # The row's compile time counts every compile of that function, its Dynamo package's too.
+    same_name = sum(e["compile_time_s"] for e in entries if e["name"] == package["name"])
+    assert row["compile_time_s"] == pytest.approx(same_name, rel=1e-6), (row, same_name)
+
+
+def test_a_levels_seconds_are_not_rounded_to_whole_numbers(tmp_path: Path) -> None:
+    url = f"{tmp_path / 'local'},{tmp_path / 'shared'}"
+    run_jax(url)
+    shutil.rmtree(tmp_path / "local")  # a fresh host: served by the shared level
+    run_jax(url)
+    text = cc("stats", "--url", url).stdout
+    levels = [line for line in text.splitlines() if line.startswith("level ")]
+    assert levels, text
+    saved = [re.search(r"saved_s (\S+)", line) for line in levels]
+    shown = [m[1] for m in saved if m]
+    assert shown and all(re.fullmatch(r"\d+\.\d\ds", v) for v in shown), levels

@@ -99,7 +99,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if len(functions) > 20:
             print(f"... and {len(functions) - 20} more (stats --json lists them all)")
     for url, values in sorted(report.levels.items()):
-        parts = ", ".join(f"{k} {int(v)}" for k, v in sorted(values.items()) if v)
+        # Counts whole, seconds as seconds: a level's 2.91 s saved is not "2".
+        parts = ", ".join(
+            f"{k} {v:.2f}s" if k.endswith("_s") else f"{k} {number(v)}"
+            for k, v in sorted(values.items())
+            if v
+        )
         print(f"level {url}: {parts or 'no activity'}")
     return 0
 

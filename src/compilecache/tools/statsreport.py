@@ -144,7 +144,7 @@ class StatsReport:
                 misses=int(values.get("misses", 0)),
                 writes=int(values.get("writes", 0)),
                 compile_time_s=values.get("compile_time_s", 0.0),
-                compile_time_saved_s=values.get("compile_time_saved_s", 0.0),
+                compile_time_saved_s=max(0.0, values.get("compile_time_saved_s", 0.0)),
                 entries=n,
                 size_bytes=b,
             )
@@ -200,8 +200,8 @@ class StatsReport:
 
     @property
     def compile_time_saved_s(self) -> float:
-        """Compile time the hits did not spend."""
-        return float(self.counters.get("compile_time_saved_s", 0.0))
+        """Compile time the hits did not spend (never negative)."""
+        return max(0.0, float(self.counters.get("compile_time_saved_s", 0.0)))
 
     @property
     def hit_rate(self) -> float:
