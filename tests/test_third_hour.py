@@ -18,9 +18,12 @@ from typing import Any
 
 import pytest
 
+from tests import servers
 from tests.conftest import JAX_PROGRAM, run_cli
+from tests.servers import RedisServer, namespace
 
 cc = run_cli
+redis_server = servers.redis_server
 
 
 def run_jax(url: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -368,3 +371,47 @@ def test_a_levels_seconds_are_not_rounded_to_whole_numbers(tmp_path: Path) -> No
     saved = [re.search(r"saved_s (\S+)", line) for line in levels]
     shown = [m[1] for m in saved if m]
     assert shown and all(re.fullmatch(r"\d+\.\d\ds", v) for v in shown), levels
+
+
+# -- check: creates nothing, shows what applies, durations as written, one name per store ---------
+
+
+def test_check_on_a_fresh_home_creates_nothing(tmp_path: Path) -> None:
+    home, cache = tmp_path / "home", tmp_path / "xdg-cache-of-a-fresh-home"
+    home.mkdir()
+    proc = cc("check", env={"HOME": str(home), "XDG_CACHE_HOME": str(cache)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not cache.exists() and list(home.iterdir()) == [], list(home.rglob("*"))
+
+
+def test_check_of_a_redis_store_shows_what_applies_in_the_units_it_is_written_in(
+    redis_server: RedisServer,
+) -> None:
+    url = f"redis://127.0.0.1:{redis_server.port}/0/{namespace()}?ttl=7d"
+    check = cc("check", "--url", url)
+    assert check.returncode == 0, check.stdout + check.stderr
+    settings = check.stdout.split("store:")[0]
+    assert "max_size" not in settings  # it bounds a local directory: there is none
+    assert re.search(r"^  lease_ttl +30s ", settings, re.M), settings
+    assert re.search(r"^  wait_timeout +30m ", settings, re.M), settings
+    assert re.search(r"^  min_compile_time +0s ", settings, re.M), settings
+    assert "1800.0" not in check.stdout and "30.0 " not in check.stdout
+    # The store has one name: the one `stats` gives it.
+    stats = cc("stats", "--url", url).stdout
+    name = re.search(r"^store +(\S+)$", stats, re.M)
+    assert name, stats
+    assert f"\n  {name[1]}: reachable" in check.stdout, (name[1], check.stdout)
+    json_levels = json.loads(cc("check", "--json", "--url", url).stdout)["levels"]
+    assert [level["url"] for level in json_levels] == [name[1]]
+    # A local store still shows its bound.
+    assert "max_size" in cc("check", "--url", f"{url.split('?')[0]},/tmp/x").stdout
+
+
+def test_redis_names_only_documented_options_when_it_refuses_one() -> None:
+    stores = (ROOT / "docs" / "stores.md").read_text()
+    documented = set(re.findall(r"`([a-z_]+)(?:=[^`]*)?`", stores))
+    proc = cc("check", "--url", "redis://127.0.0.1:1/0?max_size=1GB")
+    said = re.search(r"redis:// knows: ([^;]+);", proc.stdout)
+    assert said, proc.stdout
+    own = said[1].split(", ")
+    assert "max_size" not in own and set(own) <= documented, set(own) - documented
