@@ -415,3 +415,65 @@ def test_redis_names_only_documented_options_when_it_refuses_one() -> None:
     assert said, proc.stdout
     own = said[1].split(", ")
     assert "max_size" not in own and set(own) <= documented, set(own) - documented
+
+
+# -- errors: one line, in words, counted the same way -------------------------------------------------
+
+
+def test_an_unknown_command_and_a_misplaced_json_are_said_in_words() -> None:
+    for argv in (["stat"], ["--url", "/tmp/x", "stat"]):
+        proc = cc(*argv)
+        assert proc.returncode == 2
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("compilecache: error: unknown command 'stat' (did you mean stats?)")
+        assert "command_name" not in proc.stderr and "invalid choice" not in proc.stderr
+    before, after = cc("--json", "clear"), cc("clear", "--json")
+    assert before.returncode == after.returncode == 2
+    said = "compilecache clear: error: clear prints no data: --json is not taken"
+    assert before.stderr.strip().splitlines()[-1] == said
+    assert after.stderr.strip().splitlines()[-1] == said
+
+
+def test_a_dead_redis_is_one_line_for_one_failure(tmp_path: Path) -> None:
+    from tests.servers import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    for command in ("stats", "ls"):
+        proc = cc(command, "--url", url)
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("compilecache: error: redis://"), lines
+    # Beside a local level, the dead one is left out: said once, not twice.
+    local = tmp_path / "local"
+    run_jax(str(local))
+    tiers = cc("ls", "--url", f"{local},{url}")
+    assert tiers.returncode == 0
+    said = [line for line in tiers.stderr.splitlines() if line.startswith("compilecache")]
+    assert len(said) == 1 and "left out of this command" in said[0], said
+
+
+def test_a_level_in_back_off_names_its_cause_once() -> None:
+    from compilecache.errors import LevelSkipped, StoreUnavailable
+    from compilecache.stores import registry
+    from tests.servers import free_port
+
+    store = registry.open_store(f"redis://127.0.0.1:{free_port()}/0")
+    (level,) = store.levels
+    with pytest.raises(StoreUnavailable):  # the failure: warned, and the level backs off
+        level.get("k")
+    with pytest.raises(LevelSkipped) as skipped:
+        level.put("k", b"v", None)  # type: ignore[arg-type]
+    text = str(skipped.value)
+    assert text.count("failed") == 1 and "get failed: " in text, text
+    store.close()
+
+
+def test_every_not_enabled_run_counts_one_error() -> None:
+    program = [sys.executable, "-c", "import jax"]
+    for url, said in (
+        ("redis://127.0.0.1:1/0?bogus=1", "unknown option bogus"),  # a bad option
+        ("redis://127.0.0.1:1/0?client=nosuch", "client: expected"),  # a bad value
+    ):
+        proc = cc("run", "--", *program, env={"COMPILECACHE_URL": url})
+        assert f"compilecache: not enabled: {said}" in proc.stderr, proc.stderr
+        assert ", 1 error, " in proc.stderr.splitlines()[-1], proc.stderr
