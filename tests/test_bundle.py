@@ -120,7 +120,10 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
     store.close()
     assert manifests <= 1
     total = n + manifests + traces
-    assert f"{total} of {total} entries" in capsys.readouterr().out
+    moved = f"{n + traces} of {n + traces} entries" + (
+        " and 1 of 1 job lookup list" if manifests else ""
+    )
+    assert moved in capsys.readouterr().out
     listed = members(path)
     assert listed[0][0] == "manifest.json"
     manifest = json.loads(listed[0][1])
@@ -137,7 +140,8 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
 
     assert main(["import", "--url", str(target), str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["transferred"] == total and report["skipped"] == []
+    assert report["transferred"] == n and report["skipped"] == []
+    assert report["job_lookup_lists"]["transferred"] == manifests
 
     warm = last_json(
         run_python([PROGRAM, "before"], clean_env({"COMPILECACHE_URL": str(target)})).stdout
@@ -149,7 +153,7 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
     # Importing again changes nothing: every entry is already there, and valid.
     assert main(["import", "--url", str(target), str(path), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["transferred"] == 0 and again["already_present"] == total
+    assert again["transferred"] == 0 and again["already_present"] == n
 
 
 # -- damaged bundles -------------------------------------------------------------------------------

@@ -285,6 +285,7 @@ def test_stats_report_is_a_frozen_record_that_stats_json_prints(
         *stats.COUNTERS,
         "entries",
         "size_bytes",
+        "job_lookup_lists",
         "url",
         "frameworks",
         "functions",
@@ -292,6 +293,7 @@ def test_stats_report_is_a_frozen_record_that_stats_json_prints(
         "internal",
         "hit_rate",
         "settings",
+        "signers",
         "stored_compile_time_s",
     }
     assert type(printed["hits"]) is int and type(printed["compile_time_s"]) is float

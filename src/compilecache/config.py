@@ -33,6 +33,9 @@ DEFAULT_LEASE_TTL = 30.0
 # ...and the others wait at most this long for its entry before compiling themselves.
 DEFAULT_WAIT_TIMEOUT = 1800.0
 KNOWN_FRAMEWORKS = ("jax", "torch", "triton")
+# The frameworks a stored entry can belong to (``ls``, ``export`` and ``warm`` select by them):
+# the integrations', and XLA's autotune results, which the JAX integration keeps.
+ENTRY_FRAMEWORKS = (*KNOWN_FRAMEWORKS, "xla")
 LOG_LEVELS = ("debug", "info", "warning")
 
 

@@ -252,6 +252,12 @@ def _decompress(stored: memoryview, size: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def claimed_signer(data: bytes | memoryview) -> str:
+    """Who an entry says signed it (``ed25519:...``, ``hmac``, or ``""`` when unsigned), after
+    checking the frame but nothing else: for describing a store, never for trusting an entry."""
+    return Signing.signer_of(_split(data)[3])
+
+
 def read_header(data: bytes | memoryview) -> EntryHeader:
     """The header of an entry, after checking the frame but not the checksum (cheap, for listings)."""
     return _split(data)[1]

@@ -62,7 +62,9 @@ class Summary:
             misses=int(counters.get("misses", 0)),
             writes=int(counters.get("writes", 0)),
             errors=int(counters.get("errors", 0)),
-            compile_time_saved_s=float(counters.get("compile_time_saved_s", 0.0)),
+            # Never negative: a process that waited longer for another's compile than that
+            # compile took saved nothing, and lost no more than its wait (wait_time_s).
+            compile_time_saved_s=max(0.0, float(counters.get("compile_time_saved_s", 0.0))),
             foreign=int(counters.get("foreign", 0)),
             unrunnable=int(counters.get("unrunnable", 0)),
         )

@@ -28,7 +28,7 @@ from compilecache.errors import CompileCacheError, StoreUnavailable
 from compilecache.redaction import redact
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import JobManifest
-from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters
+from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters, typed
 from compilecache.stores import registry
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.tiers import Tiered
@@ -182,8 +182,8 @@ class Session:
         return self.cache.store
 
     def stats(self) -> dict[str, float]:
-        """This process's counters (hits, misses, writes, errors, bytes, seconds saved, ...),
-        once the entry writes handed to the background thread so far are done. ``errors``
+        """This process's counters (hits, misses, writes, errors, bytes: integers; seconds saved,
+        compile times: floats, named ``..._s``), once the entry writes handed to the background thread so far are done. ``errors``
         holds one per outage of a guarded level (a remote level that went down), whichever
         level it was: a level behind a local one is counted as a store of its own is."""
         self.cache.wait_writes()
@@ -195,7 +195,7 @@ class Session:
         )
         if outages:
             values["errors"] = values.get("errors", 0.0) + outages
-        return values
+        return typed(values)
 
     def summary(self) -> Summary:
         return Summary.of(self.stats())

@@ -85,6 +85,22 @@ class Stats:
         return values
 
 
+def is_count(name: str) -> bool:
+    """Whether counter ``name`` counts things (events, entries, bytes): a whole number. Every
+    other counter measures seconds, and its name ends in ``_s``."""
+    return not name.endswith("_s")
+
+
+def typed(counters: Mapping[str, float]) -> dict[str, float]:
+    """``counters`` as their readers expect them: counts as integers (``2``, not ``2.0``),
+    seconds as floats, and time saved never below zero. Counters are kept as floats so every
+    store can add them."""
+    return {
+        name: round(v) if is_count(name) else max(0.0, v) if name.endswith("saved_s") else v
+        for name, v in counters.items()
+    }
+
+
 FUNCTION_PREFIX = "fn."
 LEVEL_PREFIX = "level."
 

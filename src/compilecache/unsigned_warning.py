@@ -35,7 +35,8 @@ def message(levels: list[str]) -> str:
         "(cache entries are compiled programs). To trust only your writers: run "
         "`compilecache keygen --out writer.pem` once, give the job that fills the cache "
         "COMPILECACHE_SIGNING_KEY_FILE=writer.pem, and every other process "
-        "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (docs/security.md)."
+        "COMPILECACHE_TRUSTED_KEYS=<the public key it printed> (the README, "
+        'section "Stores"; `compilecache check` shows this process\'s signing role).'
     )
 
 

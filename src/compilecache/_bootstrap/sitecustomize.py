@@ -92,6 +92,21 @@ def _enable() -> None:
         compilecache.enable()
     except Exception as exc:
         _say_once(f"compilecache: not enabled: {exc}")
+        _count_error()
+
+
+def _count_error() -> None:
+    """One error in the run's summary for a process that could not be enabled (a bad setting,
+    an unknown URL option), as for one whose store could not be opened (``enable`` counts that
+    in its session): every "not enabled" is an error of the run, whatever its cause."""
+    spool = os.environ.get("COMPILECACHE_RUN_SPOOL")
+    if not spool:
+        return
+    try:
+        with open(os.path.join(spool, f"{os.getpid()}.json"), "w") as f:
+            f.write('{"errors": 1}')
+    except OSError:
+        pass  # the summary is a report: never fail the program for it
 
 
 class _FrameworkFinder:

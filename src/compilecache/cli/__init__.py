@@ -15,9 +15,11 @@ lives in its own module and registers its own subcommands:
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from compilecache import config as config_mod
 from compilecache.cli import configure, entries, maintenance, run, stats, transfer
@@ -61,8 +63,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The arguments; an option the command does not know is reported with that command's own
     usage (argparse would show the top-level one), and exits with status 2."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    _known_command(parser, list(sys.argv[1:] if argv is None else argv), commands)
+    args, extra = parser.parse_known_args(argv)
+    if "--json" in extra and not args.json and not getattr(args, "takes_json", True):
+        args.json, extra = True, [e for e in extra if e != "--json"]  # said as before it, below
     if extra:
         commands[args.command_name].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.json and not getattr(args, "takes_json", True):
@@ -70,6 +75,23 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"{args.command_name} prints no data: --json is not taken"
         )
     return args
+
+
+def _known_command(
+    parser: argparse.ArgumentParser, argv: list[str], commands: Mapping[str, Any]
+) -> None:
+    """Refuse a command that does not exist in the words of a person, not of argparse
+    (``argument command_name: invalid choice``): the word, the nearest command, the list."""
+    words = iter(argv)
+    for word in words:
+        if word == "--url":
+            next(words, None)  # its value
+        elif not word.startswith("-"):
+            if word not in commands:
+                near = difflib.get_close_matches(word, list(commands), n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                parser.error(f"unknown command {word!r}{hint}; the commands: {', '.join(commands)}")
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,15 +39,15 @@ def _info_json(info: EntryInfo) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from compilecache.runtime import manifest
+    from compilecache.runtime.transfer import count_words, is_job_list, split_keys
 
     store = store_of(args, create=False)
     infos = list(store.scan())
-    # A job's lookup list sits beside the entries, but is not a compiled entry: stats does not
-    # count it either.
-    lists = [i for i in infos if i.key.startswith(manifest.PREFIX)]
+    # A job's lookup list sits beside the entries, but is not a compiled entry: every command
+    # counts it apart.
+    lists = [] if args.framework else [i for i in infos if is_job_list(i.key)]
     if not args.all:
-        infos = [i for i in infos if not i.key.startswith(manifest.PREFIX)]
+        infos = [i for i in infos if not is_job_list(i.key)]
     if args.framework:
         infos = [i for i in infos if i.framework == args.framework]
     sort_key = {
@@ -75,9 +75,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{i.compile_time_s:>7.2f}s {i.hits:>5} {ago(now - i.accessed):>7}  "
             f"{cpu_label(cpus.get(i.key)):<20}  {i.key}"
         )
-    line = f"{plural(len(infos), 'entry', 'entries')}, {format_size(sum(i.size for i in infos))}"
+    line = f"{count_words(*split_keys(i.key for i in infos))}, "
+    line += format_size(sum(i.size for i in infos))
     if lists and not args.all:
-        line += f" (and {plural(len(lists), 'job lookup list')}, not listed: `ls --all`)"
+        n_lists = split_keys(i.key for i in lists)[1]
+        line += f" (and {plural(n_lists, 'job lookup list')}, not listed: `ls --all`)"
     print(line)
     return 0
 
@@ -86,7 +88,7 @@ def matching_keys(store: Store, text: str) -> list[str]:
     """The keys ``text`` names: a full store key, a framework key without its prefix, else every
     entry of that function name (one function has an entry per shape and flags), else every
     key that starts with ``text`` (with or without its framework prefix)."""
-    for candidate in (text, *(f"{name}/{text}" for name in config_mod.KNOWN_FRAMEWORKS)):
+    for candidate in (text, *(f"{name}/{text}" for name in config_mod.ENTRY_FRAMEWORKS)):
         if store.stat(candidate) is not None:
             return [candidate]
     infos = list(store.scan())
@@ -186,7 +188,8 @@ _SHOWN_CHARS = 200
 
 def _for_people(result: dict[str, Any]) -> dict[str, Any]:
     """What ``show`` prints without ``--json``: each key component once, by its readable value
-    where the entry records one (else its digest), and no value longer than a line."""
+    where the entry records one (else its digest), no empty value, who signed it (or that
+    nobody did), and no value longer than a line."""
     found = result.get("entry")
     if isinstance(found, dict):
         extra = dict(found.get("extra") or {})
@@ -195,10 +198,20 @@ def _for_people(result: dict[str, Any]) -> dict[str, Any]:
         if isinstance(readable, dict):
             components = {k: readable.get(k, v) for k, v in components.items()}
             components.update({k: v for k, v in readable.items() if k not in components})
-        found = {**found, "components": components, "extra": extra}
+        # An unsigned entry says so; a component the framework left empty is not a line.
+        signer = found.get("signed_by") or "unsigned"
+        found = {**found, "signed_by": signer, "components": components, "extra": extra}
         result = {**result, "entry": found}
-    shortened: dict[str, Any] = _short(result)
+    shortened: dict[str, Any] = _short(_without_empty(result))
     return shortened
+
+
+def _without_empty(value: Any) -> Any:
+    """``value`` without the empty strings, lists and mappings it holds (at every depth)."""
+    if isinstance(value, dict):
+        kept = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ("", None, [], {})}
+    return value
 
 
 def _short(value: Any) -> Any:
@@ -229,7 +242,7 @@ def register(commands: Commands) -> None:
     """Add ls and show to the parser."""
     p = commands.add("ls", "list entries")
     p.add_argument("--sort", choices=("key", "size", "accessed", "hits"), default="key")
-    p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
+    p.add_argument("--framework", choices=config_mod.ENTRY_FRAMEWORKS)
     p.add_argument(
         "--all", action="store_true", help="also the jobs' lookup lists kept for prefetching"
     )

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    from compilecache.runtime.transfer import count_words, split_keys
     from compilecache.tools import prune
 
     store = store_of(args, create=False)
@@ -27,11 +28,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
         verb = "would remove" if args.dry_run else "removing"
         for info, reason in the_plan.victims:
             print(f"{verb} {info.key} ({format_size(info.size)}): {reason}")
-    removed = 0 if args.dry_run else prune.execute(store, the_plan)
+    removed = split_keys([] if args.dry_run else prune.execute(store, the_plan))
+    victims = split_keys(info.key for info, _ in the_plan.victims)
     summary = {
         "dry_run": args.dry_run,
-        "planned": len(the_plan.victims),
-        "removed": removed,
+        "planned": victims[0],
+        "job_lookup_lists_planned": victims[1],
+        "removed": removed[0],
+        "job_lookup_lists_removed": removed[1],
         "bytes_freed": the_plan.bytes_freed,
         "entries_before": the_plan.entries_before,
         "bytes_before": the_plan.bytes_before,
@@ -46,31 +50,33 @@ def cmd_prune(args: argparse.Namespace) -> int:
     else:
         print(
             f"{'would free' if args.dry_run else 'freed'} {format_size(the_plan.bytes_freed)} "
-            f"in {len(the_plan.victims)} entries; {format_size(the_plan.bytes_after)} remain"
+            f"in {count_words(*victims)}; {format_size(the_plan.bytes_after)} remain"
         )
     return 0
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
+    from compilecache.runtime.transfer import count_words, split_keys
+
     store = store_of(args, create=False)
     infos = list(store.scan())
+    held = count_words(*split_keys(info.key for info in infos))
     if not args.yes:
         if not sys.stdin.isatty():
             print(
-                f"compilecache: clear would remove {len(infos)} entries from {store.url}; "
-                "pass --yes to confirm",
+                f"compilecache: clear would remove {held} from {store.url}; pass --yes to confirm",
                 file=sys.stderr,
             )
             return 1
-        answer = input(f"Remove all {len(infos)} entries from {store.url}? [y/N] ")
+        answer = input(f"Remove all {held} from {store.url}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             return 1
-    removed = sum(1 for info in infos if store.delete(info.key))
+    removed = split_keys(info.key for info in infos if store.delete(info.key))
     if store.counters is not None:
         store.counters.zero()
     if store.history is not None:
         store.history.clear()  # explanations name entries that are gone now
-    print(f"compilecache: removed {removed} entries")
+    print(f"compilecache: removed {count_words(*removed)}")
     return 0
 
 
@@ -80,10 +86,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     another key is intact and valid for the hosts that hold that key (removing it is how one
     misconfigured host would empty a fleet's cache), so it is reported and always kept."""
     from compilecache.runtime.reader import Reader
+    from compilecache.runtime.transfer import count_words, split_keys
 
     store = store_of(args, create=False)
     reader = Reader(config_of(args).signing)
-    checked = 0
+    checked: list[str] = []
     damaged: list[tuple[EntryInfo, str]] = []
     foreign: list[tuple[EntryInfo, str]] = []
     for info in store.scan():
@@ -94,13 +101,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
             damaged.append((info, str(exc)))
         except ForeignEntry as exc:
             foreign.append((info, f"signed with another key ({exc}); kept"))
-        checked += 1
+        checked.append(info.key)
     removed = [info.key for info, _ in damaged if args.fix and store.delete(info.key)]
     left = len(damaged) - len(removed)
+    entries, lists = split_keys(checked)
     if args.json:
         print_json(
             {
-                "checked": checked,
+                "checked": entries,
+                "job_lookup_lists_checked": lists,
                 "corrupt": len(damaged),
                 "removed": len(removed),
                 "foreign": len(foreign),
@@ -120,7 +129,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for info, reason in damaged:
             gone = info.key in removed
             print(f"{'removed' if gone else 'corrupt'}: {info.key}: {reason} [{info.name}]")
-        line = f"compilecache: {checked} entries checked, {len(damaged)} corrupt"
+        line = f"compilecache: {count_words(entries, lists)} checked, {len(damaged)} corrupt"
         if removed:
             line += f" ({len(removed)} removed)" if left else " and removed"
         elif damaged:

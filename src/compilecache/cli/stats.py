@@ -13,19 +13,13 @@ from compilecache.cli.common import (
     ago,
     config_of,
     number,
+    plural,
     print_json,
     store_of,
 )
 from compilecache.cli.configure import trust_line
 from compilecache.cli.entries import matching_keys
 from compilecache.config import format_size
-
-# What each framework's internal entries are, in words.
-_INTERNAL_KINDS = {
-    "torch": "kernel binaries, headers, probe answers, autotune records",
-    "jax": "guarded traces and XLA autotune files",
-    "xla": "XLA autotune files",
-}
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -51,6 +45,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"store                 {report.url}")
     print(f"entries               {report.entries}")
+    if report.job_lookup_lists:
+        print(
+            f"job lookup lists      {report.job_lookup_lists} (kept for prefetching, not "
+            "entries: `ls --all` lists them)"
+        )
     print(f"size                  {format_size(report.size_bytes)}")
     print(f"hits                  {report.hits}")
     print(f"misses                {report.misses}")
@@ -66,7 +65,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         )
     print(f"compile time stored   {report.stored_compile_time_s:.1f} s")
     print(f"compile time saved    {report.compile_time_saved_s:.1f} s")
-    print(f"signatures            {trust_line(config_of(args))}")
+    # Two facts: what the store holds, and what this process would sign and accept.
+    print(f"signatures            store: {report.signers_line()}")
+    print(f"                      this process: {trust_line(config_of(args))}")
     shown = {*HEADLINE, "corrupt", "unrunnable", "compile_time_s"}
     others = [(name, v) for name, v in report.counters.items() if v and name not in shown]
     if others:  # every other counter of stats.COUNTERS that is not zero
@@ -78,13 +79,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"{k} {number(v)}" for k, v in sorted(values.items()) if k in (*HEADLINE, "entries")
         )
         print(f"  {framework:<19} {parts}")
+    from compilecache.frameworks import internal_kinds
+
     for framework, (count, size) in sorted(report.internal.items()):
         # Kernels, headers, probe answers, traces: parts of compiles, not functions (`ls` lists
         # them).
-        kinds = _INTERNAL_KINDS.get(framework, "framework records")
         print(
-            f"  {framework + ' internal':<19} {count} entries ({format_size(size)}): {kinds}; "
-            "`compilecache ls` lists them"
+            f"  {framework + ' internal':<19} {plural(count, 'entry', 'entries')} "
+            f"({format_size(size)}): {internal_kinds(framework)}; "
+            f"`compilecache ls --framework {framework}` lists them"
         )
     traces = report.frameworks.get("jax", {})
     said = [(what, traces.get(f"trace.{what}", 0)) for what in ("served", "stale", "refused")]
@@ -107,7 +110,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if len(functions) > 20:
             print(f"... and {len(functions) - 20} more (stats --json lists them all)")
     for url, values in sorted(report.levels.items()):
-        parts = ", ".join(f"{k} {int(v)}" for k, v in sorted(values.items()) if v)
+        # Counts whole, seconds as seconds: a level's 2.91 s saved is not "2".
+        parts = ", ".join(
+            f"{k} {v:.2f}s" if k.endswith("_s") else f"{k} {number(v)}"
+            for k, v in sorted(values.items())
+            if v
+        )
         print(f"level {url}: {parts or 'no activity'}")
     return 0
 
@@ -148,17 +156,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 if args.json:
                     print_json([])
                 return 1
-    internal = 0
+    internal: list[str] = []  # the keys of the misses of a framework's parts, not listed
     if not args.key and not args.all:
         # Misses of a framework's parts (kernel binaries, probe answers) are counted in one
         # line, not listed among the program's functions.
-        kept = [r for r in records if not r.get(entry.INTERNAL)]
-        internal, records = len(records) - len(kept), kept
+        internal = [str(r.get("key", "")) for r in records if r.get(entry.INTERNAL)]
+        records = [r for r in records if not r.get(entry.INTERNAL)]
+    shown = len(records)
     records = records[: args.limit]
     if args.json:
         print_json(records)
         return 0
-    if not records:
+    if not records and not internal:
         if not history.keeps(store):
             print(f"compilecache: {store.url} keeps no miss history (local, memory and Redis do)")
         else:
@@ -182,9 +191,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 print(f"{'':11}nearest entry: {r['nearest']}")
             print(f"{'':11}key: {r.get('key')}")
     if internal:
+        from compilecache.frameworks import internal_kinds_of
+
+        # The kinds these misses are, from their keys: only what `explain --all` will list.
+        # `--all` lists the newest --limit misses of every kind: a limit that holds them all.
+        everything = len(internal) + shown
+        hint = "explain --all" + (f" --limit {everything}" if everything > args.limit else "")
         print(
-            f"{'':11}and {internal} internal entries (kernel binaries, headers, probe answers) "
-            "missed too: `explain --all` lists them"
+            f"{'':11}and {plural(len(internal), 'internal entry', 'internal entries')} "
+            f"({internal_kinds_of(internal)}) "
+            f"missed too: `{hint}` lists them"
         )
     other_hosts = sum(1 for r in records if r.get("unrunnable"))
     if other_hosts:
@@ -228,7 +244,7 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--all",
         action="store_true",
-        help="also list the internal entries (kernel binaries, headers, probe answers)",
+        help="also list the misses of internal entries (probe answers, headers, XLA's files)",
     )
     p.set_defaults(func=cmd_explain)
 

@@ -36,10 +36,7 @@ def _print_transfer(report: Any, args: argparse.Namespace, done: str) -> None:
             by_reason[reason] = by_reason.get(reason, 0) + 1
         for reason, count in sorted(by_reason.items(), key=lambda item: -item[1]):
             print(f"skipped {count} {'entry' if count == 1 else 'entries'}: {reason}")
-    line = (
-        f"compilecache: {done} {len(report.transferred)} of {report.total} entries "
-        f"({format_size(report.bytes)})"
-    )
+    line = f"compilecache: {done} {report.counted()} ({format_size(report.bytes)})"
     if report.present:
         line += f", {len(report.present)} already present"
     if report.skipped:
@@ -155,7 +152,7 @@ def register(commands: Commands) -> None:
 
     def filters(p: argparse.ArgumentParser) -> None:
         p.add_argument("-v", "--verbose", action="store_true", help="list every skipped entry")
-        p.add_argument("--framework", choices=config_mod.KNOWN_FRAMEWORKS)
+        p.add_argument("--framework", choices=config_mod.ENTRY_FRAMEWORKS)
         p.add_argument("--since", help="only entries used since: 7d, or a date (2024-06-01)")
         p.add_argument("--name", metavar="GLOB", help="only entries whose name or key matches")
 

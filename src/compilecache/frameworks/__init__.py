@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -38,6 +38,28 @@ INTERNAL_PREFIXES = (
     "xla/",
     "jax/trace/",
 )
+
+# What each kind of internal entry is, by the prefix of its key (``stats``, ``explain``).
+INTERNAL_KINDS = (
+    ("torch/kernel/", "kernel binaries"),
+    ("torch/pch/", "precompiled headers"),
+    ("torch/probe/", "probe answers"),
+    ("torch/autotune/", "autotune records"),
+    ("xla/", "XLA's autotune files and their lists"),
+    ("jax/trace/", "guarded traces"),
+)
+
+
+def internal_kinds(framework: str) -> str:
+    """What ``framework``'s internal entries can be, in words (``kernel binaries, ...``)."""
+    words = [w for prefix, w in INTERNAL_KINDS if prefix.startswith(f"{framework}/")]
+    return ", ".join(words) or "parts of compiles, not functions of the program"
+
+
+def internal_kinds_of(keys: Iterable[str]) -> str:
+    """What the internal entries of ``keys`` are, in words: only the kinds they hold."""
+    found = {w for key in keys for prefix, w in INTERNAL_KINDS if key.startswith(prefix)}
+    return ", ".join(w for _, w in INTERNAL_KINDS if w in found) or "framework internals"
 
 
 def is_internal(key: str) -> bool:

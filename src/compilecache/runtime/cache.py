@@ -399,7 +399,9 @@ class Cache:
         return (found, len(data)), False
 
     def _count_hit(self, framework: str, key: str, found: Entry, size: int, elapsed: float) -> None:
-        saved = found.header.compile_time_s - elapsed
+        # A load slower than the compile it replaces saved nothing; it costs no negative time
+        # (the cost is in load_time_s).
+        saved = max(0.0, found.header.compile_time_s - elapsed)
         self.stats.add("hits", framework=framework)
         self.stats.add("bytes_read", size, framework=framework)
         self.stats.add("load_time_s", elapsed, framework=framework)

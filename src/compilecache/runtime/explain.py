@@ -50,6 +50,9 @@ SCAN_BUDGET_S = 0.5
 # worth). Levels on this machine are not timed: a local listing is indexed.
 TOTAL_SCAN_BUDGET_S = 0.25
 NEW_FUNCTION = "new function: no earlier entry of that name"
+# The same for an entry compilecache keeps for a framework (a probe's answer, a header): not a
+# function of the program.
+NEW_INTERNAL = "first time asked: no earlier entry of that name"
 
 # (before, after, names of every component that changed) -> words, or "" for the default.
 Describe = Callable[[str | None, str | None, frozenset[str]], str]
@@ -248,11 +251,15 @@ def diff(
     return out
 
 
-def summarize(name: str, differences: Sequence[Difference], nearest: str | None) -> str:
-    """One line: ``jit_step: XLA flags changed: --x added; compile options changed (...)``."""
+def summarize(
+    name: str, differences: Sequence[Difference], nearest: str | None, *, internal: bool = False
+) -> str:
+    """One line: ``jit_step: XLA flags changed: --x added; compile options changed (...)``.
+    ``internal``: the miss of an entry kept for a framework (a probe, a header), never called a
+    new function."""
     label = name or "(unnamed)"
     if nearest is None:
-        return f"{label}: {NEW_FUNCTION}"
+        return f"{label}: {NEW_INTERNAL if internal else NEW_FUNCTION}"
     if not differences:
         return (
             f"{label}: the key differs from {nearest}, but their recorded components agree "
@@ -457,9 +464,11 @@ def explain(
     readable: Mapping[str, Any] | None = None,
     prefix: str | None = None,
     keep: bool = False,
+    internal: bool = False,
 ) -> Explanation:
     """Explain why ``key`` missed, against the entries ``store`` holds now (``keep``: or held
     at its last listing, with this process's own writes since; see :data:`LISTING_KEPT_S`).
+    ``internal``: ``key`` is an entry kept for a framework (a probe's answer), not a function.
 
     ``prefix`` narrows the scan (JAX keys start with ``jax/<name>-``); by default every key of
     ``framework`` is scanned and filtered by name.
@@ -474,7 +483,8 @@ def explain(
         keep=keep,
     )
     if nearest is None:
-        return Explanation(framework, name, key, None, (), summarize(name, (), None), seen)
+        summary = summarize(name, (), None, internal=internal)
+        return Explanation(framework, name, key, None, (), summary, seen)
     if not nearest.components or not components:
         summary = (
             f"{name or '(unnamed)'}: an earlier entry of that name ({nearest.key}) differs, "
@@ -528,6 +538,7 @@ def explain_stored(store: Tiered, key: str) -> Explanation | None:
         components=header.components,
         readable=_readable(header),
         prefix=prefix,
+        internal=bool(header.extra.get(entry.INTERNAL)),
     )
 
 
@@ -612,6 +623,7 @@ def record_miss(
                     readable=readable,
                     prefix=prefix,
                     keep=True,
+                    internal=internal,
                 )
             if stored:
                 now = time.time()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
@@ -21,8 +22,47 @@ from compilecache import entry
 from compilecache.config import parse_duration
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
 from compilecache.host import HostCheck
+from compilecache.runtime import manifest
 from compilecache.runtime.reader import Reader
 from compilecache.stores.base import EntryInfo, EntryMeta, Store
+
+# -- counting ------------------------------------------------------------------------------------
+
+
+def is_job_list(key: str) -> bool:
+    """Whether ``key`` is a job's lookup list (kept beside the entries for prefetching): not a
+    compiled entry, so no command counts it as one."""
+    return key.startswith(manifest.PREFIX)
+
+
+def count_words(entries: int, lists: int = 0, *, of: tuple[int, int] | None = None) -> str:
+    """What a store holds, in the words every command uses: ``13 entries``, ``13 entries and 1
+    job lookup list``; with ``of`` (the totals), ``13 of 14 entries and 1 of 1 job lookup
+    list``. Lists are named only when there are some."""
+    totals = of if of is not None else (entries, lists)
+
+    def part(n: int, total: int, one: str, many: str) -> str:
+        head = f"{n} of " if of is not None else ""
+        return f"{head}{total} {one if total == 1 else many}"
+
+    words = part(entries, totals[0], "entry", "entries")
+    if totals[1]:
+        words += " and " + part(lists, totals[1], "job lookup list", "job lookup lists")
+    return words
+
+
+def split_keys(keys: Iterable[str]) -> tuple[int, int]:
+    """How many of ``keys`` are entries, and how many jobs' lookup lists. A list's pack (the
+    copies of its entries a shared level keeps for a fresh host, ``manifest/<job>.pack``) is
+    part of that list, not one more."""
+    entries = lists = 0
+    for key in keys:
+        if not is_job_list(key):
+            entries += 1
+        elif not key.endswith(manifest.PACK_SUFFIX):
+            lists += 1
+    return entries, lists
+
 
 # -- selection and reports -----------------------------------------------------------------------
 
@@ -86,14 +126,28 @@ class Report:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     bytes: int = 0
 
+    total_lists: int = 0  # of ``total``, the jobs' lookup lists
+
+    def counted(self) -> str:
+        """``13 of 13 entries and 1 of 1 job lookup list``: what was moved, of what matched."""
+        moved = split_keys(self.transferred)
+        return count_words(*moved, of=(self.total - self.total_lists, self.total_lists))
+
     def as_json(self) -> dict[str, Any]:
+        """Counts of entries; the jobs' lookup lists counted apart, as every command does."""
+        moved, present = split_keys(self.transferred), split_keys(self.present)
         return {
             "operation": self.operation,
             "source": self.source,
             "target": self.target,
-            "total": self.total,
-            "transferred": len(self.transferred),
-            "already_present": len(self.present),
+            "total": self.total - self.total_lists,
+            "transferred": moved[0],
+            "already_present": present[0],
+            "job_lookup_lists": {
+                "total": self.total_lists,
+                "transferred": moved[1],
+                "already_present": present[1],
+            },
             "skipped": [{"key": k, "reason": r} for k, r in self.skipped],
             "bytes": self.bytes,
         }

@@ -250,7 +250,7 @@ def get_or_claim(store: Store, key: str, ttl_s: float) -> tuple[Found | None, Cl
 # Each backend names its own beside it (``OPTIONS``, and ``CLIENT_OPTIONS`` for its client
 # library's): the registry checks a URL against them when it opens that backend.
 WRAPPER_PARAMS = frozenset(
-    {"readonly", "backoff", "max_backoff", "deadline", "guard", "max_size", "write_behind"}
+    {"readonly", "backoff", "max_backoff", "deadline", "guard", "write_behind"}
 )
 
 

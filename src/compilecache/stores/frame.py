@@ -33,7 +33,9 @@ FRAME_MAGIC = b"CCS1"
 _FRAME_PREFIX = struct.Struct(">4sI")
 _MAX_FRAME_HEADER = 1024 * 1024
 # URL options a directory store reads (local and shared-mount alike).
-DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync"})
+# ``max_size`` bounds a directory: no other backend takes it (a Redis or S3 URL that names it is
+# refused, naming what that backend does take).
+DIRECTORY_OPTIONS = frozenset({"shared", "touch_interval", "evict_interval", "fsync", "max_size"})
 
 
 def key_digest(key: str) -> str:

@@ -85,6 +85,7 @@ class Guard(Health):
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         command: bool = False,
+        alone: bool = False,
     ) -> None:
         if backoff < 0 or max_backoff < backoff:
             raise ConfigError(f"backoff must be 0 <= backoff <= max_backoff, got {backoff}")
@@ -93,6 +94,9 @@ class Guard(Health):
         self.url = url
         # For a one-shot command (stats, ls): no "retrying later" in its warnings.
         self.command = command
+        # A command's only level: its failure is the command's error, said once by the command,
+        # so the guard does not say it too ("left out of this command" would not be true).
+        self.alone = alone
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.deadline = deadline
@@ -178,15 +182,19 @@ class Guard(Health):
 
     def _failed(self, what: str, exc: Exception) -> StoreUnavailable:
         timed_out = _is_timeout(exc)
+        text = failure_text(self.url, what, exc)
         with self._lock:
             self._consecutive += 1
             period = min(self.backoff * 2 ** (self._consecutive - 1), self.max_backoff)
             self._down_until = self._clock() + period
-            self._last_error = f"{what} failed: {exc}"
+            # The cause in one phrase ("get failed: ConnectionError: ..."), the URL named once by
+            # whoever quotes it.
+            self._last_error = text.removeprefix(f"{self.url}: ")
             self._counters["errors"] += 1
             self._counters["timeouts"] += 1 if timed_out else 0
             self._counters["outages"] += 1 if self._consecutive == 1 else 0
-        text = failure_text(self.url, what, exc)
+        if self.command and self.alone:
+            return exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(text)
         then = (
             "left out of this command"
             if self.command
@@ -215,6 +223,7 @@ class Guarded(StoreWrapper):
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         command: bool = False,
+        alone: bool = False,
     ) -> None:
         super().__init__(inner)
         self.guard = Guard(
@@ -224,6 +233,7 @@ class Guarded(StoreWrapper):
             deadline=deadline,
             clock=clock,
             command=command,
+            alone=alone,
         )
         self.health = self.guard
         self.counters = _under(inner.counters, self.guard)
@@ -336,7 +346,7 @@ def _is_timeout(exc: BaseException | None) -> bool:
     return False
 
 
-def for_level(store: Store, url: StoreURL, *, command: bool = False) -> Store:
+def for_level(store: Store, url: StoreURL, *, command: bool = False, alone: bool = False) -> Store:
     """``store`` wrapped in :class:`Guarded` unless it lives on this machine.
 
     URL options: ``backoff`` (seconds, default 30), ``max_backoff`` (default 300), ``deadline``
@@ -353,4 +363,5 @@ def for_level(store: Store, url: StoreURL, *, command: bool = False) -> Store:
         max_backoff=max(backoff, parse_seconds(params, "max_backoff", DEFAULT_MAX_BACKOFF)),
         deadline=parse_seconds(params, "deadline", None),
         command=command,
+        alone=alone,
     )

@@ -307,16 +307,18 @@ def _level(
     read_only: bool = False,
     create: bool = True,
     command: bool = False,
+    alone: bool = False,
 ) -> Store:
     """One level: backend -> guard (remote levels fail open) -> read-only (``?readonly=1`` or
-    ``read_only``). ``command``: opened for one command (stats, ls), not a running program."""
+    ``read_only``). ``command``: opened for one command (stats, ls), not a running program;
+    ``alone``: the store's only level (a command's error is then its error, said once)."""
     parsed = url if isinstance(url, StoreURL) else parse_url(url, max_size, create=create)
     store = _backend(parsed)
     if not is_local(parsed):
         # Imported here: a local-only cache never loads the network wrappers.
         from compilecache.stores.guarded import for_level
 
-        store = for_level(store, parsed, command=command)
+        store = for_level(store, parsed, command=command, alone=alone)
     if read_only or flag(parsed.params, "readonly"):
         store = ReadOnly(store)
     return store
@@ -362,7 +364,9 @@ def open_store(
     read_only = plan.levels_read_only if plan is not None else False
     shared_read_only = plan.shared_read_only if plan is not None else False
     if len(urls) == 1:
-        level = _level(urls[0], max_size, read_only=read_only, create=create, command=command)
+        level = _level(
+            urls[0], max_size, read_only=read_only, create=create, command=command, alone=True
+        )
         return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
     # Read-only reaches every level (no backfill either), and so the tiers as a whole.
     return from_urls(

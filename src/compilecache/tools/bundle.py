@@ -58,9 +58,11 @@ from compilecache.runtime.transfer import (
     Progress,
     Report,
     admit,
+    count_words,
     nothing_matched,
     peek_entry,
     read_entry,
+    split_keys,
 )
 from compilecache.signing import Signing
 from compilecache.stores.base import Store
@@ -137,6 +139,7 @@ def export_bundle(
     if not infos:
         raise nothing_matched(store, select)
     report.total = len(infos)
+    report.total_lists = split_keys(i.key for i in infos)[1]
     progress = Progress(len(infos), "reading")
     reader = Reader(signing)
     records: list[dict[str, Any]] = []
@@ -159,8 +162,8 @@ def export_bundle(
         progress.close()
         if not records and target.exists():
             raise atomicfile.OutputError(
-                f"nothing to export ({report.total} entries matched, {len(report.skipped)} "
-                f"skipped): {os.fspath(path)} was left as it was"
+                f"nothing to export ({count_words(*split_keys(i.key for i in infos))} matched, "
+                f"{len(report.skipped)} skipped): {os.fspath(path)} was left as it was"
             )
         manifest = json.dumps(_manifest(store.url, records), indent=1, sort_keys=True).encode()
         progress = Progress(len(records), "writing")
@@ -372,7 +375,10 @@ def import_bundle(
     # Pass 1: nothing is written unless all of it reads (and, with trusted keys, all of it is
     # signed by a trusted writer).
     manifest = verify_bundle(source, signing)
-    report = Report("import", str(source), target.url, total=len(manifest.records))
+    keys = [record["key"] for record in manifest.records.values()]
+    report = Report(
+        "import", str(source), target.url, total=len(keys), total_lists=split_keys(keys)[1]
+    )
     host = HostCheck(manifest.cpu) if check else None
     reader = Reader(signing)
     for _, record, data in _members(source, "importing"):
@@ -396,7 +402,13 @@ def warm(
     against this host, never replacing a good entry)."""
     select = select or EntryFilter()
     infos = [i for i in source.scan() if select.matches(i)]
-    report = Report("warm", source.url, target.url, total=len(infos))
+    report = Report(
+        "warm",
+        source.url,
+        target.url,
+        total=len(infos),
+        total_lists=split_keys(i.key for i in infos)[1],
+    )
     host = HostCheck() if check else None
     reader = Reader(signing)
     progress = Progress(len(infos), "warming")

@@ -156,11 +156,19 @@ def check(url: str | None = None, env: Mapping[str, str] | None = None) -> Check
     return report
 
 
+# Settings in seconds: shown as a duration is written (30s, 30m), not as a float of seconds.
+DURATIONS = frozenset({"lease_ttl", "wait_timeout", "min_compile_time"})
+
+
 def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Setting]:
     out = []
     for name, variable in SETTINGS:
         value = getattr(cfg, name)
+        if name == "max_size" and not _has_local_level(cfg.url):
+            continue  # it bounds local directories only: a Redis or S3 store has none
         shown = format_size(value) if name == "max_size" else redact(_text(value))
+        if name in DURATIONS:
+            shown = format_duration(float(value))
         if name == "torch_precompile" and value is None:
             shown = "on for the torch releases it was tested on"
         if name == "jax_precompile" and value is None:
@@ -178,6 +186,26 @@ def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Sett
         if variable in env:
             out.append(Setting(name, "(set, not shown)", variable))
     return out
+
+
+def _has_local_level(url: str) -> bool:
+    """Whether a level of ``url`` is a local (or shared) directory, which ``max_size`` bounds.
+    A URL that does not parse counts as local: the setting is shown, the problem reported."""
+    try:
+        return any(
+            registry.parse_url(level).scheme == "file" for level in registry.split_levels(url)
+        )
+    except CompileCacheError:
+        return True
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as a duration is written: ``30s``, ``30m``, ``2h``, ``0s``, ``0.5s`` (the largest
+    unit that gives a whole number, so the text reads back as the same value)."""
+    for unit, length in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length and seconds % length == 0:
+            return f"{seconds / length:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _text(value: Any) -> str:
@@ -218,6 +246,7 @@ def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
         parsed = registry.parse_url(level, cfg.max_size, create=False)
         # The bare backend: no fail-open guard to hide (and warn about) what fails here.
         store = registry.open_url(parsed)
+        shown = redact(store.url)  # the store's own name, as `stats` and every command show it
     except CompileCacheError as exc:
         text = str(exc)
         if "does not exist" in text:
@@ -311,7 +340,7 @@ def _warnings(cfg: Config, report: CheckReport, env: Mapping[str, str]) -> None:
     try:
         from compilecache.frameworks.jax.xla import usable_xla_directory
 
-        directory, why = usable_xla_directory()
+        directory, why = usable_xla_directory(create=False)  # check makes nothing
         if why:
             report.warnings.append(
                 Problem(

@@ -24,6 +24,7 @@ from compilecache import config as config_mod
 from compilecache import runner
 from compilecache.config import format_size
 from compilecache.errors import ConfigError
+from compilecache.runtime.transfer import count_words, split_keys
 from compilecache.session import open_store
 
 
@@ -129,6 +130,7 @@ def _demo(url: str, layers: int, json_output: bool, *, scratch: bool) -> int:
     store = open_store(url)
     infos = list(store.scan())
     store.close()
+    held = split_keys(i.key for i in infos)
     same = all(row["identical_results"] for row in rows)
     if json_output:
         print(
@@ -137,7 +139,8 @@ def _demo(url: str, layers: int, json_output: bool, *, scratch: bool) -> int:
                     "workloads": rows,
                     "store": url,
                     "scratch_store": scratch,
-                    "store_entries": len(infos),
+                    "store_entries": held[0],
+                    "store_job_lookup_lists": held[1],
                     "store_bytes": sum(i.size for i in infos),
                 },
                 indent=2,
@@ -146,23 +149,27 @@ def _demo(url: str, layers: int, json_output: bool, *, scratch: bool) -> int:
         return 0 if same else 1
     print()
     print(
-        f"| {'workload':<42} | {'cold':>8} | {'warm':>8} | {'speed-up':>8} | {'hits':>5} | {'misses':>6} | {'same results':>12} |"
+        f"| {'workload':<42} | {'cold':>8} | {'warm':>8} | {'speed-up':>8} "
+        f"| {'warm hits':>9} | {'warm misses':>11} | {'same results':>12} |"
     )
-    print(f"|{'-' * 44}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 7}|{'-' * 8}|{'-' * 14}|")
+    print(f"|{'-' * 44}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 11}|{'-' * 13}|{'-' * 14}|")
     for row in rows:
         print(
             f"| {row['workload']:<42} | {row['cold_s']:>7.2f}s | {row['warm_s']:>7.2f}s "
-            f"| {row['speedup']:>7.1f}x | {row['warm_hits']:>5} | {row['warm_misses']:>6} "
+            f"| {row['speedup']:>7.1f}x | {row['warm_hits']:>9} | {row['warm_misses']:>11} "
             f"| {'yes' if row['identical_results'] else 'NO':>12} |"
         )
     print()
-    print("cold: first call with keys no earlier run wrote; warm: a fresh process, same store")
+    print(
+        "cold: first call with keys no earlier run wrote; warm: a fresh process, same store; "
+        "warm hits and warm misses: the warm run's lookups (the cold run's are all misses)"
+    )
     size = format_size(sum(i.size for i in infos))
     if scratch:
-        print(f"store: a scratch store ({len(infos)} entries, {size}), removed now")
+        print(f"store: a scratch store ({count_words(*held)}, {size}), removed now")
     else:
         print(
-            f"store: {url}: {len(infos)} entries, {size} (the demo's entries have keys of their "
+            f"store: {url}: {count_words(*held)}, {size} (the demo's entries have keys of their "
             "own, salted: `compilecache prune` removes them when unused)"
         )
     return 0 if same else 1

@@ -607,7 +607,7 @@ def _host_kinds(cfg: config_mod.Config) -> Finding | None:
         "features); the others miss, compile, and keep their own entry beside the first.",
         "Nothing to fix: a mixed fleet is safe. To share more, fill the store from the host "
         "kind with the fewest features for JAX, and from each kind for torch "
-        "(docs/fleet.md).",
+        '(the README, section "Stores").',
     )
 
 

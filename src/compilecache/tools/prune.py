@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from compilecache.runtime.transfer import split_keys
 from compilecache.stores.base import EntryInfo, Store
 
 
@@ -15,8 +16,8 @@ class PrunePlan:
     """Entries selected for removal, and why."""
 
     victims: tuple[tuple[EntryInfo, str], ...]
-    entries_before: int
-    bytes_before: int
+    entries_before: int  # entries, not counting the jobs' lookup lists
+    bytes_before: int  # everything: entries and lookup lists
 
     @property
     def bytes_freed(self) -> int:
@@ -53,12 +54,12 @@ def plan(
                 break
             victims.append((info, "least recently used, over the size bound"))
             remaining -= info.size
-    return PrunePlan(tuple(victims), len(infos), total)
+    return PrunePlan(tuple(victims), split_keys(i.key for i in infos)[0], total)
 
 
-def execute(store: Store, prune_plan: PrunePlan) -> int:
-    """Delete the planned entries; returns how many were removed."""
-    return sum(1 for info, _ in prune_plan.victims if store.delete(info.key))
+def execute(store: Store, prune_plan: PrunePlan) -> list[str]:
+    """Delete the planned entries; returns the keys removed."""
+    return [info.key for info, _ in prune_plan.victims if store.delete(info.key)]
 
 
 def _age(seconds: float) -> str:

@@ -23,6 +23,7 @@ from compilecache.entry import INTERNAL
 from compilecache.frameworks import is_internal
 from compilecache.redaction import redact
 from compilecache.runtime import explain, history
+from compilecache.runtime.transfer import is_job_list
 from compilecache.stores.base import Store
 from compilecache.tools.store_stats import StatsReport
 
@@ -454,9 +455,11 @@ def _misses_table(groups: Sequence[MissGroup]) -> str:
 def build_html(store: Store, *, now: float | None = None) -> str:
     """The report as one HTML document."""
     now = time.time() if now is None else now
-    infos = list(store.scan())
+    scanned = list(store.scan())
     counters = store.counters.read() if store.counters is not None else {}
-    report = StatsReport.build(store.url, counters, infos)
+    report = StatsReport.build(store.url, counters, scanned)
+    # Entries only, as every command counts them: a job's lookup list is not a framework's.
+    infos = [info for info in scanned if not is_job_list(info.key)]
     runs = _runs(history.read(store, history.RUN))
     # The whole capped log: a group's count and first time need every miss, not the newest 50.
     misses = group_misses(history.read(store, history.MISS))

@@ -3,8 +3,8 @@
 ``stats`` (text, ``--json``, ``--prometheus``) and ``report --html`` all show this record, so they
 cannot disagree. It is built from two questions every store answers: ``read_stats()`` (the
 persistent counters; ``{}`` where none are kept) and ``scan()`` (entry metadata, no payloads).
-Entries are compiled entries: the lookup manifests a tiered store keeps beside them
-(:mod:`compilecache.runtime.manifest`) are not counted.
+Entries are compiled entries: the jobs' lookup lists kept beside them for prefetching
+(:mod:`compilecache.runtime.manifest`) are counted apart, as every command counts them.
 
 Why a module of its own: :mod:`compilecache.stats` is ground level (``stores.tiered`` imports it
 to name level counters), while this record reads a store, so it sits just above the stores and
@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from compilecache import stats
+from compilecache import entry, stats
+from compilecache.errors import CorruptEntry
 from compilecache.frameworks import is_internal
 from compilecache.redaction import redact
-from compilecache.runtime import history, manifest
+from compilecache.runtime import history
+from compilecache.runtime.transfer import is_job_list, split_keys
 from compilecache.stores.base import EntryInfo, Store
-
-# Totals that count events; the JSON shows them as integers (the others stay floats, as always).
-INTEGER_COUNTERS = (*stats.EVENT_COUNTERS, "entries", "size_bytes")
 
 
 def _frozen(nested: Mapping[str, Mapping[str, float]]) -> Mapping[str, Mapping[str, float]]:
@@ -41,9 +40,9 @@ class FunctionStats:
 
     framework: str
     name: str
-    hits: float = 0.0
-    misses: float = 0.0
-    writes: float = 0.0
+    hits: int = 0
+    misses: int = 0
+    writes: int = 0
     compile_time_s: float = 0.0
     compile_time_saved_s: float = 0.0
     entries: int = 0
@@ -87,14 +86,24 @@ class StatsReport:
     # The compile time the stored entries hold (what their compiles took), from the entries
     # themselves: the same on every level, whoever counted what.
     stored_compile_time_s: float = 0.0
+    # The jobs' lookup lists kept beside the entries for prefetching: counted apart, never as
+    # entries (every command counts them so).
+    job_lookup_lists: int = 0
+    # Who signed the newest entries (at most SIGNERS_LOOKED_AT of them), as each entry says:
+    # ``ed25519:...``, ``hmac`` or ``""`` (unsigned), with counts. What the store holds, whatever
+    # this process would sign or accept.
+    signers: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(cls, store: Store) -> StatsReport:
         """The report of ``store``: its persistent counters, a scan of its entries and the
         settings its history recorded."""
         counters = store.counters.read() if store.counters is not None else {}
-        report = cls.build(store.url, counters, store.scan())
-        return dataclasses.replace(report, settings=program_settings(store))
+        infos = list(store.scan())
+        report = cls.build(store.url, counters, infos)
+        return dataclasses.replace(
+            report, settings=program_settings(store), signers=signers_of(store, infos)
+        )
 
     @classmethod
     def build(
@@ -105,11 +114,13 @@ class StatsReport:
         frameworks = {fw: dict(values) for fw, values in per_framework.items()}
         stored: dict[tuple[str, str], tuple[int, int]] = {}  # (framework, name) -> entries, bytes
         internal: dict[str, tuple[int, int]] = {}
-        entries = size = 0
+        entries = size = lists = 0
         stored_time = 0.0
         for info in infos:
-            if info.key.startswith(manifest.PREFIX):
-                continue  # a job's lookup list, kept beside the entries: not a compiled entry
+            if is_job_list(info.key):
+                # kept beside the entries: not a compiled entry (a pack is part of its list)
+                lists += split_keys([info.key])[1]
+                continue
             if is_internal(info.key):
                 fw_name = info.framework or "other"
                 n, b = internal.get(fw_name, (0, 0))
@@ -129,11 +140,11 @@ class StatsReport:
             function = FunctionStats(
                 framework,
                 name,
-                hits=values.get("hits", 0.0),
-                misses=values.get("misses", 0.0),
-                writes=values.get("writes", 0.0),
+                hits=int(values.get("hits", 0)),
+                misses=int(values.get("misses", 0)),
+                writes=int(values.get("writes", 0)),
                 compile_time_s=values.get("compile_time_s", 0.0),
-                compile_time_saved_s=values.get("compile_time_saved_s", 0.0),
+                compile_time_saved_s=max(0.0, values.get("compile_time_saved_s", 0.0)),
                 entries=n,
                 size_bytes=b,
             )
@@ -149,6 +160,7 @@ class StatsReport:
             levels=_frozen(levels),
             internal=MappingProxyType(internal),
             stored_compile_time_s=stored_time,
+            job_lookup_lists=lists,
         )
 
     # -- the headline numbers -----------------------------------------------------------------
@@ -188,8 +200,8 @@ class StatsReport:
 
     @property
     def compile_time_saved_s(self) -> float:
-        """Compile time the hits did not spend."""
-        return float(self.counters.get("compile_time_saved_s", 0.0))
+        """Compile time the hits did not spend (never negative)."""
+        return max(0.0, float(self.counters.get("compile_time_saved_s", 0.0)))
 
     @property
     def hit_rate(self) -> float:
@@ -202,30 +214,74 @@ class StatsReport:
         return self.hits + self.misses
 
     def to_json(self) -> dict[str, Any]:
-        """What ``stats --json`` prints: the totals of ``COUNTERS`` (event counts as integers),
-        then ``entries``, ``size_bytes``, ``url``, ``frameworks``, ``functions``, ``levels`` and
-        ``hit_rate``."""
-        data: dict[str, Any] = {
-            name: self.count(name) if name in INTEGER_COUNTERS else value
-            for name, value in self.counters.items()
-        }
+        """What ``stats --json`` prints: the totals of ``COUNTERS``, then ``entries``,
+        ``size_bytes``, ``url``, ``frameworks``, ``functions``, ``levels`` and ``hit_rate``.
+        Every count (events, entries, bytes) is an integer, at every depth; seconds are
+        floats (their names end in ``_s``)."""
+        data: dict[str, Any] = stats.typed(self.counters)
         data["entries"] = self.entries
         data["size_bytes"] = self.size_bytes
+        data["job_lookup_lists"] = self.job_lookup_lists
         data["url"] = self.url
-        data["frameworks"] = {
-            fw: {k: int(v) if k in INTEGER_COUNTERS else v for k, v in values.items()}
-            for fw, values in self.frameworks.items()
-        }
+        data["frameworks"] = {fw: stats.typed(values) for fw, values in self.frameworks.items()}
         data["stored_compile_time_s"] = self.stored_compile_time_s
         data["functions"] = {label: fn.to_json() for label, fn in self.functions.items()}
-        data["levels"] = {redact(url): dict(values) for url, values in self.levels.items()}
+        data["levels"] = {redact(url): stats.typed(values) for url, values in self.levels.items()}
         data["internal"] = {
             fw: {"entries": n, "size_bytes": b} for fw, (n, b) in self.internal.items()
         }
         # None before any lookup: no rate, rather than a rate of 0.
         data["hit_rate"] = self.hit_rate if self.lookups else None
         data["settings"] = list(self.settings)
+        data["signers"] = {signer or "unsigned": n for signer, n in self.signers.items()}
         return data
+
+    def signers_line(self) -> str:
+        """What the entries looked at say of their signatures, in words: ``the 20 newest of 40
+        entries: all signed by ed25519:...``."""
+        looked_at = sum(self.signers.values())
+        if not looked_at:
+            return "no entries"
+        head = (
+            f"the {looked_at} newest of {self.entries} entries"
+            if looked_at < self.entries
+            else (f"all {looked_at} entries" if looked_at > 1 else "its one entry")
+        )
+        parts = []
+        for signer, n in sorted(self.signers.items(), key=lambda kv: -kv[1]):
+            words = (
+                "unsigned"
+                if not signer
+                else signer
+                if signer == "damaged"
+                else (f"signed by {signer}")
+            )
+            parts.append(words if n == looked_at else f"{n} {words}")
+        return f"{head} {parts[0]}" if len(parts) == 1 else f"{head}: {', '.join(parts)}"
+
+
+# How many entries ``stats`` reads to say who signed the store's entries (the newest ones: the
+# whole store could be gigabytes on a remote level).
+SIGNERS_LOOKED_AT = 20
+
+
+def signers_of(store: Store, infos: Iterable[EntryInfo]) -> Mapping[str, int]:
+    """Who signed the newest entries of ``infos`` (at most :data:`SIGNERS_LOOKED_AT`), read
+    with ``peek``: counted by signer (``""``: unsigned; ``damaged``: unreadable)."""
+    newest = sorted((i for i in infos if not is_job_list(i.key)), key=lambda i: -i.created)[
+        :SIGNERS_LOOKED_AT
+    ]
+    signers: dict[str, int] = {}
+    for info in newest:
+        try:
+            data = store.peek(info.key)
+            if data is None:
+                continue  # removed since the scan
+            signer = entry.claimed_signer(data)
+        except CorruptEntry:
+            signer = "damaged"
+        signers[signer] = signers.get(signer, 0) + 1
+    return MappingProxyType(signers)
 
 
 # How many distinct program settings ``stats`` lists.

@@ -63,16 +63,23 @@ def xla_directory(env: Any = None) -> str:
     return os.path.join(base, "compilecache-xla")
 
 
-def usable_xla_directory(env: Any = None) -> tuple[str, str]:
+def usable_xla_directory(env: Any = None, *, create: bool = True) -> tuple[str, str]:
     """(the directory XLA's caches get on this host, why it is not the usual one or ``""``): a
     read-only home (a container, a cluster's compute node) gets a directory under the system's
-    temporary directory instead, so that no process warns about it (``check`` says so)."""
+    temporary directory instead, so that no process warns about it (``check`` says so).
+    ``create=False``: make nothing, only judge whether it could be made (``check``)."""
     preferred = xla_directory(env)
     try:
-        os.makedirs(preferred, exist_ok=True)
-        if os.access(preferred, os.W_OK):
+        if create:
+            os.makedirs(preferred, exist_ok=True)
+        existing = preferred
+        while not os.path.exists(existing):  # the directory that would hold it
+            existing = os.path.dirname(existing)
+        if os.path.isdir(existing) and os.access(existing, os.W_OK):
             return preferred, ""
         reason = f"{preferred} is not writable"
+        if existing != preferred:
+            reason = f"{preferred} cannot be made ({existing} is not a writable directory)"
     except OSError as exc:
         reason = f"{preferred} cannot be made ({exc.strerror or exc})"
     fallback = os.path.join(tempfile.gettempdir(), f"compilecache-xla-{os.getuid()}")

@@ -399,7 +399,8 @@ class Tiered(Store):
                 self.failed(depth, exc, "scan")
                 if failures == len(self.levels):
                     raise
-                log.warning("compilecache: cannot list %s: %s", level.url, exc)
+                if not getattr(exc, "reported", False):  # its guard said it already, once
+                    log.warning("compilecache: cannot list %s: %s", level.url, exc)
                 continue
             for info in infos:
                 seen.setdefault(info.key, info)

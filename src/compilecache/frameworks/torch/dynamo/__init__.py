@@ -995,8 +995,10 @@ class DynamoPackages:
             components=components,
             readable=readable(components),
             prefix=f"{PREFIX}{fn.__qualname__}-",
+            # The frames' own compile time: the function's row counts it, as its hits save it.
+            compile_time_s=header.compile_time_s,
             stored=stored,
-            reason="" if stored else self.cache.skip_reason(0.0, key),
+            reason="" if stored else self.cache.skip_reason(header.compile_time_s, key),
             background=True,
             why=f"Dynamo's stored package was not used ({stale}); traced again" if stale else "",
         )
