@@ -34,6 +34,7 @@ the trace), a profiler of the program's own.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -455,7 +456,8 @@ class TraceCache:
     # -- recording -------------------------------------------------------------------------
 
     def _record(self, recording: _Recording, params: Any, result: Any) -> None:
-        name = recording.name
+        """Check at once what the call left (the trace, the values it read, the compile), then
+        hand the entry's making to the background thread. Raises :class:`TraceRefused`."""
         executable = result[5]
         if params.consts or result[7]:
             raise TraceRefused("its trace holds constants")
@@ -472,7 +474,7 @@ class TraceCache:
         if len(compiled) != 1:
             raise TraceRefused("its compile went around JAX's persistent cache")
         compile_ = compiled[0]
-        key, key_rest = compile_["key"]
+        _, key_rest = compile_["key"]
         if any(getattr(a, "name", "NO") != "NO" for a in key_rest):
             raise TraceRefused("its key ignores host callbacks")
         covered = self._uncovered(recording)
@@ -483,30 +485,43 @@ class TraceCache:
             raise TraceRefused(
                 f"the trace changed a value it read ({_changed_paths(recording.walk, after)})"
             )
-        backend = compile_["backend"]
-        recipe = dict(compile_["recipe"], platform=str(backend.platform))
-        devices = [d for d in unloaded.device_list]
-        options = _build_options(recipe, backend, devices)
-        if options.SerializeAsString() != compile_["options"].SerializeAsString():
-            raise TraceRefused("its compile options cannot be built again")
-        variant = _Variant(
-            walk=recording.walk.digest(),
-            guards=recording.walk.guards(),
-            libraries=_libraries(recording.ran),
-            jax_key=key,
-            components=_other_components(devices, compile_["options"], backend),
-            recipe=recipe,
-            executable=_pickle(unloaded),
-            out_tree=params.out_tree,
-            name=name,
+        # The rest is the entry's making and writing: the background thread's, off the program's
+        # path (the program and the values it read have been compared already).
+        self.cache.save_later(
+            recording.signature,
+            functools.partial(self._keep, recording, params.out_tree, unloaded, compile_),
         )
-        np = sys.modules["numpy"]
-        array = np.empty(len(devices), dtype=object)
-        array[:] = devices
-        # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
-        readable = readable_components(array, compile_["options"], backend, "")
-        self._store(recording.signature, variant, readable)
-        self._explain(name, recording.signature, recording.walk, "")
+
+    def _keep(self, recording: _Recording, out_tree: Any, unloaded: Any, compile_: Any) -> None:
+        """Make and write the trace entry of ``recording``. Never raises."""
+        try:
+            key, _ = compile_["key"]
+            backend = compile_["backend"]
+            recipe = dict(compile_["recipe"], platform=str(backend.platform))
+            devices = list(unloaded.device_list)
+            options = _build_options(recipe, backend, devices)
+            if options.SerializeAsString() != compile_["options"].SerializeAsString():
+                raise TraceRefused("its compile options cannot be built again")
+            variant = _Variant(
+                walk=recording.walk.digest(),
+                guards=recording.walk.guards(),
+                libraries=_libraries(recording.ran),
+                jax_key=key,
+                components=_other_components(devices, compile_["options"], backend),
+                recipe=recipe,
+                executable=_pickle(unloaded),
+                out_tree=out_tree,
+                name=recording.name,
+            )
+            np = sys.modules["numpy"]
+            array = np.empty(len(devices), dtype=object)
+            array[:] = devices
+            # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
+            readable = readable_components(array, compile_["options"], backend, "")
+            if self._write(recording.signature, variant, readable):
+                self._explain(recording.name, recording.signature, recording.walk, "")
+        except Exception as exc:
+            self._refused(recording.name, f"not recorded: {exc}")
 
     def _uncovered(self, recording: _Recording) -> str:
         """Why the trace ran something the guards do not cover (``""`` when it did not)."""
@@ -525,11 +540,10 @@ class TraceCache:
                 continue
             if code.co_filename == "<string>" and _library_namespace(globals_):
                 continue  # made by exec inside an installed package (a dataclass's __init__)
-            if True:
-                return (
-                    f"the trace ran {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), "
-                    "which no guard covers"
-                )
+            return (
+                f"the trace ran {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), "
+                "which no guard covers"
+            )
         for caller, called in recording.c_calls:
             module = getattr(called, "__module__", None) or getattr(
                 getattr(called, "__self__", None), "__name__", ""
@@ -543,7 +557,13 @@ class TraceCache:
                 return f"the program called {module}.{name} while tracing"
         return ""
 
-    def _store(self, key: str, variant: _Variant, readable: dict[str, str]) -> None:
+    def _write(self, key: str, variant: _Variant, readable: dict[str, str]) -> bool:
+        """Store ``variant`` beside the others of its signature (the oldest beyond
+        ``VARIANTS`` dropped). Runs on the background thread, after the executable's own write
+        (the same queue): a trace is kept only beside an executable the store holds, not one
+        JAX or compilecache chose not to store."""
+        if self.cache.store.stat(store_key(variant.jax_key)) is None:
+            return False
         variants = self._variants(key)
         variants.pop(variant.walk, None)
         kept = sorted(variants.values(), key=lambda v: v.created)[-(VARIANTS - 1) :]
@@ -563,16 +583,10 @@ class TraceCache:
                 },
             },
         )
-
-        def write() -> None:
-            # After the executable's own write (the same queue): a trace is kept only beside an
-            # executable the store holds (not one JAX or compilecache chose not to store).
-            if self.cache.store.stat(store_key(variant.jax_key)) is None:
-                return
-            if self.cache.save(header, payload, any_time=True, counted=False):
-                self.cache.stats.add(counter(WRITES))
-
-        self.cache.save_later(key, write)
+        if not self.cache.save(header, payload, any_time=True, counted=False):
+            return False
+        self.cache.stats.add(counter(WRITES))
+        return True
 
     # -- telling ---------------------------------------------------------------------------
 
