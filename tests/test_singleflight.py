@@ -735,7 +735,7 @@ def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path, qu
     script = tmp_path / "sf_program.py"
     script.write_text(PROGRAM)
     root = tmp_path / "store"
-    common = {"COMPILECACHE_URL": f"{root}{query}", "COMPILECACHE_LEASE_TTL": "2"}
+    common = {"COMPILECACHE_URL": f"{root}{query}", "COMPILECACHE_LEASE_TTL": "2s"}
     # The first process takes sf_a's lease and "compiles" for ten minutes.
     stuck = start(script, clean_env({**common, "SF_DELAY": "600"}))
     try:

@@ -185,7 +185,7 @@ def test_a_killed_compiler_is_taken_over_once_its_lease_expires(tmp_path: Path) 
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     salt = uuid.uuid4().hex
-    ttl = {"COMPILECACHE_LEASE_TTL": "4"}
+    ttl = {"COMPILECACHE_LEASE_TTL": "4s"}
     doomed_barrier, taker_barrier = tmp_path / "b1", tmp_path / "b2"
     doomed_barrier.mkdir()
     taker_barrier.mkdir()
