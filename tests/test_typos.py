@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from compilecache.errors import ConfigError
+from compilecache.redaction import MASK, is_credential_option, is_shown_option, redact
+from compilecache.stores.base import WRAPPER_PARAMS
 from compilecache.stores.registry import open_store, parse_url
 from tests import servers
 from tests.conftest import run_cli
@@ -82,3 +84,46 @@ def test_without_fsspec_an_unknown_scheme_is_said_by_check_and_run(tmp_path: Pat
     assert proc.returncode == 0 and "session False" in proc.stdout, proc.stderr
     assert "fsspec" not in proc.stderr, proc.stderr
     assert "not enabled: unknown store URL scheme 'redsi' (did you mean redis://?)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "az://c/p?account_name=acct&sas_tokn=pw1SECRET",
+        "s3://b/p?region=eu-west-1&secert=pw1SECRET",
+        "redis://cache:6379/0?timeout=2s&passwrd=pw1SECRET",
+        "gs://b/p?tokn=pw1SECRET",
+    ],
+)
+def test_a_mistyped_credential_option_is_masked(url: str) -> None:
+    shown = redact(url)
+    assert "pw1SECRET" not in shown and f"={MASK}" in shown, shown
+    # Options known to be harmless keep their values.
+    for kept in ("account_name=acct", "region=eu-west-1", "timeout=2s"):
+        if kept in url:
+            assert kept in shown
+
+
+def test_every_option_a_backend_documents_is_shown_unless_it_is_a_credential() -> None:
+    from compilecache.stores import frame, objectstore, redis
+
+    known = (
+        redis.OPTIONS
+        | redis.CLIENT_OPTIONS
+        | objectstore.OPTIONS
+        | frame.DIRECTORY_OPTIONS
+        | WRAPPER_PARAMS
+    )
+    for name in known:
+        assert is_shown_option(name) != is_credential_option(name), name
+    for name in ("account_name", "endpoint_url", "region", "profile", "use_emulator", "anon"):
+        assert is_shown_option(name), name
+
+
+def test_check_never_prints_a_mistyped_credential(tmp_path: Path) -> None:
+    url = "az://c/p?account_name=acct&sas_tokn=pw1SECRET"
+    for args in (["check", "--url", url], ["check", "--json", "--url", url]):
+        proc = run_cli(*args)
+        said = proc.stdout + proc.stderr
+        assert "pw1SECRET" not in said, said
+        assert "sas_tokn=***" in said and "account_name=acct" in said, said
