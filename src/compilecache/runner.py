@@ -9,7 +9,9 @@ Signals: the wrapper stands between CMD and whoever manages it (a shell, ``kill`
 runtime, a batch scheduler's preemption notice), so it passes SIGTERM, SIGINT, SIGHUP, SIGQUIT,
 SIGUSR1 and SIGUSR2 on to CMD, each as often as it gets them, and keeps waiting for CMD to end:
 never orphaned, never killed before it. It does not escalate: a CMD that ignores SIGTERM keeps
-running (and the wrapper keeps waiting) until it ends or is killed. CMD stays in the wrapper's
+running (and the wrapper keeps waiting) until it ends or is killed. A SIGKILL of the wrapper
+reaches no handler: on Linux, CMD is started with the parent-death signal set to SIGKILL, so the
+kernel ends it with the wrapper instead of leaving it running unwatched. CMD stays in the wrapper's
 process group, so a signal the kernel sends to that whole group (Ctrl-C or Ctrl-\\ typed on the
 terminal, the terminal hanging up) already reaches CMD and is not passed on a second time; a
 signal some process sends to the whole group (``kill -TERM -PGID``) does reach CMD twice. As
@@ -273,6 +275,10 @@ class Child:
 
     @classmethod
     def start(cls, command: list[str], env: dict[str, str]) -> Child:
+        if sys.platform.startswith("linux"):
+            tie = _parent_death_signal()
+            if tie is not None:
+                return cls(_fork_tied(command, env, tie))
         spawn = getattr(os, "posix_spawnp", None)
         if spawn is None:
             import subprocess
@@ -307,6 +313,73 @@ class Child:
             _, raw = os.waitpid(self.pid, 0)
             self.returncode = os.waitstatus_to_exitcode(raw)
         return self.returncode
+
+
+# prctl(2)'s option that has the kernel send a signal to a process when its parent ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Callable[[], bool] | None:
+    """What ties a new process to this one on Linux: a function that, called in the child,
+    asks the kernel to send it SIGKILL when this process ends, and says whether it took
+    (``None`` where libc's prctl cannot be reached)."""
+    try:
+        import ctypes  # ~2 ms, Linux only: the price of never orphaning the command
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    option = ctypes.c_int(_PR_SET_PDEATHSIG)
+    kill = ctypes.c_ulong(int(signal.SIGKILL))
+
+    def tie() -> bool:
+        return (
+            int(prctl(option, kill, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))) == 0
+        )
+
+    return tie
+
+
+def _fork_tied(command: list[str], env: dict[str, str], tie: Callable[[], bool]) -> int:
+    """Start ``command`` in a child that the kernel kills when this process ends, even by
+    SIGKILL (which no handler sees): the command is never left running without the wrapper
+    that forwards its signals and reports its status. The pid, or OSError when it cannot be
+    executed (said by the child through a pipe, as subprocess does)."""
+    parent = os.getpid()
+    # Non-inheritable (PEP 446): the exec closes the write end, so the read below returns
+    # b"" when the command started, or the errno when it could not.
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing here may return into the wrapper's code
+        code = 127
+        try:
+            # Signals the wrapper handles get back their defaults now, not only at exec: one
+            # that comes before the exec acts on the command as it would after.
+            for sig in (*FORWARDED_SIGNALS, *_RESTORED):
+                if sig in _RESTORED or callable(signal.getsignal(sig)):
+                    signal.signal(sig, signal.SIG_DFL)
+            tie()
+            # The wrapper may have died before the tie: then nobody would kill this process.
+            if os.getppid() != parent:
+                code = 128 + int(signal.SIGKILL)
+            else:
+                os.execvpe(command[0], command, env)
+        except OSError as exc:
+            os.write(write_end, str(exc.errno or 0).encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        said = b""
+        while chunk := os.read(read_end, 64):
+            said += chunk
+    finally:
+        os.close(read_end)
+    if said:
+        os.waitpid(pid, 0)
+        number = int(said or b"0")
+        raise OSError(number, os.strerror(number), command[0])
+    return pid
 
 
 class Forwarder:
