@@ -97,21 +97,41 @@ def child_environment(
 
 
 def read_spool(spool: Path | str) -> dict[str, float]:
-    """Sum the counters every process under ``run`` left in the spool directory."""
+    """Sum the counters every process under ``run`` left in the spool directory: its exit
+    report, or, for a process that ended without one (killed), the counts it kept while it
+    ran."""
+    return _read_reports(spool)[0]
+
+
+def _read_reports(spool: Path | str) -> tuple[dict[str, float], int]:
+    """The summed counters, and how many processes ended without their exit report."""
+    from compilecache.stats import merge
+    from compilecache.summary import PROGRESS_SUFFIX
+
+    final = _spool_files(spool, ".json")
+    reported = {name.removesuffix(".json") for name in final}
+    unreported = [
+        name
+        for name in _spool_files(spool, PROGRESS_SUFFIX)
+        if name.removesuffix(PROGRESS_SUFFIX) not in reported
+    ]
+    totals = [
+        counts for name in (*final, *unreported) if (counts := _counters(spool, name)) is not None
+    ]
+    return merge(*totals), len(unreported)
+
+
+def _counters(spool: Path | str, name: str) -> dict[str, float] | None:
     import json
 
-    from compilecache.stats import merge
-
-    totals: list[dict[str, float]] = []
-    for name in _spool_files(spool, ".json"):
-        try:
-            with open(os.path.join(spool, name)) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            totals.append({str(k): float(v) for k, v in data.items()})
-    return merge(*totals)
+    try:
+        with open(os.path.join(spool, name)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {str(k): float(v) for k, v in data.items()}
 
 
 def _spool_files(spool: Path | str, suffix: str) -> list[str]:
@@ -149,12 +169,15 @@ def summary_lines(spool: str) -> list[str]:
     """The summary line, then what the program's settings changed (each once)."""
     from compilecache.summary import Summary
 
-    if not _spool_files(spool, ".json"):
-        # No process of the command used a framework compilecache caches.
-        return [Summary.of({}).line()]
-    return [Summary.of(read_spool(spool)).line()] + [
-        f"compilecache: {summary}" for summary in read_settings(spool)
-    ]
+    counters, unreported = _read_reports(spool)
+    lines = [Summary.of(counters).line()]  # all zeros: no process used a framework we cache
+    if unreported:
+        lines.append(
+            f"compilecache: {unreported} process{'es' if unreported > 1 else ''} of the command "
+            "ended without reporting at exit (killed?): counted above as far as "
+            f"{'they' if unreported > 1 else 'it'} had got, every entry written included"
+        )
+    return lines + [f"compilecache: {summary}" for summary in read_settings(spool)]
 
 
 def _make_spool() -> str:
