@@ -30,7 +30,8 @@ these is said once (the summary line, ``explain``, ``doctor``).
 the first lookup of each key in a process compiles afresh, and the result is compared with the
 stored executable. A mismatch raises JAX's ``CacheVerificationError`` from the write, the one
 exception the adapter lets through: JAX raises it to the program, as with its own cache, because
-that is what the flag asks for.
+that is what the flag asks for. The cache JAX builds is then an instance of JAX's own
+``VerificationCache`` over the adapter, as ``get_file_cache`` answers without compilecache.
 """
 
 from __future__ import annotations
@@ -820,8 +821,11 @@ def install(cache: Cache, cfg: Config) -> bool:
             # the one the program named (left alone, and said once).
             if path != MARKER_DIR:
                 notes.note(directory_note(path, cache.store.url))
-            adapter.configure(_check_contents(cache))
-            return adapter, path
+            checking = _check_contents(cache)
+            adapter.configure(checking)
+            # Checking contents, JAX's own answer is a VerificationCache: so is ours.
+            view = _verifying_view(adapter) if checking else None
+            return (view or adapter), path
 
         return get_file_cache
 
@@ -989,6 +993,32 @@ def _check_contents(cache: Cache) -> bool:
     except Exception as exc:
         log.debug("compilecache: jax_compilation_cache_check_contents not read: %s", exc)
     return False
+
+
+def _verifying_view(adapter: JaxCacheAdapter) -> Any:
+    """``adapter`` as an instance of JAX's own ``VerificationCache`` (what JAX's
+    ``get_file_cache`` returns under ``jax_compilation_cache_check_contents``, and what JAX's
+    tests and tools look for), its lookups and writes the adapter's, which compares as JAX's
+    does; ``clear()`` forgets which keys were compared, as JAX's. ``None`` where this JAX has
+    no such class (the adapter then answers alone). Never raises."""
+    try:
+        verification = _private("jax._src.compilation_cache").VerificationCache
+
+        class VerifyingAdapter(verification):  # type: ignore[misc, valid-type]
+            def get(self, key: str) -> bytes | None:
+                return adapter.get(key)
+
+            def put(self, key: str, value: bytes) -> None:
+                adapter.put(key, value)
+
+            def clear(self) -> None:
+                adapter.configure(adapter.check_contents)
+
+        view: Any = VerifyingAdapter(adapter)
+        return view
+    except Exception as exc:
+        log.debug("compilecache: no VerificationCache view of the adapter: %s", exc)
+        return None
 
 
 def _all_write() -> bool:
