@@ -238,6 +238,11 @@ class SingleFlight:
             # signed with another key, which it leaves in place): no lease.
             self._release(key, token)
             token = None
+        elif token and claim.took_over and not waited:
+            # The holder was killed holding it (a process of this host that no longer runs):
+            # taken at once, counted, and said in the log.
+            self.stats.add("lease_takeovers", framework=framework)
+            log.info("compilecache: took over %s from a process that no longer runs", key)
         elif token and waited:
             # The holder let its lease expire without an entry: it died, or stalled. The wait
             # is counted and said (once), so a slow start has its reason in the output.

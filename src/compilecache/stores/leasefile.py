@@ -86,14 +86,21 @@ class LeaseFiles(Leases):
         self._entry_path = entry_path
         self._fsync = fsync
         self._swept = False  # the leases of dead holders were removed once already
+        # Leases the sweep removed: the claim that next takes one took it over from the dead.
+        self._taken_from_dead: set[Path] = set()
 
     def path_of(self, key: str) -> Path:
         return self.directory / f"{key_digest(key)}.lease"
 
     def acquire(self, key: str, ttl_s: float) -> str | None:
         """A new token when the lease was taken, ``None`` when another process holds it."""
+        return self._acquire(key, ttl_s)[0]
+
+    def _acquire(self, key: str, ttl_s: float) -> tuple[str | None, bool]:
+        """:meth:`acquire`, and whether it broke the lease of a holder that no longer runs."""
         path = self.path_of(key)
         token = uuid.uuid4().hex
+        took_over = False
         for _ in range(3):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -102,8 +109,10 @@ class LeaseFiles(Leases):
                     self.directory.mkdir(parents=True, exist_ok=True)
                 continue
             except FileExistsError:
-                if not self._break_expired(path):
-                    return None
+                broken = self._break_expired(path)
+                if not broken:
+                    return None, False
+                took_over = took_over or broken == "dead"
                 continue
             except OSError as exc:
                 raise StoreUnavailable(f"cannot create the lease {path}: {exc}") from exc
@@ -120,13 +129,19 @@ class LeaseFiles(Leases):
                 with contextlib.suppress(OSError):
                     path.unlink()
                 raise StoreUnavailable(f"cannot write the lease {path}: {exc}") from exc
-            return token
-        return None
+            if self._taken_from_dead:
+                try:
+                    self._taken_from_dead.remove(path)
+                    took_over = True
+                except KeyError:
+                    pass
+            return token, took_over
+        return None, False
 
     def claim(self, key: str, ttl_s: float) -> Claim:
         """The lease, checked: ``unwritten`` when the key's mark is held, ``present`` when its
         entry file exists (the lease is given back in both cases), else ``won``."""
-        token = self.acquire(key, ttl_s)
+        token, took_over = self._acquire(key, ttl_s)
         if token is None:
             return Claim("held", checked=True)
         state: Literal["unwritten", "present"]
@@ -135,7 +150,7 @@ class LeaseFiles(Leases):
         elif self._entry_path(key).exists():
             state = "present"
         else:
-            return Claim("won", token, checked=True)
+            return Claim("won", token, checked=True, took_over=took_over)
         self.release(key, token)
         return Claim(state, checked=True)
 
@@ -174,10 +189,11 @@ class LeaseFiles(Leases):
         with contextlib.suppress(OSError):
             aside.unlink()
 
-    def _break_expired(self, path: Path, *, sweep: bool = True) -> bool:
+    def _break_expired(self, path: Path, *, sweep: bool = True) -> Literal[False, True, "dead"]:
         """Remove ``path`` if its lease has expired or its holder on this host is no longer
-        running; ``True`` when the caller may create it. The first lease found with a dead
-        holder removes the others of dead holders too (``sweep``)."""
+        running; true when the caller may create it (``"dead"``: a dead holder's lease was
+        broken). The first lease found with a dead holder removes the others of dead holders
+        too (``sweep``)."""
         _, expires, dead = _lease_state(path)
         if expires is None:
             return True  # vanished: try again
@@ -208,7 +224,7 @@ class LeaseFiles(Leases):
                 swept + 1,
                 self.directory,
             )
-        return True
+        return "dead" if moved_dead else True
 
     def clean_dead(self) -> int:
         """Remove every lease of this directory whose holder ran on this host and is no longer
@@ -221,6 +237,7 @@ class LeaseFiles(Leases):
             return 0
         for path in names:
             if _lease_state(path)[2] and self._break_expired(path, sweep=False):
+                self._taken_from_dead.add(path)
                 removed += 1
         return removed
 
@@ -296,6 +313,24 @@ def _holder_dead(data: dict[str, object]) -> bool:
         and data.get("pidns", "") == _PIDNS
         and not _running(pid)
     )
+
+
+def holder() -> str:
+    """This process as a lease's holder, for stores whose lease is one string (Redis): the
+    host, the PID namespace and the pid, read back by :func:`holder_gone`."""
+    return f"{_HOST}|{_PIDNS}|{os.getpid()}"
+
+
+def holder_gone(text: str) -> bool:
+    """Whether the holder :func:`holder` wrote as ``text`` ran on this host, in this PID
+    namespace, and no longer runs (anything else, or unreadable: it may still run)."""
+    parts = text.split("|")
+    if len(parts) < 3 or not parts[-1].isdigit():
+        return False
+    pid = int(parts[-1])
+    pidns = parts[-2]
+    host = "|".join(parts[:-2])
+    return _holder_dead({"pid": pid, "host": host, "pidns": pidns})
 
 
 def _lease_state(path: Path) -> tuple[str | None, float | None, bool]:
