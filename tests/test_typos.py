@@ -84,6 +84,10 @@ def test_without_fsspec_an_unknown_scheme_is_said_by_check_and_run(tmp_path: Pat
     assert proc.returncode == 0 and "session False" in proc.stdout, proc.stderr
     assert "fsspec" not in proc.stderr, proc.stderr
     assert "not enabled: unknown store URL scheme 'redsi' (did you mean redis://?)" in proc.stderr
+    # A protocol only fsspec has says what it needs.
+    proc = run_cli("check", "--url", "sftp://host/path", env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "fsspec's protocols need fsspec installed" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -224,15 +224,17 @@ def resolve_factory(scheme: str) -> StoreFactory:
     if found is not None:
         _REGISTERED[scheme] = found
         return found
-    if _fsspec_knows(scheme):  # any other fsspec protocol: the generic object store
+    knows = _fsspec_knows(scheme)
+    if knows:  # any other fsspec protocol: the generic object store
         from compilecache.stores.objectstore import from_url as fsspec_factory
 
         return fsspec_factory
     nearest = difflib.get_close_matches(scheme, known_schemes(), n=1, cutoff=0.5)
     meant = f" (did you mean {nearest[0]}://?)" if nearest else ""
+    fsspec = "; fsspec's protocols need fsspec installed" if knows is None else ""
     raise ConfigError(
         f"unknown store URL scheme {scheme!r}{meant}; known: {', '.join(known_schemes())} "
-        "(third-party stores register in the 'compilecache.stores' entry-point group)"
+        f"(third-party stores register in the 'compilecache.stores' entry-point group{fsspec})"
     )
 
 
@@ -254,13 +256,14 @@ def _entry_point_factory(scheme: str) -> StoreFactory | None:
     return None
 
 
-def _fsspec_knows(scheme: str) -> bool:
+def _fsspec_knows(scheme: str) -> bool | None:
+    """Whether fsspec knows ``scheme``; ``None`` when fsspec cannot be imported."""
     try:
         from compilecache.stores.objectstore import known_protocol
 
         return known_protocol(scheme)
     except ImportError:  # fsspec (imported by known_protocol) or obstore is not installed
-        return False
+        return None
 
 
 def check_requirements(url: StoreURL) -> None:
