@@ -77,12 +77,12 @@ def test_without_fsspec_an_unknown_scheme_is_said_by_check_and_run(tmp_path: Pat
     proc = run_cli("check", "--url", "redsi://127.0.0.1:6391/0", env=env)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1, said
-    assert "Traceback" not in said and "fsspec" not in said, said
+    assert "Traceback" not in said and "No module named" not in said, said
     assert "unknown store URL scheme 'redsi' (did you mean redis://?)" in proc.stdout
     run_env = {**env, "COMPILECACHE_URL": "redsi://127.0.0.1:6391/0"}
     proc = run_cli("run", "--", sys.executable, "-c", ACTIVE, env=run_env)
     assert proc.returncode == 0 and "session False" in proc.stdout, proc.stderr
-    assert "fsspec" not in proc.stderr, proc.stderr
+    assert "No module named" not in proc.stderr, proc.stderr
     assert "not enabled: unknown store URL scheme 'redsi' (did you mean redis://?)" in proc.stderr
     # A protocol only fsspec has says what it needs.
     proc = run_cli("check", "--url", "sftp://host/path", env=env)
