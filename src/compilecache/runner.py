@@ -338,6 +338,22 @@ class Child:
         return self.returncode
 
 
+def _find_program(name: str, env: Mapping[str, str]) -> str:
+    """The file ``name`` runs, searched in ``env``'s PATH as ``execvp`` does (a name with a
+    slash as it is); FileNotFoundError when no PATH entry has it executable."""
+    if os.sep in name:
+        return name
+    found = ""
+    for directory in os.get_exec_path(dict(env)):
+        path = os.path.join(directory, name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+        found = found or (path if os.path.exists(path) else "")
+    if found:  # there, but not executable: exec says why (permission denied)
+        return found
+    raise FileNotFoundError(2, os.strerror(2), name)
+
+
 # prctl(2)'s option that has the kernel send a signal to a process when its parent ends.
 _PR_SET_PDEATHSIG = 1
 
@@ -369,6 +385,14 @@ def _fork_tied(command: list[str], env: dict[str, str], tie: Callable[[], bool])
     that forwards its signals and reports its status. The pid, or OSError when it cannot be
     executed (said by the child through a pipe, as subprocess does)."""
     parent = os.getpid()
+    # Everything the child needs is decided here: after the fork, each Python step of the
+    # child copies memory pages the parent shares (the start of every run pays for it).
+    program = _find_program(command[0], env)
+    defaults = [
+        sig
+        for sig in (*FORWARDED_SIGNALS, *_RESTORED)
+        if sig in _RESTORED or callable(signal.getsignal(sig))
+    ]
     # Non-inheritable (PEP 446): the exec closes the write end, so the read below returns
     # b"" when the command started, or the errno when it could not.
     read_end, write_end = os.pipe()
@@ -378,9 +402,8 @@ def _fork_tied(command: list[str], env: dict[str, str], tie: Callable[[], bool])
         try:
             # Signals the wrapper handles get back their defaults now, not only at exec: one
             # that comes before the exec acts on the command as it would after.
-            for sig in (*FORWARDED_SIGNALS, *_RESTORED):
-                if sig in _RESTORED or callable(signal.getsignal(sig)):
-                    signal.signal(sig, signal.SIG_DFL)
+            for sig in defaults:
+                signal.signal(sig, signal.SIG_DFL)
             try:  # noqa: SIM105  (contextlib: ~6 ms of every run)
                 tie()
             except Exception:  # untied, the command still runs: as without the tie
@@ -389,7 +412,7 @@ def _fork_tied(command: list[str], env: dict[str, str], tie: Callable[[], bool])
             if os.getppid() != parent:
                 code = 128 + int(signal.SIGKILL)
             else:
-                os.execvpe(command[0], command, env)
+                os.execve(program, command, env)
         except OSError as exc:
             os.write(write_end, str(exc.errno or 0).encode())
         finally:
