@@ -218,7 +218,7 @@ def measure(
         if remote == "redis":
             return f"redis://127.0.0.1:{redis_proxy.port}/0/{ns}"
         return (
-            f"s3://{bucket}/{ns}?endpoint_url={s3_endpoint}&key=testing&secret=testing&timeout=30"
+            f"s3://{bucket}/{ns}?endpoint_url={s3_endpoint}&key=testing&secret=testing&timeout=30s"
         )
 
     runner = Runner(root, {})

@@ -123,6 +123,25 @@ def test_prune_older_than(store_url: str, capsys: pytest.CaptureFixture[str]) ->
     assert [i.key for i in LocalStore(store_url).scan()] == ["jax/jit_a-0000"]
 
 
+def test_a_duration_without_its_unit_is_refused_and_nothing_is_removed(store_url: str) -> None:
+    """``--older-than 7`` could mean seconds or days: a fresh process refuses it, naming the
+    units, and the store keeps every entry; ``--since 7`` and ``doctor --timeout 7`` too."""
+    from tests.conftest import run_cli as run_in_a_process
+
+    time.sleep(0.1)
+    for args in (
+        ["prune", "--older-than", "7", "--url", store_url],
+        ["export", "--since", "7", "--url", store_url, str(Path(store_url) / "b.ccb")],
+        ["doctor", "--timeout", "7", "--", "true"],
+    ):
+        proc = run_in_a_process(*args)
+        assert proc.returncode != 0, (args, proc.stdout, proc.stderr)
+        said = proc.stdout + proc.stderr
+        assert "'7'" in said and "d (days)" in said and "s (seconds)" in said, said
+        assert "Traceback" not in said
+    assert len(list(LocalStore(store_url).scan())) == 3
+
+
 def test_clear_needs_yes(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(capsys, "clear", "--url", store_url)[0] == 1
     assert len(list(LocalStore(store_url).scan())) == 3

@@ -272,7 +272,7 @@ def test_an_entry_or_a_lease_found_late_makes_lookups_wait_again(
 def test_a_remote_that_fails_behind_costs_nothing_more(tmp_path: Path) -> None:
     """The queued claims of a dead remote fail in the background; the program compiles on and
     its entries stay in the local level."""
-    remote = open_url("redis://127.0.0.1:9/0/x?timeout=0.2")
+    remote = open_url("redis://127.0.0.1:9/0/x?timeout=0.2s")
     cache = host(tmp_path / "a", remote, streak=0)
     assert isinstance(cache.store, Tiered)
     cache.store._streak._waits = False  # as if a streak had ended

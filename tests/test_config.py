@@ -40,9 +40,47 @@ def test_sizes(text: str, expected: int) -> None:
     assert config.parse_size(text) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [("7d", 604800.0), ("12h", 43200.0), ("90", 90.0)])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("7d", 604800.0), ("12h", 43200.0), ("90s", 90.0), ("0", 0.0)]
+)
 def test_durations(text: str, expected: float) -> None:
     assert config.parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"COMPILECACHE_LEASE_TTL": "30"},
+        {"COMPILECACHE_WAIT_TIMEOUT": "30"},
+        {"COMPILECACHE_MIN_COMPILE_TIME": "2"},
+    ],
+)
+def test_a_duration_variable_without_a_unit_is_an_error_naming_the_units(
+    env: dict[str, str],
+) -> None:
+    """``7`` could be seconds or days: a number needs its unit (``0`` alone is the same in all)."""
+    (name,) = env
+    with pytest.raises(ConfigError, match=f"{name}: '[0-9]+' has no unit.*s \\(seconds\\)"):
+        config.load(env)
+    assert config.load({name: "30s"}) is not None
+
+
+@pytest.mark.parametrize(
+    "option", ["timeout", "connect_timeout", "ttl", "backoff", "max_backoff", "deadline"]
+)
+def test_a_duration_option_of_a_url_without_a_unit_is_an_error(option: str) -> None:
+    from compilecache.stores.registry import open_store
+
+    with pytest.raises(ConfigError, match=f"{option}: '7' has no unit"):
+        open_store(f"redis://127.0.0.1:9/0?{option}=7")
+    for url in ("s3://b/p?timeout=7", "/tmp/x?shared=1&evict_interval=7"):
+        with pytest.raises(ConfigError, match="has no unit"):
+            open_store(url)
+
+
+def test_a_size_without_a_unit_stays_bytes() -> None:
+    assert config.parse_size("1000") == 1000
+    assert config.load({"COMPILECACHE_MAX_SIZE": "4096"}).max_size == 4096
 
 
 @pytest.mark.parametrize(

@@ -196,15 +196,15 @@ def test_read_only_and_min_time_reasons_have_fixes() -> None:
             "jax/jit_b-1",
             {},
             stored=False,
-            reason="compiled in 0.01s, below COMPILECACHE_MIN_COMPILE_TIME=2",
+            reason="compiled in 0.01s, below COMPILECACHE_MIN_COMPILE_TIME=2s",
         ),
     ]
     report = doctor.analyze(
-        ["p"], [RunResult(0, events=events), RunResult(0)], {"COMPILECACHE_MIN_COMPILE_TIME": "2"}
+        ["p"], [RunResult(0, events=events), RunResult(0)], {"COMPILECACHE_MIN_COMPILE_TIME": "2s"}
     )
     fixes = {f.name: f.fix for f in report.findings if f.kind == "not_stored"}
     assert "COMPILECACHE_READ_ONLY" in fixes["jit_a"]
-    assert "Lower COMPILECACHE_MIN_COMPILE_TIME (now 2)" in fixes["jit_b"]
+    assert "Lower COMPILECACHE_MIN_COMPILE_TIME (now 2s)" in fixes["jit_b"]
 
 
 def test_jax_pitfalls() -> None:

@@ -166,7 +166,7 @@ def tiers_over(server: RedisServer, tmp_path: Path) -> Tiered:
     return from_urls(
         [
             str(tmp_path / "local"),
-            f"{server.url}/{namespace()}?timeout=0.5&backoff=1&write_behind=0",
+            f"{server.url}/{namespace()}?timeout=0.5s&backoff=1s&write_behind=0",
         ]
     )
 
@@ -224,7 +224,7 @@ def test_cache_layer_counts_errors_and_stays_correct(
     fresh_redis: RedisServer, tmp_path: Path
 ) -> None:
     session = compilecache.enable(
-        f"{tmp_path / 'local'},{fresh_redis.url}/{namespace()}?timeout=0.5&backoff=30&write_behind=0",
+        f"{tmp_path / 'local'},{fresh_redis.url}/{namespace()}?timeout=0.5s&backoff=30s&write_behind=0",
         frameworks=(),
     )
     assert session is not None
@@ -252,7 +252,7 @@ def test_cache_layer_counts_errors_and_stays_correct(
 
 
 def test_unreachable_single_store_session(tmp_path: Path) -> None:
-    session = compilecache.enable(f"redis://127.0.0.1:{free_port()}/0?timeout=0.3", frameworks=())
+    session = compilecache.enable(f"redis://127.0.0.1:{free_port()}/0?timeout=0.3s", frameworks=())
     assert session is not None
     start = time.monotonic()
     for _ in range(50):
@@ -272,7 +272,7 @@ for i in range(5):
 @pytest.mark.slow
 @pytest.mark.parametrize("tiers", [False, True])
 def test_an_unreachable_remote_costs_one_warning_and_one_error(tmp_path: Path, tiers: bool) -> None:
-    remote = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5"
+    remote = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5s"
     url = f"{tmp_path / 'local'},{remote}" if tiers else remote
     proc = subprocess.run(
         [

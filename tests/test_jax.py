@@ -107,7 +107,7 @@ def test_key_does_not_depend_on_store_location(tmp_path: Path) -> None:
 
 def test_min_compile_time_skips_writes(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    result = run_program("before", store, COMPILECACHE_MIN_COMPILE_TIME="1000")
+    result = run_program("before", store, COMPILECACHE_MIN_COMPILE_TIME="1000s")
     assert result["stats"]["writes"] == 0 and result["stats"]["skipped"] >= 3
     assert entries(store) == {}
 

@@ -159,6 +159,62 @@ def test_check_contents_reports_a_stored_executable_that_differs(tmp_path: Path)
         s.close()
 
 
+FILE_CACHE = """
+import json, sys
+import compilecache
+compilecache.enable()
+import jax, jax.numpy as jnp
+from jax._src import compilation_cache as cc, config, xla_bridge
+from compilecache.frameworks.jax import integration
+
+seen = {}
+# JAX's own test_get_file_cache: the flag decides whether get_file_cache's cache verifies.
+for flag in (False, True):
+    with config.compilation_cache_check_contents(flag):
+        cache, path = cc.get_file_cache("/some/dir")
+        seen[str(flag)] = [isinstance(cache, cc.VerificationCache), path]
+jax.config.update("jax_compilation_cache_check_contents", True)
+cc.reset_cache()
+
+def f(x):  # an executable XLA's CPU compiler reproduces byte for byte (not every one is)
+    return jnp.tanh(x @ x.T).sum(axis=0) * 3.0 + jnp.sin(x).mean()
+
+x = jnp.linspace(-1.0, 1.0, 32 * 32, dtype=jnp.float32).reshape(32, 32)
+value = float(jax.jit(f)(x).sum())
+used = cc._get_cache(xla_bridge.get_backend())
+print(json.dumps({
+    "seen": seen,
+    "verifies": isinstance(used, cc.VerificationCache),
+    "ours": getattr(used, "_base_cache", None) is integration.active_adapter(),
+    "value": value,
+    "stats": compilecache.active().stats(),
+}))
+"""
+
+
+@pytest.mark.skipif(not _has_check_contents(), reason="this JAX has no check_contents")
+def test_get_file_cache_answers_as_jax_does_under_check_contents(tmp_path: Path) -> None:
+    """What JAX's own ``test_get_file_cache`` asks: with the flag, the cache JAX builds is a
+    ``VerificationCache`` (here over compilecache's adapter, which compares as JAX's does);
+    without it, not. A warm process under the flag compiles afresh, compares, writes nothing."""
+    script = tmp_path / "prog.py"
+    script.write_text(FILE_CACHE)
+    store = tmp_path / "store"
+    cold, _ = _run(script, store)
+    assert cold["seen"] == {"False": [False, "/some/dir"], "True": [True, "/some/dir"]}
+    assert cold["verifies"] and cold["ours"]
+    assert cold["stats"]["writes"] >= 1
+    for _attempt in range(3):  # XLA's CPU bytes may differ under load: see the test above
+        proc = _start(script, store)
+        if proc.returncode == 0 or "CacheVerificationError" not in proc.stderr:
+            break
+    assert proc.returncode == 0, proc.stderr
+    warm = last_json(proc.stdout)
+    assert warm["value"] == cold["value"]
+    assert warm["stats"]["hits"] == 0 and warm["stats"]["writes"] == 0
+    assert warm["stats"]["misses"] >= 1  # compiled afresh and compared, as JAX's cache does
+
+
 # -- the adapter: clocks, numpy scalars, key components ------------------------------------------
 
 KEY = "jit_step-" + "ab" * 32

@@ -65,7 +65,7 @@ def levels(result: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
 def test_second_host_warm_and_redis_killed_mid_run(
     tmp_path: Path, fresh_redis: RedisServer
 ) -> None:
-    shared = f"{fresh_redis.url}/{namespace()}?timeout=1&backoff=60"
+    shared = f"{fresh_redis.url}/{namespace()}?timeout=1s&backoff=60s"
 
     # Host A: cold. Every function compiles once and is written to both levels.
     cold = run(f"{tmp_path / 'host-a'},{shared}")

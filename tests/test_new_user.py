@@ -143,7 +143,7 @@ def test_a_read_only_store_serves_reads_and_says_once_that_it_writes_nothing(
 def test_a_level_that_is_down_is_one_warning_and_one_error_in_tiers_as_alone(
     tmp_path: Path,
 ) -> None:
-    down = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5"
+    down = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5s"
     alone = run_jax(down)
     tiers = run_jax(f"{tmp_path / 'l1'},{down}")
     for proc in (alone, tiers):
@@ -254,7 +254,7 @@ def test_json_is_taken_before_the_command_as_url_is(tmp_path: Path) -> None:
 
 
 def test_a_command_on_an_unreachable_redis_does_not_promise_a_retry(tmp_path: Path) -> None:
-    down = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5"
+    down = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5s"
     for command in (["stats"], ["ls"]):
         proc = cc(*command, "--url", f"{tmp_path / 'l'},{down}")
         assert "retrying" not in proc.stderr and "left out of this command" in proc.stderr, (

@@ -181,7 +181,7 @@ def test_server_down_is_unavailable(moto_server: MotoServer) -> None:
     from tests.servers import free_port
 
     store = open_url(
-        f"s3://b/p?endpoint_url=http://127.0.0.1:{free_port()}&key=x&secret=y&timeout=1"
+        f"s3://b/p?endpoint_url=http://127.0.0.1:{free_port()}&key=x&secret=y&timeout=1s"
     )
     with pytest.raises(StoreUnavailable):
         store.get("k")
@@ -354,12 +354,12 @@ def test_a_large_write_outlasts_a_short_request_timeout(
     timeout of 0.5 s, shorter than sending one 16 MB part to moto takes on a 2-core machine."""
     prefix = f"bulk{uuid.uuid4().hex[:8]}"
     value = uuid.uuid4().bytes * (80 * (1 << 20) // 16)
-    short = open_url(moto_server.url(bucket, prefix) + "&timeout=0.5")
+    short = open_url(moto_server.url(bucket, prefix) + "&timeout=0.5s")
     try:
         short.put("jax/large", value, EntryMeta("jax", "large", 1.0))
     finally:
         short.close()
-    reader = open_url(moto_server.url(bucket, prefix) + "&timeout=30")
+    reader = open_url(moto_server.url(bucket, prefix) + "&timeout=30s")
     try:
         assert reader.get("jax/large") == value
     finally:

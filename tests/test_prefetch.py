@@ -37,6 +37,7 @@ from tests.polling import wait_until
 from tests.servers import MotoServer, RedisServer, delayed, namespace
 
 redis_server = servers.redis_server
+fresh_redis = servers.fresh_redis
 moto_server = servers.moto_server
 PROGRAM = str(TESTS / "jax_program.py")
 
@@ -295,6 +296,23 @@ def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> No
     assert manifest.key_of(manifest.job_name(other)) != again.key
 
 
+def test_a_list_read_from_the_remote_is_kept_on_this_host() -> None:
+    remote = mem()
+    seed = Tiered([mem(), remote])
+    seed.put("jax/a", b"a", EntryMeta("jax"))
+    name = manifest.key_of("job")
+    assert manifest.save(seed, name, "job", ["jax/a"], None)
+    fresh = Tiered([mem(), remote])
+    cfg = Config(url="x", job="job")
+    first = manifest.JobManifest(fresh, cfg, Reader())
+    first.start()
+    Lookups(fresh).get("jax/a")
+    first.prefetcher.before_read("jax/a")
+    assert not first.record()  # nothing new for the fleet...
+    # ...but this host now holds the list with every entry it names: the next start is local.
+    assert manifest.local_copy(fresh, name, Reader()) == ["jax/a"]
+
+
 # -- packs: a job's entries in one object ---------------------------------------------------------
 
 
@@ -441,6 +459,25 @@ def test_a_fresh_host_finds_its_entries_local(tmp_path: Path, redis_server: Redi
         assert levels[str(tmp_path / "c")]["misses"] == entries
         assert not levels[remote].get("prefetched")
         print(f"fresh host warm: prefetch {warm_s:.2f}s, no prefetch {plain_s:.2f}s")
+
+
+@pytest.mark.slow
+def test_after_a_fresh_host_start_the_next_starts_never_ask_the_remote(
+    tmp_path: Path, fresh_redis: RedisServer
+) -> None:
+    remote = f"{fresh_redis.url}/{namespace()}?timeout=1s"
+    cold, _ = _run(tmp_path / "seed", remote)
+    entries = cold["stats"]["writes"]
+    assert entries >= 3
+    fresh, _ = _run(tmp_path / "host", remote)  # a fresh host: the list comes from Redis
+    assert fresh["stats"]["hits"] == entries
+    fresh_redis.kill()
+    env = clean_env({"COMPILECACHE_URL": f"{tmp_path / 'host'},{remote}", "COMPILECACHE_JOB": "t"})
+    again = run_python([PROGRAM, "before"], env)
+    stats = last_json(again.stdout)["stats"]
+    assert stats["hits"] == entries and stats["misses"] == 0
+    assert stats["errors"] == 0, again.stderr
+    assert "failed" not in again.stderr and "skipping" not in again.stderr, again.stderr
 
 
 def test_a_write_the_full_queue_refuses_is_counted_on_the_level() -> None:

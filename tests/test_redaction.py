@@ -26,7 +26,7 @@ from tests.servers import free_port
     [
         ("redis://alice:pw1@cache:6379/0", "redis://alice:***@cache:6379/0"),
         ("rediss://:pw1@cache:6380/1?ttl=7d", "rediss://:***@cache:6380/1?ttl=7d"),
-        ("redis://cache/0?password=pw1&timeout=2", "redis://cache/0?password=***&timeout=2"),
+        ("redis://cache/0?password=pw1&timeout=2s", "redis://cache/0?password=***&timeout=2s"),
         (
             "s3://b/p?key=AKIA1&secret=pw1&token=t1&region=eu-west-1",
             "s3://b/p?key=***&secret=***&token=***&region=eu-west-1",
@@ -98,16 +98,16 @@ def _urls(tmp_path: Path) -> dict[str, str]:
     """A URL of each scheme, carrying the secrets, at a port where nothing listens."""
     port = free_port()
     down = f"http://127.0.0.1:{port}"
-    fast = "timeout=1&retries=0"
+    fast = "timeout=1s&retries=0"
     return {
-        "redis": f"redis://alice:pw1SECRET@127.0.0.1:{port}/0?timeout=0.5",
-        "redis-option": f"redis://127.0.0.1:{port}/0?password=pw1SECRET&timeout=0.5",
+        "redis": f"redis://alice:pw1SECRET@127.0.0.1:{port}/0?timeout=0.5s",
+        "redis-option": f"redis://127.0.0.1:{port}/0?password=pw1SECRET&timeout=0.5s",
         "s3": f"s3://bkt/p?key=AKIAKEYSECRET&secret=pw1SECRET&token=pw2SECRET&endpoint_url={down}&{fast}",
         "azure": (
             f"az://ctr/p?account_name=acct&account_key=pw1SECRET&sas_token=sv%3D1%26sig%3Dpw2SECRET"
             f"&endpoint_url={down}&{fast}"
         ),
-        "tiers": f"{tmp_path / 'local'},redis://:pw2SECRET@127.0.0.1:{port}/0?timeout=0.5",
+        "tiers": f"{tmp_path / 'local'},redis://:pw2SECRET@127.0.0.1:{port}/0?timeout=0.5s",
     }
 
 

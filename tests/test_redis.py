@@ -95,7 +95,7 @@ def test_url_options(redis_server: RedisServer, client: str) -> None:
     store = open_redis(
         with_client(
             f"redis://:s3cret@127.0.0.1:{redis_server.port}/3/team-a"
-            "?ttl=7d&chunk_size=1MiB&timeout=0.5&connect_timeout=0.25&max_connections=4",
+            "?ttl=7d&chunk_size=1MiB&timeout=0.5s&connect_timeout=0.25s&max_connections=4",
             client,
         )
     )
@@ -175,7 +175,7 @@ def test_rediss_over_real_tls(redis_server: RedisServer, tmp_path: Path, client:
         store.close()
         # A client that does not trust the certificate gets nothing through.
         untrusting = open_redis(
-            with_client(f"rediss://127.0.0.1:{proxy.port}/0/{namespace()}?timeout=2", client)
+            with_client(f"rediss://127.0.0.1:{proxy.port}/0/{namespace()}?timeout=2s", client)
         )
         with pytest.raises(StoreUnavailable):
             untrusting.get("jax/tls")
@@ -314,7 +314,7 @@ def test_pool_is_shared_and_bounded(rstore: RedisStore) -> None:
 def test_unreachable_server_is_unavailable_quickly(client: str) -> None:
     from tests.servers import free_port
 
-    store = open_redis(with_client(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5", client))
+    store = open_redis(with_client(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5s", client))
     start = time.monotonic()
     with pytest.raises(StoreUnavailable):
         store.get("k")

@@ -144,3 +144,28 @@ def test_run_gives_children_an_absolute_store_url(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{tmp_path / 'rel' / 'cache'}?max_size=1GB"
+
+
+KILLED = r"""
+import os, signal, sys, time
+import jax, jax.numpy as jnp
+x = jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32)
+for i in range(4):
+    jax.jit(lambda v, i=i: jnp.tanh(v * (i + 2.0)).sum())(x).block_until_ready()
+time.sleep(1.0)  # the entries' writes, handed to a thread, reach the store
+os.kill(os.getpid(), signal.SIGKILL)  # no exit hook runs: no report at exit
+"""
+
+
+def test_the_summary_counts_a_process_killed_before_its_report(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    env = clean_env({"COMPILECACHE_URL": str(store)})
+    proc = cc_run(["--", sys.executable, "-c", KILLED], env)
+    assert proc.returncode == 128 + 9, proc.stderr
+    entries = [info for info in LocalStore(store).scan() if info.framework == "jax" and info.name]
+    assert len(entries) >= 4
+    line = summary_line(proc.stderr)
+    # What reached the store is counted, and the summary says why the rest may be missing.
+    assert f"{len(entries)} writes" in line, (line, [e.key for e in entries])
+    assert f"{len(entries)} misses" in line, line
+    assert "1 process of the command ended without reporting at exit (killed?)" in proc.stderr

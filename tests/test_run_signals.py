@@ -245,6 +245,21 @@ def test_wrapper_waits_for_a_child_that_ignores_sigterm(tmp_path: Path, runs: li
     assert leftover_spools(run.tmp) == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
+@pytest.mark.parametrize("mode", ["trap", "ignore"])
+def test_the_command_ends_with_a_wrapper_killed_by_sigkill(
+    tmp_path: Path, runs: list[Run], mode: str
+) -> None:
+    """SIGKILL reaches no handler, so the wrapper cannot pass it on: the kernel ends the command
+    with it instead of leaving it running with no parent (one that ignores SIGTERM too)."""
+    run = Run(tmp_path, mode)
+    runs.append(run)
+    child = run.wait_for_child()
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.finish()
+    assert gone(child), f"the command (pid {child}) outlived its wrapper"
+
+
 def test_a_signal_ignored_at_start_stays_ignored(tmp_path: Path, runs: list[Run]) -> None:
     """``nohup compilecache run -- CMD``: CMD must ignore SIGHUP as it would without the
     wrapper, so the wrapper may not take SIGHUP over (that would reset it in CMD)."""

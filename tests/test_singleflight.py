@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -307,14 +308,21 @@ def test_a_handed_write_that_fails_marks_the_key_unwritten(tmp_path: Path) -> No
     assert LocalStore(tmp_path).leases.acquire("jax/k#unwritten", 1) is None  # marked
 
 
-def test_a_dead_leaders_lease_expires(tmp_path: Path, disk_store: DiskStore) -> None:
+def test_a_dead_leaders_lease_expires(
+    tmp_path: Path, disk_store: DiskStore, caplog: pytest.LogCaptureFixture
+) -> None:
     store = disk_store(tmp_path)
-    assert store.leases.acquire("jax/k", 0.8)  # a process that died mid-compile
+    assert store.leases.acquire("jax/k", 0.8)  # a process (here: alive) that stalled
     waiter = Cache(disk_store(tmp_path), lease_ttl=5)
     start = time.monotonic()
-    assert waiter.load_or_lead("jax", "jax/k") is None
+    with caplog.at_level(logging.WARNING, logger="compilecache"):
+        assert waiter.load_or_lead("jax", "jax/k") is None
     assert 0.6 < time.monotonic() - start < 5
-    assert waiter.stats.snapshot()["lease_takeovers"] == 1
+    stats = waiter.stats.snapshot()
+    assert stats["lease_takeovers"] == 1 and 0.6 < stats["wait_time_s"] < 5
+    # The wait is said: a slow start has its reason in the output.
+    (said,) = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
+    assert "jax/k" in said and "without writing it" in said
     waiter.close()
     assert store.leases.acquire("jax/k", 1)  # close released it
 
@@ -719,6 +727,63 @@ def test_four_cold_processes_compile_each_function_once_on_disk(tmp_path: Path, 
 
 
 @pytest.mark.slow
+def test_the_lease_of_a_killed_process_on_redis_is_taken_at_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """As on a disk: the lease in Redis names its holder, and the next run on the same host
+    breaks it at once instead of waiting out its 30 s life."""
+    script = tmp_path / "sf_program.py"
+    script.write_text(PROGRAM)
+    common = {"COMPILECACHE_URL": f"{redis_server.url}/{namespace()}"}
+    stuck = start(script, clean_env({**common, "SF_DELAY": "600"}))
+    try:
+        wait_for_line(stuck, "compiling")  # it holds sf_a's lease now
+    finally:
+        stuck.kill()
+        stuck.wait()
+    began = time.monotonic()
+    result = finish(start(script, clean_env({**common, "SF_DELAY": "0"})))
+    elapsed = time.monotonic() - began
+    assert result["compiles"]["jit_sf_a"] == 1 and result["compiles"]["jit_sf_b"] == 1
+    assert result["stats"].get("wait_timeouts", 0) == 0
+    assert result["stats"]["lease_takeovers"] >= 1  # counted, though nothing was waited for
+    assert elapsed < 25, f"{elapsed:.1f}s: the dead process's lease was waited out"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["", "?shared=1"], ids=["local", "shared"])
+def test_the_leases_of_a_killed_process_are_taken_at_once_and_removed(
+    tmp_path: Path, query: str
+) -> None:
+    """A program killed with SIGKILL releases nothing: the next run, with the default 30 s
+    lease life, takes its leases at once (their holder is not running on this host) instead of
+    waiting them out, and removes every lease the killed run left."""
+    script = tmp_path / "sf_program.py"
+    script.write_text(PROGRAM)
+    root = tmp_path / "store"
+    common = {"COMPILECACHE_URL": f"{root}{query}"}
+    stuck = start(script, clean_env({**common, "SF_DELAY": "600"}))
+    try:
+        wait_for_line(stuck, "compiling")  # it holds sf_a's lease now
+    finally:
+        stuck.kill()
+        stuck.wait()
+    leases = root / "leases"
+    held = next(p for p in leases.iterdir() if p.suffix == ".lease")  # sf_a's, at least
+    # A killed run of many functions leaves several: copies of its lease under other keys.
+    for i in range(5):
+        shutil.copy(held, leases / f"{i:032x}.lease")
+    began = time.monotonic()
+    result = finish(start(script, clean_env({**common, "SF_DELAY": "0"})))
+    elapsed = time.monotonic() - began
+    assert result["compiles"]["jit_sf_a"] == 1 and result["compiles"]["jit_sf_b"] == 1
+    assert result["stats"].get("wait_timeouts", 0) == 0
+    assert result["stats"]["lease_takeovers"] >= 1  # counted, though nothing was waited for
+    assert elapsed < 25, f"{elapsed:.1f}s: the dead process's lease was waited out"
+    assert not list(leases.iterdir()), "the killed run's leases outlived the run that found them"
+
+
+@pytest.mark.slow
 def test_a_function_never_written_is_compiled_at_once_not_in_turn(tmp_path: Path) -> None:
     """Host callbacks keep JAX from writing a function: after the first process's compile, the
     three others must compile it at once, not take the lease one after another."""
@@ -748,7 +813,7 @@ def test_killing_the_compiling_process_hands_the_compile_over(tmp_path: Path, qu
     script = tmp_path / "sf_program.py"
     script.write_text(PROGRAM)
     root = tmp_path / "store"
-    common = {"COMPILECACHE_URL": f"{root}{query}", "COMPILECACHE_LEASE_TTL": "2"}
+    common = {"COMPILECACHE_URL": f"{root}{query}", "COMPILECACHE_LEASE_TTL": "2s"}
     # The first process takes sf_a's lease and "compiles" for ten minutes.
     stuck = start(script, clean_env({**common, "SF_DELAY": "600"}))
     try:

@@ -365,7 +365,7 @@ def test_failing_store_compiles_normally_and_counts_errors(
     The compiler runs for the precompiled header only (its preprocessing and its build in this
     machine's new ``TMPDIR``), as in torch without compilecache: the answer's store is down.
     """
-    url = "broken://x" if kind == "raising" else f"redis://127.0.0.1:{free_port()}/0?timeout=1"
+    url = "broken://x" if kind == "raising" else f"redis://127.0.0.1:{free_port()}/0?timeout=1s"
     machine = Machine(tmp_path / "machine", cold["fake_bin"])
     result = machine.run(
         url,

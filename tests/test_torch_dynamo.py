@@ -170,7 +170,7 @@ def test_a_damaged_entry_or_a_store_that_is_down_falls_back_to_tracing(tmp_path:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    (down,) = run(where, "d", f"redis://127.0.0.1:{closed}?timeout=0.5")
+    (down,) = run(where, "d", f"redis://127.0.0.1:{closed}?timeout=0.5s")
     assert down["frames"] == 1 and down["loss"] == cold["loss"]
     # A model class defined in a function: torch 2.13 raises a TypeError into the program in
     # this mode (its guards cannot be saved). The compile goes on (2.13: nothing is stored).

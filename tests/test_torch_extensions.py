@@ -197,7 +197,7 @@ def test_an_unreachable_store_costs_a_warning_and_the_extension_builds(tmp_path:
 
     work = checkout(tmp_path)
     machine = Machine(tmp_path, "offline")
-    result = machine.run(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5", work)
+    result = machine.run(f"redis://127.0.0.1:{free_port()}/0?timeout=0.5s", work)
     assert result["library"].endswith("cc_plain.so")
     assert any(r.startswith("ninja") for r in machine.runs())
     assert result["stats"]["errors"] >= 1 and result["stats"].get("torch.extension.hits", 0) == 0

@@ -267,7 +267,7 @@ def test_a_changed_flag_or_compiler_builds_the_header_again(
 
 @pytest.mark.slow
 def test_unavailable_store_makes_torch_probe_itself(tmp_path: Path, warmed: dict[str, Any]) -> None:
-    url = f"redis://127.0.0.1:{free_port()}/0?timeout=1"
+    url = f"redis://127.0.0.1:{free_port()}/0?timeout=1s"
     result = Machine(tmp_path / "m").run(url)
     assert probes_run(result) > 0 and compiler_checks_run(result) > 0
     stats = result["stats"]

@@ -251,7 +251,7 @@ def test_an_unreachable_store_costs_a_warning_and_triton_compiles(tmp_path: Path
     from tests.servers import free_port
 
     machine = Machine(tmp_path, "offline")
-    url = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5"
+    url = f"redis://127.0.0.1:{free_port()}/0?timeout=0.5s"
     result = machine.run(url)
     assert len(result["ptx"]) == 64 and machine.assemblies() == 1
     assert result["stats"]["errors"] >= 1 and result["stats"].get("triton.hits", 0) == 0

@@ -201,10 +201,9 @@ def load(
     if min_compile_time is None:
         time_source = "COMPILECACHE_MIN_COMPILE_TIME"
         text = env.get(time_source, "").strip()
-        try:
-            min_compile_time = float(text) if text else 0.0
-        except ValueError:
-            raise ConfigError(f"{time_source}: expected seconds, got {text!r}") from None
+        if text.startswith("-"):
+            raise ConfigError(f"{time_source}: expected seconds (0 or more), got {text}")
+        min_compile_time = parse_duration(text, time_source) if text else 0.0
     if not min_compile_time >= 0:  # negative, or NaN
         raise ConfigError(f"{time_source}: expected seconds (0 or more), got {min_compile_time}")
 

@@ -5,7 +5,9 @@ Store URLs carry secrets: a Redis password (``redis://user:secret@host``), an S3
 SAS query's ``sig=``). Every place that shows a URL (``check`` and its ``--json``, errors,
 warnings, ``stats``, ``explain``, ``doctor``, the reports, the run summary) shows it through
 :func:`redact`, which masks the password of the user information and the value of every query
-option whose name says it holds a credential. It works on any text, so a message that quotes a
+option not known to be harmless: a mistyped ``sas_tokn=`` is as secret as ``sas_token=``, so
+only the options of :data:`SHOWN_OPTIONS` (sizes, timeouts, regions, endpoints...) keep their
+values. It works on any text, so a message that quotes a
 URL (or several, a tiered store's comma-separated levels) is redacted as a whole: the records
 of compilecache's logger are (``session``), and so is everything the command line prints
 (``cli``).
@@ -26,6 +28,78 @@ _CREDENTIAL_NAME = re.compile(
     r"access_?key|private|auth|session)$",
     re.IGNORECASE,
 )
+# Options whose values are never credentials: every store's own options and the client options
+# of its documentation that hold no secret, and the public fields of an Azure SAS query. Every
+# other option's value is masked (tests hold every backend's non-credential options to this).
+SHOWN_OPTIONS = frozenset(
+    {
+        # every level (the wrappers) and directories
+        "readonly",
+        "backoff",
+        "max_backoff",
+        "deadline",
+        "guard",
+        "max_size",
+        "write_behind",
+        "shared",
+        "touch_interval",
+        "evict_interval",
+        "fsync",
+        # Redis, and redis-py's connection options
+        "prefix",
+        "namespace",
+        "ttl",
+        "chunk_size",
+        "timeout",
+        "connect_timeout",
+        "max_connections",
+        "client",
+        "db",
+        "username",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_read_size",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "retry_on_error",
+        "health_check_interval",
+        "protocol",
+        "legacy_responses",
+        "client_name",
+        "ssl_check_hostname",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+        "ssl_min_version",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_validate_ocsp",
+        # object stores
+        "retries",
+        "conditional",
+        "endpoint_url",
+        "endpoint",
+        "region",
+        "profile",
+        "anon",
+        "account_name",
+        "use_emulator",
+        # an Azure SAS query's public fields (its signature, sig, is masked)
+        "sv",
+        "ss",
+        "srt",
+        "sr",
+        "sp",
+        "st",
+        "se",
+        "spr",
+        "sip",
+        "si",
+    }
+)
 # scheme://user:password@ -> the password.
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:@/\s,?#'\"]*):[^@/\s,'\"]*@")
 # ?name=value or &name=value (or ;name=value) -> the value, when the name is a credential's.
@@ -33,14 +107,14 @@ _OPTION = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&#\
 
 
 def _mask_option(match: re.Match[str]) -> str:
-    if _CREDENTIAL_NAME.search(match["name"]) and match["value"]:
+    if match["value"] and not is_shown_option(match["name"]):
         return match["head"] + MASK
     return match[0]
 
 
 def redact(text: str) -> str:
     """``text`` (a URL, several separated by commas, or a message quoting them) with every
-    password and credential option value replaced by ``***``."""
+    password, and the value of every option not known to be harmless, replaced by ``***``."""
     if "://" not in text and "=" not in text:
         return text  # the common case, a local path: nothing to look for
     text = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", text)
@@ -48,8 +122,15 @@ def redact(text: str) -> str:
 
 
 def is_credential_option(name: str) -> bool:
-    """Whether a URL option named ``name`` holds a credential (its value is never shown)."""
+    """Whether a URL option named ``name`` says it holds a credential (its value is never
+    shown, whatever list it is on)."""
     return bool(_CREDENTIAL_NAME.search(name))
+
+
+def is_shown_option(name: str) -> bool:
+    """Whether the value of a URL option named ``name`` may be shown: only an option known to be
+    harmless; an unknown one (a typo of a credential's name, a client's own) is masked."""
+    return name.lower() in SHOWN_OPTIONS and not is_credential_option(name)
 
 
 class RedactedStream:

@@ -10,6 +10,11 @@ TYPE_CHECKING = False  # not typing's: importing typing costs ~10 ms here
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+# In the spool of ``compilecache run``: ``<pid>.json``, a process's counters reported at its exit,
+# and ``<pid>.progress``, its counters so far, kept while it runs (what counts for a process
+# killed before its exit report).
+PROGRESS_SUFFIX = ".progress"
+
 
 class Summary:
     """The headline numbers people read. (A plain class, not a dataclass: ``dataclasses`` costs

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -26,6 +27,7 @@ from compilecache import signing as signing_mod
 from compilecache.config import Config, WritePlan
 from compilecache.errors import CompileCacheError, StoreUnavailable
 from compilecache.redaction import redact
+from compilecache.run_summary import PROGRESS_SUFFIX
 from compilecache.runtime.cache import Cache
 from compilecache.runtime.manifest import JobManifest
 from compilecache.stats import COUNTERS, Stats, Summary, level_counter, split_counters, typed
@@ -34,6 +36,10 @@ from compilecache.stores.base import EntryInfo, EntryMeta, Store
 from compilecache.stores.tiers import Tiered
 
 log = logging.getLogger("compilecache")
+
+# Under ``compilecache run``, a process's counters so far are rewritten at most this often
+# (and at each entry written), for a summary that counts processes killed before their exit.
+PROGRESS_INTERVAL_S = 1.0
 
 _lock = threading.RLock()
 _active: Session | None = None
@@ -175,6 +181,9 @@ class Session:
             # per-compile events for the spool.
             self.cache.run_id = Path(cfg.run_spool).name
             self.cache.events = []
+            self._progress_at = 0.0
+            self._progress_lock = threading.Lock()
+            self.cache.stats.listener = self._report_progress
         _import_what_the_exit_needs(cfg)
 
     @property
@@ -247,6 +256,29 @@ class Session:
         except Exception as exc:
             log.debug("compilecache: could not save stats: %s", exc)
 
+    def _report_progress(self, name: str) -> None:
+        """Under ``compilecache run``: keep ``<pid>.progress`` (this process's counters so far)
+        in the spool, so that a process killed before its exit report (SIGKILL, the OOM killer)
+        is still counted in the run's summary. Rewritten at each entry written (each is a
+        write of its own already) and at most once a second otherwise. Never raises."""
+        now = time.monotonic()
+        if name != "writes" and now - self._progress_at < PROGRESS_INTERVAL_S:
+            return
+        if not self._progress_lock.acquire(blocking=False):
+            return  # another thread is writing it now
+        try:
+            self._progress_at = now
+            spool = self.config.run_spool
+            if spool:
+                path = os.path.join(spool, f"{os.getpid()}{PROGRESS_SUFFIX}")
+                with open(path + ".tmp", "w") as f:
+                    f.write(json.dumps(self.cache.stats.snapshot()))
+                os.replace(path + ".tmp", path)
+        except Exception as exc:  # a report: never fail a compile for it
+            log.debug("compilecache: could not report progress: %s", exc)
+        finally:
+            self._progress_lock.release()
+
     def _write_spool(self, spool: Path, current: dict[str, float]) -> None:
         """``<pid>.json``: this process's counters (summed by ``run``); ``<pid>.events.jsonl``:
         facts about the process, then one line per compile event (read by ``doctor``)."""
@@ -256,6 +288,8 @@ class Session:
             from compilecache.frameworks import facts
 
             (spool / f"{os.getpid()}.json").write_text(json.dumps(current))
+            # The final report replaces the progress kept in case the process was killed.
+            (spool / f"{os.getpid()}{PROGRESS_SUFFIX}").unlink(missing_ok=True)
             lines = [json.dumps({"facts": facts.collect().to_json()}, default=str)]
             lines += [json.dumps(e, default=str) for e in list(self.cache.events or ())]
             (spool / f"{os.getpid()}.events.jsonl").write_text("\n".join(lines) + "\n")

@@ -10,7 +10,7 @@ compile_time_s, compile_time_saved_s) and ``level.<url>.<counter>`` per level of
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from compilecache.run_summary import Summary
 
@@ -62,6 +62,9 @@ class Stats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, float] = {}
+        # Told the name of each counter added to, after the lock is released (a session under
+        # ``compilecache run`` reports its counts as they grow); it must not raise.
+        self.listener: Callable[[str], None] | None = None
 
     def add(self, name: str, value: float = 1.0, framework: str = "") -> None:
         with self._lock:
@@ -69,6 +72,9 @@ class Stats:
             if framework:
                 scoped = f"{framework}.{name}"
                 self._values[scoped] = self._values.get(scoped, 0.0) + value
+        listener = self.listener
+        if listener is not None:
+            listener(name)
 
     def snapshot(self) -> dict[str, float]:
         """Every counter, the totals always present (zero when untouched)."""

@@ -34,7 +34,8 @@ _SIZE_UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
-_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_UNIT_NAMES = "s (seconds), m (minutes), h (hours), d (days) or w (weeks)"
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -47,12 +48,26 @@ def parse_size(text: str, what: str = "size") -> int:
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
-    """Parse ``"7d"``, ``"12h"``, ``"30m"`` or ``"45"`` (seconds) into seconds."""
+    """Parse ``"7d"``, ``"12h"``, ``"30m"`` or ``"1.5s"`` into seconds. A number needs its unit
+    (only ``0`` is the same in every unit): ``7`` could mean seconds or days, and read as the
+    wrong one, ``prune --older-than`` removes a whole store."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]?)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _DURATION_UNITS:
-        raise ConfigError(f"{what}: cannot read {text!r} as a duration (examples: 7d, 12h, 30m)")
-    return float(match.group(1)) * _DURATION_UNITS[unit]
+    if match is None:
+        raise ConfigError(
+            f"{what}: cannot read {text!r} as a duration: a number and its unit, "
+            f"{_UNIT_NAMES} (examples: 7d, 12h, 30m, 1.5s)"
+        )
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if not unit and number == 0:
+        return 0.0
+    if not unit:
+        raise ConfigError(
+            f"{what}: {text.strip()!r} has no unit; write it with one of "
+            f"{_UNIT_NAMES}, e.g. {match.group(1)}s or {match.group(1)}d"
+        )
+    if unit not in _DURATION_UNITS:
+        raise ConfigError(f"{what}: unknown unit {match.group(2)!r} in {text!r}; use {_UNIT_NAMES}")
+    return number * _DURATION_UNITS[unit]
 
 
 def format_size(n: float) -> str:
@@ -79,7 +94,7 @@ def parse_count(settings: Mapping[str, str], name: str, default: int, *, minimum
 def parse_seconds(
     settings: Mapping[str, str], name: str, default: _Default, *, positive: bool = False
 ) -> float | _Default:
-    """The duration ``settings[name]`` in seconds (``30``, ``1.5s``, ``2m``; an environment, a
+    """The duration ``settings[name]`` in seconds (``30s``, ``1.5s``, ``2m``; an environment, a
     URL's options), or ``default`` when it is unset or blank: the one reader of durations."""
     text = (settings.get(name) or "").strip()
     if not text:

@@ -5,6 +5,16 @@ from __future__ import annotations
 import argparse
 
 from compilecache.cli.common import Commands, print_report
+from compilecache.errors import ConfigError
+from compilecache.units import parse_duration
+
+
+def duration_argument(text: str) -> float:
+    """A duration option's value in seconds; argparse prints the error, which names the units."""
+    try:
+        return parse_duration(text, "--timeout")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -52,6 +62,8 @@ def register(commands: Commands) -> None:
         "doctor",
         "run a command twice on a scratch store (not your cache); report what will not hit",
     )
-    p.add_argument("--timeout", type=float, help="seconds allowed for each run")
+    p.add_argument(
+        "--timeout", type=duration_argument, help="how long each run may take, e.g. 90s or 10m"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=cmd_doctor, needs_config=False)

@@ -570,7 +570,7 @@ class Cache:
         if compile_time_s < self.min_compile_time:
             return (
                 f"compiled in {compile_time_s:.2f}s, below "
-                f"COMPILECACHE_MIN_COMPILE_TIME={self.min_compile_time:g}"
+                f"COMPILECACHE_MIN_COMPILE_TIME={self.min_compile_time:g}s"
             )
         if key is not None and key in self._foreign and not self.own_levels_only:
             return "an entry signed with another key is stored there; left in place"

@@ -153,14 +153,8 @@ def save(store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signin
     pack = None
     if len(store.levels) > 1:
         pack = _encode(key + PACK_SUFFIX, job, _pack(store.levels[0], keys), signing)
-    written = False
-    local = store.levels[0]
-    if data is not None and not local.read_only:
-        try:
-            local.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
-            written = len(store.levels) == 1  # else it is the shared levels' copy that counts
-        except Exception as exc:
-            log.debug("compilecache: could not write %s to %s: %s", key, local.url, exc)
+    written = _save_local(store, key, job, data) and len(store.levels) == 1
+    # (with several levels, it is the shared levels' copy that counts)
     for level in store.levels[1:]:
         if level.read_only:
             continue
@@ -173,6 +167,30 @@ def save(store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signin
             except Exception as exc:
                 log.debug("compilecache: could not write %s to %s: %s", name, level.url, exc)
     return written
+
+
+def save_local(
+    store: Tiered, key: str, job: str, keys: Sequence[str], signing: Signing | None
+) -> bool:
+    """Write the manifest into the first level only, this host's own: a start that found the
+    list in a slower level (a fresh host) keeps a copy, so that the next start on this host
+    reads it locally and never asks the network. Never raises; whether it was written."""
+    keys = [k for k in keys if not k.startswith(PREFIX)][:MAX_KEYS]
+    if not keys:
+        return False
+    return _save_local(store, key, job, _encode(key, job, json.dumps(keys).encode(), signing))
+
+
+def _save_local(store: Tiered, key: str, job: str, data: bytes | None) -> bool:
+    local = store.levels[0]
+    if data is None or local.read_only:
+        return False
+    try:
+        local.put(key, data, EntryMeta(FRAMEWORK, job[:80], 0.0))
+    except Exception as exc:
+        log.debug("compilecache: could not write %s to %s: %s", key, local.url, exc)
+        return False
+    return True
 
 
 def _encode(key: str, job: str, payload: bytes, signing: Signing | None) -> bytes | None:
@@ -246,6 +264,8 @@ class JobManifest:
         self._job: tuple[str, str] | None = None  # (job, key), named on first use
         self._job_lock = threading.Lock()
         self.known: list[str] | None = None  # the manifest found at start, once read
+        # Whether ``known`` was read from this host's own level (else a slower one lent it).
+        self.known_locally = False
         self._thread: threading.Thread | None = None
         if len(store.levels) == 1:
             # Nothing to fetch: the list is read only if a framework asks for it (to prepare its
@@ -285,6 +305,7 @@ class JobManifest:
             local = local_copy(self.store, self.key, self.reader)
             if local is not None:
                 self.known = local  # a warm host: nothing to fetch, no network
+                self.known_locally = True
             else:
                 self.known = wanted = load_remote(self.store, self.key, self.reader)
         finally:
@@ -297,6 +318,7 @@ class JobManifest:
 
     def _read_local(self) -> list[str]:
         self.known = load(self.store.levels[0], self.key, self.reader)
+        self.known_locally = True
         return self.known
 
     def record(self) -> bool:
@@ -309,6 +331,10 @@ class JobManifest:
         if self._thread is not None:
             self._thread.join(timeout=1.0)
         if self.known is not None and set(keys) <= set(self.known):
+            if self.known and not self.known_locally:
+                # Nothing new, but the list came from a slower level (a fresh host): keep a
+                # copy in this host's own level, so the next start here reads no network.
+                save_local(self.store, self.key, self.job, self.known, self.reader.signing)
             return False  # nothing new: the manifest stands
         if not self.known and unreadable(self.store, self.key, self.reader):
             return False  # another writer's (another secret) or damaged: left alone

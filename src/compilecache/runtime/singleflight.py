@@ -176,8 +176,11 @@ class SingleFlight:
                 )
             claim = None
             now = self._clock()
+            if not waited:
+                log.info("compilecache: another process compiles %s; waiting for its entry", key)
             if now >= deadline:
                 self.stats.add("wait_timeouts", framework=framework)
+                self.stats.add("wait_time_s", now - start, framework=framework)
                 self._warn(
                     "wait-timeout",
                     f"waited {now - start:.0f}s for another process to compile {key}; "
@@ -235,8 +238,22 @@ class SingleFlight:
             # signed with another key, which it leaves in place): no lease.
             self._release(key, token)
             token = None
-        elif token and waited:
+        elif token and claim.took_over and not waited:
+            # The holder was killed holding it (a process of this host that no longer runs):
+            # taken at once, counted, and said in the log.
             self.stats.add("lease_takeovers", framework=framework)
+            log.info("compilecache: took over %s from a process that no longer runs", key)
+        elif token and waited:
+            # The holder let its lease expire without an entry: it died, or stalled. The wait
+            # is counted and said (once), so a slow start has its reason in the output.
+            waited_s = self._clock() - start
+            self.stats.add("lease_takeovers", framework=framework)
+            self.stats.add("wait_time_s", waited_s, framework=framework)
+            self._warn(
+                "lease-takeover",
+                f"waited {waited_s:.1f}s for another process to compile {key}, which ended or "
+                "stalled without writing it (killed?); compiling it here",
+            )
         # A failed lookup (store error, corrupt entry) counted its miss already. A "present"
         # entry that a clean lookup no longer found was removed meanwhile: compile, no lease.
         self._lead(framework, key, token, count_miss=clean_miss)
@@ -250,7 +267,7 @@ class SingleFlight:
         # The lookup counted the entry's whole compile time as saved; this process spent part of
         # it waiting.
         stats.add("compile_time_saved_s", -min(waited_s, found.header.compile_time_s), framework)
-        log.debug("compilecache: waited %.2fs for %s", waited_s, found.header.key)
+        log.info("compilecache: waited %.2fs for %s", waited_s, found.header.key)
 
     def _lead(
         self, framework: str, key: str, token: str | None, *, count_miss: bool = True

@@ -104,12 +104,14 @@ def parse_since(text: str, now: float | None = None) -> float:
     try:
         return (time.time() if now is None else now) - parse_duration(text, "--since")
     except ConfigError:
-        pass
+        if text.strip().replace(".", "", 1).isdigit():
+            raise  # a number without its unit: the error that names the units
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         raise ConfigError(
-            f"--since: cannot read {text!r} (a duration such as 7d, or a date such as 2024-06-01)"
+            f"--since: cannot read {text!r}: a duration with its unit (such as 7d or 12h), or a "
+            "date (such as 2024-06-01)"
         ) from None
 
 

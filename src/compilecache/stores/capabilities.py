@@ -63,11 +63,13 @@ Found = tuple[bytes, EntryMeta | None]
 class Claim:
     """What :meth:`Leases.claim` answered. ``checked``: the store also looked, in the same step,
     for the entry and for the key's unwritten mark (``"won"`` then means neither was there);
-    unchecked, the caller looks itself."""
+    unchecked, the caller looks itself. ``took_over``: won by breaking the lease of a process
+    that no longer runs (killed without releasing it)."""
 
     state: ClaimState
     token: str | None = None
     checked: bool = False
+    took_over: bool = False
 
 
 class Counters(abc.ABC):

@@ -18,6 +18,13 @@
   60 small cold JAX functions: the claim cost 1.1 ms per miss unchecked, and it is the
   single-flight cost every cold compile on a local disk pays.
 
+A lease also names its holder (host, PID namespace, pid). A holder that was killed (SIGKILL, the
+OOM killer) releases nothing: on the same host and in the same PID namespace, a lease whose
+holder is no longer running is broken at once instead of when it expires, and the first such
+lease a process finds has every other lease of dead holders in the directory removed with it, so
+that a killed run's leases stall no later one. (Marks of unwritten keys name no holder: they are
+meant to outlive the process that left them, until they expire.)
+
 Expiry is wall-clock time written in the file by the holder and compared with the reader's
 clock, because hosts sharing a mount share no other clock. A skew between hosts of ``d`` seconds
 shifts when others judge a lease expired by ``d``: a reader whose clock is ahead may break a live
@@ -32,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import socket
 import time
@@ -43,6 +51,8 @@ from typing import Literal
 from compilecache.errors import StoreUnavailable
 from compilecache.stores.capabilities import UNWRITTEN_SUFFIX, Claim, Leases
 from compilecache.stores.frame import key_digest
+
+log = logging.getLogger("compilecache")
 
 # A lease file that exists but cannot be parsed yet (its creator is between the exclusive create
 # and the write, or died there) counts as held for this long after its modification time. On a
@@ -75,14 +85,22 @@ class LeaseFiles(Leases):
         self._publish = publish
         self._entry_path = entry_path
         self._fsync = fsync
+        self._swept = False  # the leases of dead holders were removed once already
+        # Leases the sweep removed: the claim that next takes one took it over from the dead.
+        self._taken_from_dead: set[Path] = set()
 
     def path_of(self, key: str) -> Path:
         return self.directory / f"{key_digest(key)}.lease"
 
     def acquire(self, key: str, ttl_s: float) -> str | None:
         """A new token when the lease was taken, ``None`` when another process holds it."""
+        return self._acquire(key, ttl_s)[0]
+
+    def _acquire(self, key: str, ttl_s: float) -> tuple[str | None, bool]:
+        """:meth:`acquire`, and whether it broke the lease of a holder that no longer runs."""
         path = self.path_of(key)
         token = uuid.uuid4().hex
+        took_over = False
         for _ in range(3):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -91,14 +109,17 @@ class LeaseFiles(Leases):
                     self.directory.mkdir(parents=True, exist_ok=True)
                 continue
             except FileExistsError:
-                if not self._break_expired(path):
-                    return None
+                broken = self._break_expired(path)
+                if not broken:
+                    return None, False
+                took_over = took_over or broken == "dead"
                 continue
             except OSError as exc:
                 raise StoreUnavailable(f"cannot create the lease {path}: {exc}") from exc
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(_lease_body(token, ttl_s))
+                    # A mark of an unwritten key outlives its maker on purpose: no holder named.
+                    f.write(_lease_body(token, ttl_s, holder=not key.endswith(UNWRITTEN_SUFFIX)))
                     if self._fsync:
                         f.flush()
                         os.fsync(f.fileno())
@@ -108,13 +129,19 @@ class LeaseFiles(Leases):
                 with contextlib.suppress(OSError):
                     path.unlink()
                 raise StoreUnavailable(f"cannot write the lease {path}: {exc}") from exc
-            return token
-        return None
+            if self._taken_from_dead:
+                try:
+                    self._taken_from_dead.remove(path)
+                    took_over = True
+                except KeyError:
+                    pass
+            return token, took_over
+        return None, False
 
     def claim(self, key: str, ttl_s: float) -> Claim:
         """The lease, checked: ``unwritten`` when the key's mark is held, ``present`` when its
         entry file exists (the lease is given back in both cases), else ``won``."""
-        token = self.acquire(key, ttl_s)
+        token, took_over = self._acquire(key, ttl_s)
         if token is None:
             return Claim("held", checked=True)
         state: Literal["unwritten", "present"]
@@ -123,14 +150,15 @@ class LeaseFiles(Leases):
         elif self._entry_path(key).exists():
             state = "present"
         else:
-            return Claim("won", token, checked=True)
+            return Claim("won", token, checked=True, took_over=took_over)
         self.release(key, token)
         return Claim(state, checked=True)
 
     def held(self, key: str) -> bool:
-        """Whether an unexpired lease on ``key`` exists (read only: nothing is taken)."""
-        _, expires = read_lease(self.path_of(key))
-        return expires is not None and time.time() < expires
+        """Whether an unexpired lease on ``key`` exists, held by a process that may still run
+        (read only: nothing is taken)."""
+        _, expires, dead = _lease_state(self.path_of(key))
+        return expires is not None and time.time() < expires and not dead
 
     def renew(self, key: str, token: str, ttl_s: float) -> bool:
         """Extend the lease if ``token`` still holds it; ``False`` when it was lost."""
@@ -161,20 +189,23 @@ class LeaseFiles(Leases):
         with contextlib.suppress(OSError):
             aside.unlink()
 
-    def _break_expired(self, path: Path) -> bool:
-        """Remove ``path`` if its lease has expired; ``True`` when the caller may create it."""
-        _, expires = read_lease(path)
+    def _break_expired(self, path: Path, *, sweep: bool = True) -> Literal[False, True, "dead"]:
+        """Remove ``path`` if its lease has expired or its holder on this host is no longer
+        running; true when the caller may create it (``"dead"``: a dead holder's lease was
+        broken). The first lease found with a dead holder removes the others of dead holders
+        too (``sweep``)."""
+        _, expires, dead = _lease_state(path)
         if expires is None:
             return True  # vanished: try again
-        if time.time() < expires:
+        if time.time() < expires and not dead:
             return False
         aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}.stale")
         try:
             os.rename(path, aside)
         except OSError:
             return True  # someone else broke or released it first
-        _, moved_expires = read_lease(aside)
-        if moved_expires is not None and time.time() < moved_expires:
+        _, moved_expires, moved_dead = _lease_state(aside)
+        if moved_expires is not None and time.time() < moved_expires and not moved_dead:
             # What we moved is fresh: a new lease created, or this one renewed (or written by
             # its creator), between our read and our rename. Restore it.
             with contextlib.suppress(OSError):
@@ -184,7 +215,31 @@ class LeaseFiles(Leases):
             return False
         with contextlib.suppress(OSError):
             aside.unlink()
-        return True
+        if moved_dead and sweep and not self._swept:
+            self._swept = True
+            swept = self.clean_dead()
+            log.info(
+                "compilecache: took over the leases of a process that ended without releasing "
+                "them (killed?): %d in %s",
+                swept + 1,
+                self.directory,
+            )
+        return "dead" if moved_dead else True
+
+    def clean_dead(self) -> int:
+        """Remove every lease of this directory whose holder ran on this host and is no longer
+        running (a killed process's, which would otherwise stall others until they expire).
+        Returns how many were removed."""
+        removed = 0
+        try:
+            names = [p for p in self.directory.iterdir() if p.suffix == ".lease"]
+        except OSError:
+            return 0
+        for path in names:
+            if _lease_state(path)[2] and self._break_expired(path, sweep=False):
+                self._taken_from_dead.add(path)
+                removed += 1
+        return removed
 
     def clean_stale(self, older_than: float) -> int:
         """Housekeeping: remove what processes killed mid-lease left behind more than
@@ -212,11 +267,85 @@ class LeaseFiles(Leases):
 _HOST = socket.gethostname()
 
 
-def _lease_body(token: str, ttl_s: float) -> bytes:
-    return json.dumps(
-        {"token": token, "expires": time.time() + ttl_s, "pid": os.getpid(), "host": _HOST},
-        separators=(",", ":"),
-    ).encode()
+def _pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]`` on Linux; ``""`` where there is no
+    such thing): a pid means the same process only within one namespace (one container)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+_PIDNS = _pid_namespace()
+
+
+def _lease_body(token: str, ttl_s: float, *, holder: bool = True) -> bytes:
+    body: dict[str, object] = {"token": token, "expires": time.time() + ttl_s}
+    if holder:
+        body.update(pid=os.getpid(), host=_HOST, pidns=_PIDNS)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this PID namespace still runs (a zombie, killed and not yet
+    reaped by its parent, does not)."""
+    if pid <= 0:
+        return True  # not a pid we can judge: assume its holder lives
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _holder_dead(data: dict[str, object]) -> bool:
+    """Whether a lease's holder ran in this host's PID namespace and no longer runs."""
+    pid = data.get("pid")
+    return (
+        isinstance(pid, int)
+        and data.get("host") == _HOST
+        and data.get("pidns", "") == _PIDNS
+        and not _running(pid)
+    )
+
+
+def holder() -> str:
+    """This process as a lease's holder, for stores whose lease is one string (Redis): the
+    host, the PID namespace and the pid, read back by :func:`holder_gone`."""
+    return f"{_HOST}|{_PIDNS}|{os.getpid()}"
+
+
+def holder_gone(text: str) -> bool:
+    """Whether the holder :func:`holder` wrote as ``text`` ran on this host, in this PID
+    namespace, and no longer runs (anything else, or unreadable: it may still run)."""
+    parts = text.split("|")
+    if len(parts) < 3 or not parts[-1].isdigit():
+        return False
+    pid = int(parts[-1])
+    pidns = parts[-2]
+    host = "|".join(parts[:-2])
+    return _holder_dead({"pid": pid, "host": host, "pidns": pidns})
+
+
+def _lease_state(path: Path) -> tuple[str | None, float | None, bool]:
+    """:func:`read_lease`, and whether the lease's holder is a process of this host that is no
+    longer running."""
+    raw = _read_raw(path)
+    if raw is None:
+        return None, None, False
+    try:
+        data = json.loads(raw)
+        return str(data["token"]), float(data["expires"]), _holder_dead(data)
+    except (ValueError, KeyError, TypeError):
+        pass
+    token, expires = read_lease(path)
+    return token, expires, False
 
 
 def read_lease(path: Path) -> tuple[str | None, float | None]:

@@ -46,6 +46,7 @@ from compilecache.errors import (
     StoreUnavailable,
     failure_text,
 )
+from compilecache.redaction import redact
 from compilecache.stores.base import (
     WRAPPER_PARAMS,
     EntryInfo,
@@ -73,6 +74,7 @@ from compilecache.stores.frame import (
 from compilecache.stores.frame import key_filename as _key_filename
 from compilecache.stores.obstorefs import PROTOCOLS as _OBSTORE_PROTOCOLS
 from compilecache.stores.obstorefs import ObstoreFS, open_fs, split_location
+from compilecache.units import parse_seconds
 
 log = logging.getLogger("compilecache")
 
@@ -729,17 +731,17 @@ def from_url(url: StoreURL) -> ObjectStore:
     protocol = url.scheme
     root = (url.netloc + url.path).rstrip("/")
     if not root:
-        raise ConfigError(f"no bucket or path in store URL {url.raw!r}")
+        raise ConfigError(f"no bucket or path in store URL {redact(url.raw)!r}")
     params = url.params
     options: dict[str, Any] = {k: _option(v) for k, v in params.items() if k not in _OWN_PARAMS}
-    timeout = float(params.get("timeout", DEFAULT_TIMEOUT))
+    timeout = parse_seconds(params, "timeout", DEFAULT_TIMEOUT)
     retries = int(params.get("retries", DEFAULT_RETRIES))
     conditional = params.get("conditional")
     conditional_flag = None if conditional is None else flag(params, "conditional")
     if protocol in _OBSTORE_PROTOCOLS:
         bucket, prefix, account = split_location(protocol, url.netloc, url.path)
         if not bucket:
-            raise ConfigError(f"no bucket or container in store URL {url.raw!r}")
+            raise ConfigError(f"no bucket or container in store URL {redact(url.raw)!r}")
         describe = f"{protocol}://{url.netloc}{url.path}".rstrip("/")
         try:
             fs: Any = open_fs(

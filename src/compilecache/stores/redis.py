@@ -85,6 +85,7 @@ from compilecache.stores.capabilities import (
     History,
     Leases,
 )
+from compilecache.stores.leasefile import holder, holder_gone
 from compilecache.stores.resp import URL_OPTIONS as BUILTIN_OPTIONS
 from compilecache.stores.resp import RespClient, RespError, ResponseError
 from compilecache.units import parse_count, parse_seconds, parse_size
@@ -231,7 +232,7 @@ _CLAIM = """
 if redis.call('HGET', KEYS[1], 'key') == ARGV[1] then return 'present' end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'unwritten' end
 if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 'won' end
-return 'held'
+return 'held ' .. (redis.call('GET', KEYS[2]) or '')
 """
 
 
@@ -585,7 +586,8 @@ class _RedisLeases(Leases):
 
     def acquire(self, key: str, ttl_s: float) -> str | None:
         """``SET N:{D}:lease TOKEN NX PX ttl``: one process wins; Redis expires it on its own."""
-        token = uuid.uuid4().hex
+        # A mark of an unwritten key outlives its maker on purpose: no holder named.
+        token = uuid.uuid4().hex if key.endswith(UNWRITTEN_SUFFIX) else _token()
         try:
             won = self._store.client.set(self._lease_name(key), token, nx=True, px=_ms(ttl_s))
         except self._store._errors as exc:
@@ -616,19 +618,31 @@ class _RedisLeases(Leases):
         return [_CLAIM, len(names), *names, key, token, _ms(ttl_s)]
 
     def claim(self, key: str, ttl_s: float) -> Claim:
-        """One script, one round trip: the entry's presence, the unwritten mark and the lease."""
-        token = uuid.uuid4().hex
-        try:
-            return _claim(self._store.client.eval(*self._claim_args(key, token, ttl_s)), token)
-        except self._store._errors as exc:
-            raise self._store._unavailable("acquire_lease", exc) from exc
+        """One script, one round trip: the entry's presence, the unwritten mark and the lease.
+        A lease held by a process of this host that no longer runs (killed) is broken and
+        claimed again at once, rather than waited out."""
+        broke = False
+        for _ in range(2):
+            token = _token()
+            try:
+                answer = self._store.client.eval(*self._claim_args(key, token, ttl_s))
+            except self._store._errors as exc:
+                raise self._store._unavailable("acquire_lease", exc) from exc
+            claim, dead = _claim(answer, token)
+            if dead is None:
+                if broke and claim.state == "won":
+                    return Claim("won", claim.token, checked=True, took_over=True)
+                return claim
+            self.release(key, dead)  # only that token's lease: a new holder's stays
+            broke = True
+        return claim
 
     def get_or_claim(self, key: str, ttl_s: float) -> tuple[Found | None, Claim | None] | None:
         """The read and, should it miss, the claim, pipelined: one round trip for either."""
         if self._store._factory is not None:  # a cluster: scripts in pipelines are not portable
             return None
         base = self._store._base(key)
-        token = uuid.uuid4().hex
+        token = _token()
         try:
             pipe = self._store.client.pipeline(transaction=False)
             self._store._queue_read(pipe, base, repr(time.time()))
@@ -638,7 +652,7 @@ class _RedisLeases(Leases):
             fields, _, answer = pipe.execute(raise_on_error=False)
             if isinstance(answer, Exception):
                 raise answer
-            claim = _claim(answer, token)
+            claim, dead = _claim(answer, token)
             read = self._store._finish_read(key, base, fields, look_only=False)
             found = self._store._read(key, look_only=False) if isinstance(read, _Again) else read
         except self._store._errors as exc:
@@ -647,15 +661,32 @@ class _RedisLeases(Leases):
             # Removed between the read and the claim: the lease is not needed.
             self.release(key, token)
             claim = Claim("present", checked=True)
+        elif found is None and dead is not None:
+            # Held by a process of this host that was killed: break it, claim again.
+            self.release(key, dead)
+            claim = self.claim(key, ttl_s)
+            if claim.state == "won":
+                claim = Claim("won", claim.token, checked=True, took_over=True)
         return found, claim
 
 
-def _claim(answer: Any, token: str) -> Claim:
+def _token() -> str:
+    """A new lease token that names its holder (read back by a waiter on the same host)."""
+    return f"{uuid.uuid4().hex}@{holder()}"
+
+
+def _claim(answer: Any, token: str) -> tuple[Claim, str | None]:
+    """The claim the script answered, and the token of a lease held by a process of this host
+    that no longer runs (to break), if that is what holds it."""
     state = answer.decode() if isinstance(answer, bytes) else str(answer)
     if state == "won":
-        return Claim("won", token, checked=True)
-    if state in ("held", "present", "unwritten"):
-        return Claim(state, checked=True)  # type: ignore[arg-type]
+        return Claim("won", token, checked=True), None
+    if state in ("present", "unwritten"):
+        return Claim(state, checked=True), None  # type: ignore[arg-type]
+    if state == "held" or state.startswith("held "):
+        held = state[5:]
+        _, at, who = held.partition("@")
+        return Claim("held", checked=True), (held if at and holder_gone(who) else None)
     raise ResponseError(f"unexpected answer to the lease claim: {answer!r}")
 
 

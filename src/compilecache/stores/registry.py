@@ -16,6 +16,7 @@ Every store compilecache uses is opened here (the session, the CLI, bundles, ``o
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import logging
@@ -104,6 +105,21 @@ _BUILTIN: dict[str, Backend] = {
     "abfs": _AZURE,
     "abfss": _AZURE,
 }
+# How a URL of each built-in scheme is written, for the error of a malformed one.
+_EXAMPLES = {
+    "memory": "memory://name",
+    "redis": "redis://host:6379/0",
+    "rediss": "rediss://host:6380/0",
+    "redis+cluster": "redis+cluster://host:7000",
+    "rediss+cluster": "rediss+cluster://host:7000",
+    "s3": "s3://bucket/prefix",
+    "s3a": "s3a://bucket/prefix",
+    "gs": "gs://bucket/prefix",
+    "gcs": "gcs://bucket/prefix",
+    "az": "az://container/prefix",
+    "abfs": "abfs://container@account.dfs.core.windows.net/prefix",
+    "abfss": "abfss://container@account.dfs.core.windows.net/prefix",
+}
 # Stores registered at run time (third parties, tests): their options are not checked here.
 _REGISTERED: dict[str, StoreFactory] = {}
 
@@ -140,11 +156,20 @@ def parse_url(url: str, max_size: int | None = None, *, create: bool = True) -> 
     text = url.strip()
     if not text:
         raise ConfigError("empty store URL")
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # an unclosed [ in an IPv6 host, a bad port, ...
+        raise ConfigError(f"malformed store URL {redact(text)!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if len(scheme) <= 1:  # a bare path (or a Windows drive letter)
         path, _, query = text.partition("?")
         return StoreURL(text, "file", "", path, dict(parse_qsl(query)), max_size, create)
+    if scheme in _BUILTIN and scheme != "file" and not text[len(scheme) :].startswith("://"):
+        # redis:/host:6379/0 (one slash) would read as a path on localhost's default port.
+        raise ConfigError(
+            f"malformed store URL {redact(text)!r}: a {scheme} URL begins with {scheme}:// "
+            f"(two slashes), as in {_EXAMPLES.get(scheme, scheme + '://...')}"
+        )
     return StoreURL(
         raw=text,
         scheme=scheme,
@@ -199,13 +224,17 @@ def resolve_factory(scheme: str) -> StoreFactory:
     if found is not None:
         _REGISTERED[scheme] = found
         return found
-    if _fsspec_knows(scheme):  # any other fsspec protocol: the generic object store
+    knows = _fsspec_knows(scheme)
+    if knows:  # any other fsspec protocol: the generic object store
         from compilecache.stores.objectstore import from_url as fsspec_factory
 
         return fsspec_factory
+    nearest = difflib.get_close_matches(scheme, known_schemes(), n=1, cutoff=0.5)
+    meant = f" (did you mean {nearest[0]}://?)" if nearest else ""
+    fsspec = "; fsspec's protocols need fsspec installed" if knows is None else ""
     raise ConfigError(
-        f"unknown store URL scheme {scheme!r}; known: {', '.join(known_schemes())} "
-        "(third-party stores register in the 'compilecache.stores' entry-point group)"
+        f"unknown store URL scheme {scheme!r}{meant}; known: {', '.join(known_schemes())} "
+        f"(third-party stores register in the 'compilecache.stores' entry-point group{fsspec})"
     )
 
 
@@ -227,12 +256,14 @@ def _entry_point_factory(scheme: str) -> StoreFactory | None:
     return None
 
 
-def _fsspec_knows(scheme: str) -> bool:
+def _fsspec_knows(scheme: str) -> bool | None:
+    """Whether fsspec knows ``scheme``; ``None`` when fsspec cannot be imported."""
     try:
         from compilecache.stores.objectstore import known_protocol
-    except ImportError:  # fsspec is not installed
-        return False
-    return known_protocol(scheme)
+
+        return known_protocol(scheme)
+    except ImportError:  # fsspec (imported by known_protocol) or obstore is not installed
+        return None
 
 
 def check_requirements(url: StoreURL) -> None:

@@ -254,6 +254,10 @@ def _probe(level: str, cfg: Config, report: CheckReport) -> Level:
         text = redact(text)
         report.problems.append(Problem(_named(shown, text), _fix_for(text)))
         return Level(shown, False, False, detail=text)
+    except Exception as exc:  # a store that fails to open in a way nobody foresaw: said, too
+        text = redact(f"cannot open it: {type(exc).__name__}: {exc}")
+        report.problems.append(Problem(_named(shown, text), _fix_for(text)))
+        return Level(shown, False, False, detail=text)
     key = f"compilecache-check/{socket.gethostname()}-{os.getpid()}"
     media_read_only = store.read_only and not flag(parsed.params, "readonly")
     if media_read_only:
@@ -305,7 +309,7 @@ def _fix_for(text: str) -> str:
         )
     if "install" in text:
         return "install the package named above"
-    if "unknown option" in text or "unknown store URL scheme" in text:
+    if any(s in text for s in ("unknown option", "unknown store URL scheme", "malformed")):
         return "correct the URL (COMPILECACHE_URL or --url)"
     return (
         "check that the server or bucket exists and answers from this host (credentials, "

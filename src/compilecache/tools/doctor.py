@@ -392,7 +392,7 @@ def _not_stored_fix(reason: str, cfg: config_mod.Config) -> str:
         )
     if "COMPILECACHE_MIN_COMPILE_TIME" in reason:
         return (
-            f"Lower COMPILECACHE_MIN_COMPILE_TIME (now {cfg.min_compile_time:g}) if these "
+            f"Lower COMPILECACHE_MIN_COMPILE_TIME (now {cfg.min_compile_time:g}s) if these "
             "compiles matter at start-up."
         )
     if "read-only" in reason:

@@ -414,3 +414,29 @@ def adapter_class() -> type[JaxCacheAdapter]:
     made: type[JaxCacheAdapter] = types.new_class("JaxCacheAdapter", (JaxCacheAdapter, interface))
     made.__doc__, made.__module__ = JaxCacheAdapter.__doc__, JaxCacheAdapter.__module__
     return made
+
+
+def verifying_view(adapter: JaxCacheAdapter) -> Any:
+    """``adapter`` as an instance of JAX's own ``VerificationCache`` (what JAX's
+    ``get_file_cache`` returns under ``jax_compilation_cache_check_contents``, and what JAX's
+    tests and tools look for), its lookups and writes the adapter's, which compares as JAX's
+    does; ``clear()`` forgets which keys were compared, as JAX's. ``None`` where this JAX has
+    no such class (the adapter then answers alone). Never raises."""
+    try:
+        verification = _private("jax._src.compilation_cache").VerificationCache
+
+        class VerifyingAdapter(verification):  # type: ignore[misc, valid-type]
+            def get(self, key: str) -> bytes | None:
+                return adapter.get(key)
+
+            def put(self, key: str, value: bytes) -> None:
+                adapter.put(key, value)
+
+            def clear(self) -> None:
+                adapter.configure(adapter.check_contents)
+
+        view: Any = VerifyingAdapter(adapter)
+        return view
+    except Exception as exc:
+        log.debug("compilecache: no VerificationCache view of the adapter: %s", exc)
+        return None

@@ -30,7 +30,8 @@ these is said once (the summary line, ``explain``, ``doctor``).
 the first lookup of each key in a process compiles afresh, and the result is compared with the
 stored executable. A mismatch raises JAX's ``CacheVerificationError`` from the write, the one
 exception the adapter lets through: JAX raises it to the program, as with its own cache, because
-that is what the flag asks for.
+that is what the flag asks for. The cache JAX builds is then an instance of JAX's own
+``VerificationCache`` over the adapter, as ``get_file_cache`` answers without compilecache.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from compilecache.frameworks.jax.adapter import (
     adapter_class,
     as_seconds,
     store_key,
+    verifying_view,
 )
 from compilecache.frameworks.jax.key import KeyTap, positional, tap_key_steps
 from compilecache.frameworks.jax.settings import (
@@ -143,8 +145,11 @@ def install(cache: Cache, cfg: Config) -> bool:
             # the one the program named (left alone, and said once).
             if path != MARKER_DIR:
                 notes.note(directory_note(path, cache.store.url))
-            adapter.configure(check_contents_wanted(cache))
-            return adapter, path
+            checking = check_contents_wanted(cache)
+            adapter.configure(checking)
+            # Checking contents, JAX's own answer is a VerificationCache: so is ours.
+            view = verifying_view(adapter) if checking else None
+            return (view or adapter), path
 
         return get_file_cache
 
