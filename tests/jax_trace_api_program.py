@@ -75,6 +75,8 @@ def main() -> None:
     out["donate"] = _values(donating(donated, jnp.ones(4)))
     out["donated_deleted"] = bool(donated.is_deleted())
     out["printed"] = _values(printed(v)) + _values(printed(v * 2.0))
+    # LAPACK's kernels: readied by the lowering a served trace skips (a crash if they are not).
+    out["qr"] = _values(jax.jit(jnp.linalg.qr)(w @ w.T + jnp.eye(4)))
     out["traced"] = list(TRACED)
     print(json.dumps({"output": out, "traces": _trace_counters()}))
 

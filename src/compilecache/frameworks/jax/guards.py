@@ -434,9 +434,13 @@ class _Digest:
     def __init__(self, walk: Walk) -> None:
         self.walk = walk
         self.h = hashlib.sha256()
-        # Objects met on this walk (kept alive while it runs) -> their order: cycles and shared
-        # references encode as a back reference, never as an address.
-        self.seen: dict[int, tuple[int, Any]] = {}
+        # Each object is encoded as the digest of its own encoding, so that a value shared by two
+        # references encodes as two equal values do (sharing follows object identity, which
+        # differs between processes). Objects done (kept alive while the walk runs) -> their
+        # digest; objects being encoded -> their depth, for a cycle's relative back reference.
+        self.done: dict[int, tuple[str, Any]] = {}
+        self.active: dict[int, int] = {}
+        self.outer: list[Any] = []
 
     def of(self, value: Any) -> str:
         self.feed(value)
@@ -472,11 +476,31 @@ class _Digest:
             if attributes:
                 self.feed(dict(attributes))
             return
-        ref = self.seen.get(id(v))
-        if ref is not None:
-            self.put("ref", ref[0])
+        key = id(v)
+        done = self.done.get(key)
+        if done is not None:
+            self.put("node", done[0])
             return
-        self.seen[id(v)] = (len(self.seen), v)
+        depth = self.active.get(key)
+        if depth is not None:
+            self.put("cycle", len(self.outer) - depth)
+            return
+        self.active[key] = len(self.outer)
+        self.outer.append(self.h)
+        self.h = hashlib.sha256()
+        try:
+            self._node(v)
+            digest = self.h.hexdigest()
+        finally:
+            self.h = self.outer.pop()
+            del self.active[key]
+        self.done[key] = (digest, v)
+        self.put("node", digest)
+
+    def _node(self, v: Any) -> None:
+        """The encoding of one object (a container, a function, a class, an instance)."""
+        t = type(v)
+        walk = self.walk
         if isinstance(v, types.ModuleType):
             self._module(v)
         elif isinstance(v, type):

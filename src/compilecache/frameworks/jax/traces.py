@@ -62,6 +62,9 @@ PREFIX = f"{FRAMEWORK}/{LAYER}/"
 # Guard variants kept per signature (a program run with a few settings by turns keeps each).
 VARIANTS = 4
 FORMAT = 1
+# The platforms whose executables are served without their trace: the ones tested (a GPU
+# executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
+SERVED_PLATFORMS = ("cpu",)
 # The JAX releases traces are served on by default (COMPILECACHE_JAX_PRECOMPILE unset).
 TESTED_RELEASES = ("0.10.",)
 # JAX's options that cannot change a trace, its lowering or its executable: left out of the
@@ -158,6 +161,8 @@ class TraceCache:
         self.adapter = adapter
         self._local = threading.local()
         self._cache_miss_code: Any = None
+        # The guard digests of the variants this process wrote.
+        self._written: set[str] = set()
 
     # -- install ---------------------------------------------------------------------------
 
@@ -298,6 +303,8 @@ class TraceCache:
                 recording.compiles[-1]["executable"] = executable
                 recording.compiles[-1]["key"] = recording.keys[-1]
                 recording.compiles[-1]["backend"] = args[0] if args else kwargs.get("backend")
+                computation = args[1] if len(args) > 1 else kwargs.get("computation")
+                recording.compiles[-1]["targets"] = _custom_calls(computation)
             return executable
 
         return compile_or_get_cached
@@ -339,15 +346,18 @@ class TraceCache:
             return None, None
         key = PREFIX + signature
         variants = self._variants(key)
-        if variants:
-            chosen = variants.get(walk.digest())
-            if chosen is not None:
-                served, why = self._serve(chosen)
-                if served is not None:
-                    self.cache.stats.add(counter(SERVED))
-                    return (served, leaves), None
-            else:
-                why = _changed(variants, walk)
+        # Variants this process wrote are not stale for it: another value of the same function
+        # here (a closure made again with other values) is a new variant.
+        others = {d: v for d, v in variants.items() if d not in self._written}
+        chosen = variants.get(walk.digest())
+        if chosen is not None:
+            served, why = self._serve(chosen)
+            if served is not None:
+                self.cache.stats.add(counter(SERVED))
+                return (served, leaves), None
+        elif others:
+            why = _changed(others, walk)
+        if chosen is not None or others:
             self.cache.stats.add(counter(STALE))
             self._explain(name, key, walk, f"its stored trace was not used ({why}); traced again")
         if sys.getprofile() is not None:
@@ -416,6 +426,11 @@ class TraceCache:
         compilation_cache = _private("jax._src.compilation_cache")
         xla_bridge = _private("jax._src.xla_bridge")
         recipe = variant.recipe
+        if recipe["platform"] not in SERVED_PLATFORMS:
+            return None, f"traces are served on {', '.join(SERVED_PLATFORMS)} only"
+        missing = _unready_custom_calls(recipe.get("targets"), recipe["platform"])
+        if missing:
+            return None, f"its executable calls {missing}, not ready in this process"
         backend = xla_bridge.get_backend(recipe["platform"])
         if compilation_cache._get_cache(backend) is not self.adapter:
             return None, "JAX's persistent cache is not compilecache's here"
@@ -497,7 +512,11 @@ class TraceCache:
         try:
             key, _ = compile_["key"]
             backend = compile_["backend"]
-            recipe = dict(compile_["recipe"], platform=str(backend.platform))
+            recipe = dict(
+                compile_["recipe"],
+                platform=str(backend.platform),
+                targets=compile_.get("targets"),
+            )
             devices = list(unloaded.device_list)
             options = _build_options(recipe, backend, devices)
             if options.SerializeAsString() != compile_["options"].SerializeAsString():
@@ -585,6 +604,7 @@ class TraceCache:
         )
         if not self.cache.save(header, payload, any_time=True, counted=False):
             return False
+        self._written.add(variant.walk)
         self.cache.stats.add(counter(WRITES))
         return True
 
@@ -802,6 +822,41 @@ def _library_version(package: str) -> str:
                 version = "unknown"
         _VERSIONS[package] = version
     return version
+
+
+def _custom_calls(computation: Any) -> list[str] | None:
+    """The custom-call targets of a lowered module (kernels outside XLA: LAPACK's, FFI calls);
+    ``None`` when they cannot be read (such an entry is never served)."""
+    try:
+        ir = _private("jax._src.lib.mlir").ir
+        found: set[str] = set()
+
+        def visit(op: Any) -> Any:
+            operation = getattr(op, "operation", op)
+            if operation.name == "stablehlo.custom_call":
+                found.add(ir.StringAttr(operation.attributes["call_target_name"]).value)
+            return ir.WalkResult.ADVANCE
+
+        computation.operation.walk(visit)
+        return sorted(found)
+    except Exception as exc:
+        log.debug("compilecache: custom calls not read: %s", exc)
+        return None
+
+
+def _unready_custom_calls(targets: list[str] | None, platform: str) -> str:
+    """The first custom-call target the executable needs that this process has not readied
+    (``""`` when all are ready). A trace readies them while it lowers (LAPACK's kernels are
+    initialised by their lowering rules): without the trace, they are readied here as JAX's
+    own ``jax.export`` readies them, or the function is traced."""
+    if targets is None:
+        return "kernels that were not recorded"
+    if not targets:
+        return ""
+    if platform == "cpu" and any(t.startswith("lapack_") for t in targets):
+        _private("jax._src.lax.linalg").initialize_lapack()
+    registered = _private("jax._src.lib")._jax.custom_call_targets(platform)
+    return next((t for t in targets if t not in registered), "")
 
 
 def _build_options(recipe: dict[str, Any], backend: Any, devices: list[Any]) -> Any:
