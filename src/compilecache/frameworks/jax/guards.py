@@ -206,7 +206,7 @@ def file_digest(filename: str) -> str:
             data = handle.read()
     except OSError as exc:
         raise Refused(f"its code has no file to compare ({filename})") from exc
-    if changed >= _STARTED - 1.0:  # mtime's resolution: a second of margin
+    if changed > _STARTED:
         raise Refused(f"{os.path.basename(filename)} changed while this process ran")
     digest = _DIGESTS[seen] = hashlib.sha256(data).hexdigest()
     return digest

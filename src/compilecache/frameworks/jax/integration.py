@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +134,7 @@ def install(cache: Cache, cfg: Config) -> bool:
         return False
     if _installed is not None:
         uninstall()
+    _hide_frames()
     adapter = adapter_class()(cache, _writes_here)
     installed = _Installed(
         adapter, ProgramSettings(), explain.SettingNotes(cache, FRAMEWORK), Patches()
@@ -463,6 +465,18 @@ def _release_leases_after_compiles(cache: Cache, installed: _Installed) -> None:
         installed.patches.wrap(compiler, "compile_or_get_cached", wrap)
     except (ImportError, AttributeError) as exc:
         log.debug("compilecache: JAX compiles not watched: %s", exc)
+
+
+def _hide_frames() -> None:
+    """compilecache's frames are JAX's for JAX: left out of the source locations a trace records
+    (they reach the executable's metadata: a compile under compilecache's wrappers would differ
+    from JAX's own, byte for byte) and of the tracebacks JAX shows. Never raises."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for module in ("jax._src.source_info_util", "jax._src.traceback_util"):
+        try:
+            _private(module).register_exclusion(package + os.sep)
+        except Exception as exc:
+            log.debug("compilecache: frames not hidden from %s: %s", module, exc)
 
 
 def _keep_traces(cache: Cache, installed: _Installed, cfg: Config) -> jax_traces.TraceCache | None:
