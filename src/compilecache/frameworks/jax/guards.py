@@ -79,6 +79,8 @@ DENIED_MODULES = frozenset(
         "http",
         "numpy.random",
         "importlib",
+        "ctypes",
+        "_ctypes",
     }
 )
 # Builtins that read outside state or look names up dynamically.
@@ -105,6 +107,13 @@ DYNAMIC_NAMES = frozenset({"getattr", "hasattr", "__dict__", "__getattribute__",
 # Budgets of one walk: past them it refuses (a guard must cost less than the trace it saves).
 MAX_NODES = 200_000
 MAX_ARRAY_BYTES = 256 * 1024 * 1024
+
+
+# Python hashes strings and bytes with a per-process seed unless PYTHONHASHSEED fixes it: a
+# set's iteration order can then differ between two processes, and so can a trace that iterates
+# one. Sets of these types iterate in the same order in every process.
+HASH_ORDER = bool(sys.flags.hash_randomization)
+_ORDER_FREE = frozenset({int, bool, float, type(None)})
 
 
 class Refused(Exception):
@@ -286,6 +295,8 @@ class Walk:
     _modules: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)
     _names: set[str] = dataclasses.field(default_factory=set)
     _dynamic: bool = False
+    _builtins: set[str] = dataclasses.field(default_factory=set)
+    _builtins_done: set[str] = dataclasses.field(default_factory=set)
     _nodes: int = 0
     _array_bytes: int = 0
     _done_globals: set[tuple[str, str]] = dataclasses.field(default_factory=set)
@@ -307,10 +318,25 @@ class Walk:
     def finish(self) -> Walk:
         """Follow the program's code to the globals it names, until nothing new is reached."""
         try:
-            while self.refused is None and (self._pending_codes or self._unread_globals()):
+            while self.refused is None and (
+                self._pending_codes
+                or self._unread_globals()
+                or self._builtins - self._builtins_done
+            ):
                 while self._pending_codes:
                     code, globals_ = self._pending_codes.pop()
                     self._read_code(code, globals_)
+                for name in sorted(self._builtins - self._builtins_done):
+                    self._builtins_done.add(name)
+                    value = getattr(builtins, name, _MISSING)
+                    if value is _MISSING:
+                        continue
+                    if getattr(value, "__module__", None) == "builtins" or any(
+                        value is x for x in (None, Ellipsis, NotImplemented)
+                    ):  # Python's own: which one is guarded (a denied one is refused if it runs)
+                        self.digests[f"builtin {name}"] = f"builtins.{name}:{type(value).__name__}"
+                    else:  # something the program put into builtins: by value
+                        self.root(f"builtin {name}", value)
                 for module_name, name in self._unread_globals():
                     self._done_globals.add((module_name, name))
                     module = self._modules[module_name]
@@ -341,10 +367,23 @@ class Walk:
             # The program's own function or class set on an installed module: guarded as such.
             self.root(f"{module_name}.{name}", value)
             return
-        if isinstance(value, (types.BuiltinFunctionType, types.FunctionType, type)):
+        if callable(value):
             owner = getattr(value, "__module__", "") or ""
             if denied_module(owner) or (owner == "builtins" and name in DENIED_BUILTINS):
                 self.refused = f"it calls {owner}.{name} (outside the program's values)"
+                return
+            # Its code is trusted with its package's version, but which function the name holds
+            # is guarded: a program may have set another one there (jnp.sin = jnp.cos).
+            inner = getattr(value, "__wrapped__", None) or getattr(value, "_fun", None) or value
+            self.digests[f"{module_name}.{name}"] = hashlib.sha256(
+                "|".join(
+                    (
+                        type(value).__qualname__,
+                        str(getattr(inner, "__module__", "")),
+                        str(getattr(inner, "__qualname__", getattr(inner, "__name__", ""))),
+                    )
+                ).encode()
+            ).hexdigest()
             return
         if value is None or isinstance(value, (bool, int, float, complex, str, bytes, tuple)):
             self.root(f"{module_name}.{name}", value)
@@ -401,6 +440,14 @@ class Walk:
                     if name in globals_:
                         self.root(f"global {name} of {code.co_qualname}", globals_[name])
             global_names, attributes, imports = code_reads(nested)
+            if HASH_ORDER and any(
+                isinstance(c, frozenset) and not all(type(i) in _ORDER_FREE for i in c)
+                for c in nested.co_consts
+            ):
+                raise Refused(
+                    f"{nested.co_qualname} holds a set of strings: its order follows Python's "
+                    "per-process string hashing (PYTHONHASHSEED fixes it)"
+                )
             for name in imports:
                 if denied_module(name):
                     raise Refused(
@@ -413,6 +460,9 @@ class Walk:
             if not self._dynamic and not DYNAMIC_NAMES.isdisjoint(global_names | attributes):
                 self._dynamic = True
             self._names.update(global_names, attributes)
+            for name in global_names:
+                if name not in globals_:  # a builtin (or one the program put there): by value
+                    self._builtins.add(name)
 
 
 _MISSING = object()
@@ -456,7 +506,7 @@ class _Digest:
         if walk._nodes > MAX_NODES:
             raise Refused("too many values to compare")
         t = type(v)
-        if v is None or t is bool or t is int or t is str or v is Ellipsis:
+        if v is None or t is bool or t is int or t is str or v is Ellipsis or v is NotImplemented:
             self.put(t.__name__, v)
             return
         if t is float:
@@ -521,12 +571,13 @@ class _Digest:
         elif isinstance(v, enum.Enum):
             self._class(t)
             self.put("enum", v.name)
-        elif t in (tuple, list) or (isinstance(v, tuple) and hasattr(t, "_fields")):
+        elif isinstance(v, (tuple, list)):
             if t not in (tuple, list):
                 self._class(t)
             self.put(t.__name__, len(v))
             for item in v:
                 self.feed(item)
+            self._attributes(v)
         elif isinstance(v, (dict, types.MappingProxyType)):
             self._class(t) if t is not dict else self.put("dict")
             self.put(len(v))
@@ -536,9 +587,18 @@ class _Digest:
             factory = getattr(v, "default_factory", None)
             if factory is not None:
                 self.feed(factory)
+            self._attributes(v)
         elif isinstance(v, (set, frozenset)):
+            if HASH_ORDER and not all(type(i) in _ORDER_FREE for i in v):
+                raise Refused(
+                    "a set of strings or objects: its order follows Python's per-process "
+                    "string hashing (PYTHONHASHSEED fixes it)"
+                )
+            if t not in (set, frozenset):
+                self._class(t)
             digests = sorted(_Digest(walk).of(item) for item in v)
             self.put(t.__name__, *digests)
+            self._attributes(v)
         else:
             self._other(v)
 
@@ -618,7 +678,10 @@ class _Digest:
         np = sys.modules.get("numpy")
         if np is not None:
             if isinstance(v, np.ndarray):
+                if t is not np.ndarray:
+                    self._class(t)
                 self._array(v)
+                self._attributes(v)
                 return
             if isinstance(v, np.generic):
                 self.put("npscalar", v.dtype.str, hashlib.sha256(v.tobytes()).hexdigest())
@@ -684,6 +747,13 @@ class _Digest:
             children = node.children()
             self.put("children", len(children))
             stack.extend(reversed(children))
+
+    def _attributes(self, v: Any) -> None:
+        """The attributes a subclass of a container keeps beside its items."""
+        attributes = getattr(v, "__dict__", None)
+        if attributes:
+            self.put("attributes")
+            self.feed(dict(attributes))
 
     def _array(self, a: Any) -> None:
         if a.dtype.hasobject:

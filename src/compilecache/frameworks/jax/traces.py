@@ -61,7 +61,7 @@ LAYER = "trace"
 PREFIX = f"{FRAMEWORK}/{LAYER}/"
 # Guard variants kept per signature (a program run with a few settings by turns keeps each).
 VARIANTS = 4
-FORMAT = 1
+FORMAT = 2
 # The platforms whose executables are served without their trace: the ones tested (a GPU
 # executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
 SERVED_PLATFORMS = ("cpu",)
@@ -89,9 +89,6 @@ _IRRELEVANT_OPTIONS = frozenset(
 )
 # Options under which a trace is never served: the program asks to see tracing and compiles.
 _WATCHING_OPTIONS = ("jax_log_compiles", "jax_explain_cache_misses")
-# Python hashes strings with a per-process seed unless PYTHONHASHSEED fixes it: a set's order can
-# then differ between two processes, and so can a trace that iterates one.
-_HASH_ORDER = bool(sys.flags.hash_randomization)
 # Counters: jax.trace.<what>.
 SERVED, STALE, REFUSED, WRITES, NEW = "served", "stale", "refused", "writes", "new"
 
@@ -118,6 +115,22 @@ class _Variant:
     out_tree: Any
     name: str
     created: float = field(default_factory=time.time)
+
+
+@dataclass
+class _Stored:
+    """A variant as the entry keeps it: the fields its choice needs, and the variant pickled
+    (unpickled only when chosen, on the program's thread: a pytree's unpickling is JAX's code)."""
+
+    walk: str
+    created: float
+    jax_key: str
+    name: str
+    blob: bytes
+
+    def load(self) -> _Variant:
+        variant: _Variant = pickle.loads(self.blob)
+        return variant
 
 
 @dataclass
@@ -351,7 +364,7 @@ class TraceCache:
         others = {d: v for d, v in variants.items() if d not in self._written}
         chosen = variants.get(walk.digest())
         if chosen is not None:
-            served, why = self._serve(chosen)
+            served, why = self._serve(chosen.load())
             if served is not None:
                 self.cache.stats.add(counter(SERVED))
                 return (served, leaves), None
@@ -401,7 +414,7 @@ class TraceCache:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def _variants(self, key: str) -> dict[str, _Variant]:
+    def _variants(self, key: str) -> dict[str, _Stored]:
         try:
             found = self.cache.load_uncounted(FRAMEWORK, key)
         except Exception as exc:
@@ -500,47 +513,55 @@ class TraceCache:
             raise TraceRefused(
                 f"the trace changed a value it read ({_changed_paths(recording.walk, after)})"
             )
-        # The rest is the entry's making and writing: the background thread's, off the program's
-        # path (the program and the values it read have been compared already).
-        self.cache.save_later(
-            recording.signature,
-            functools.partial(self._keep, recording, params.out_tree, unloaded, compile_),
-        )
+        made = self._make(recording, params.out_tree, unloaded, compile_)
+        # The write is the background thread's, off the program's path. Everything that calls
+        # into JAX is done above, on this thread: a daemon thread inside XLA's C++ code when the
+        # interpreter exits aborts the process.
+        self.cache.save_later(recording.signature, functools.partial(self._keep, recording, *made))
 
-    def _keep(self, recording: _Recording, out_tree: Any, unloaded: Any, compile_: Any) -> None:
-        """Make and write the trace entry of ``recording``. Never raises."""
+    def _keep(self, recording: _Recording, variant: _Stored, readable: dict[str, str]) -> None:
+        """Write the trace entry of ``recording`` (on the background thread). Never raises."""
         try:
-            key, _ = compile_["key"]
-            backend = compile_["backend"]
-            recipe = dict(
-                compile_["recipe"],
-                platform=str(backend.platform),
-                targets=compile_.get("targets"),
-            )
-            devices = list(unloaded.device_list)
-            options = _build_options(recipe, backend, devices)
-            if options.SerializeAsString() != compile_["options"].SerializeAsString():
-                raise TraceRefused("its compile options cannot be built again")
-            variant = _Variant(
-                walk=recording.walk.digest(),
-                guards=recording.walk.guards(),
-                libraries=_libraries(recording.ran),
-                jax_key=key,
-                components=_other_components(devices, compile_["options"], backend),
-                recipe=recipe,
-                executable=_pickle(unloaded),
-                out_tree=out_tree,
-                name=recording.name,
-            )
-            np = sys.modules["numpy"]
-            array = np.empty(len(devices), dtype=object)
-            array[:] = devices
-            # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
-            readable = readable_components(array, compile_["options"], backend, "")
             if self._write(recording.signature, variant, readable):
                 self._explain(recording.name, recording.signature, recording.walk, "")
         except Exception as exc:
             self._refused(recording.name, f"not recorded: {exc}")
+
+    def _make(
+        self, recording: _Recording, out_tree: Any, unloaded: Any, compile_: Any
+    ) -> tuple[_Stored, dict[str, str]]:
+        """The variant of ``recording``, pickled, and its backend in words. Raises."""
+        key, _ = compile_["key"]
+        backend = compile_["backend"]
+        recipe = dict(
+            compile_["recipe"],
+            platform=str(backend.platform),
+            targets=compile_.get("targets"),
+        )
+        devices = list(unloaded.device_list)
+        options = _build_options(recipe, backend, devices)
+        if options.SerializeAsString() != compile_["options"].SerializeAsString():
+            raise TraceRefused("its compile options cannot be built again")
+        variant = _Variant(
+            walk=recording.walk.digest(),
+            guards=recording.walk.guards(),
+            libraries=_libraries(recording.ran),
+            jax_key=key,
+            components=_other_components(devices, compile_["options"], backend),
+            recipe=recipe,
+            executable=_pickle(unloaded),
+            out_tree=out_tree,
+            name=recording.name,
+        )
+        np = sys.modules["numpy"]
+        array = np.empty(len(devices), dtype=object)
+        array[:] = devices
+        # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
+        readable = readable_components(array, compile_["options"], backend, "")
+        stored = _Stored(
+            variant.walk, variant.created, variant.jax_key, variant.name, pickle.dumps(variant)
+        )
+        return stored, readable
 
     def _uncovered(self, recording: _Recording) -> str:
         """Why the trace ran something the guards do not cover (``""`` when it did not)."""
@@ -550,7 +571,7 @@ class TraceCache:
             denied = jax_guards.denied_builtin(code, globals_)
             if denied is not None and not _hashing_for_jax(code, denied, recording.callers):
                 return f"{code.co_qualname} calls {denied}() while tracing"
-            if _HASH_ORDER and jax_guards.builds_sets(code):
+            if jax_guards.HASH_ORDER and jax_guards.builds_sets(code):
                 return (
                     f"{code.co_qualname} builds a set while tracing (its order follows Python's "
                     "per-process string hashing; PYTHONHASHSEED fixes it)"
@@ -576,7 +597,7 @@ class TraceCache:
                 return f"the program called {module}.{name} while tracing"
         return ""
 
-    def _write(self, key: str, variant: _Variant, readable: dict[str, str]) -> bool:
+    def _write(self, key: str, variant: _Stored, readable: dict[str, str]) -> bool:
         """Store ``variant`` beside the others of its signature (the oldest beyond
         ``VARIANTS`` dropped). Runs on the background thread, after the executable's own write
         (the same queue): a trace is kept only beside an executable the store holds, not one
@@ -752,8 +773,8 @@ def _walk(roots: list[tuple[str, Any]]) -> jax_guards.Walk:
     return walk.finish()
 
 
-def _changed(variants: dict[str, _Variant], walk: jax_guards.Walk) -> str:
-    newest = max(variants.values(), key=lambda v: v.created)
+def _changed(variants: dict[str, _Stored], walk: jax_guards.Walk) -> str:
+    newest = max(variants.values(), key=lambda v: v.created).load()
     now = walk.guards()
     changed = [
         p for p in sorted(set(now) | set(newest.guards)) if now.get(p) != newest.guards.get(p)
