@@ -41,7 +41,12 @@ A package is served only where torch's own warm start would compute the same thi
   added a backend, so an entry never names a backend it lacks (pytorch#194951).
 - torch's switches: ``force_disable_caches``, ``fresh_cache()`` and AOTAutograd's cache
   switched off turn this layer off, as they turn off the graphs it is built on. A program that
-  sets ``caching_precompile`` itself keeps torch's own cache.
+  sets ``caching_precompile`` itself keeps torch's own cache: set before torch is imported
+  (``TORCH_CACHING_PRECOMPILE``), nothing is hooked; set later (``torch._dynamo.config.patch``,
+  as PyTorch's ``test_cache_hot_load_caching_precompile``), the mode is the program's while it
+  holds, and torch's own Dynamo cache serves it, hot-loaded artifacts included. The mode
+  compilecache turns on is the value :data:`OURS`, which a program's ``True`` replaces and a
+  patch's exit restores.
 
 Never raises into torch: a failure is a counted miss (torch then traces as usual).
 """
@@ -124,6 +129,7 @@ AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
 FUNCTORCH_CONFIG = "torch._functorch.config"
 STANDALONE = "torch._inductor.standalone_compile"
 DYNAMO = "torch._dynamo"
+DYNAMO_CONFIG = "torch._dynamo.config"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
 # eval_frame is done: they import each other).
 MODULES = (EVAL_FRAME, PACKAGE, GUARDS, CONTEXT, OUTPUT, STANDALONE, DYNAMO)
@@ -134,6 +140,15 @@ _USER_KEPT = "_compilecache_user_kept"
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
 # test_torch_precompile.py, on 2.14 and 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.14.", "2.15.")
+# What compilecache sets ``caching_precompile`` to: true for torch (which only asks ``if
+# config.caching_precompile``), and not the ``True`` a program sets: while the program's own
+# ``True`` holds, the mode is the program's (torch's own Dynamo cache, as in plain torch).
+OURS = 1
+
+
+def mode_is_ours(value: object) -> bool:
+    """Whether ``caching_precompile``'s current value is the one compilecache set."""
+    return type(value) is int and value == OURS
 
 
 # What Dynamo logs for each guard caching_precompile drops (torch/_dynamo/guards.py).
@@ -232,6 +247,8 @@ class StoreDynamoCache:
         self._owner = owner
 
     def load(self, fn: Callable[..., Any]) -> Any:
+        if not self._owner.enabled:  # the program's own mode: torch's own cache
+            return self._owner.original_load(fn)
         return self._owner.load(fn)
 
     def record_package(self, package: Any) -> None:
@@ -285,6 +302,7 @@ class DynamoPackages:
         # What each package's torch.compile call asked for (compile_options), noted where the
         # call looks its package up: None for a backend other than Inductor.
         self.compiles: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+        self.original_load: Callable[[Any], Any] = lambda fn: None
         self.original_record: Callable[[Any], None] = lambda package: None
         self.original_clear: Callable[[], None] = lambda: None
         # The packages installed here, taken out again by torch._dynamo.reset(). Held strongly:
@@ -297,8 +315,8 @@ class DynamoPackages:
         self.context: Any = importlib.import_module(CONTEXT) if CONTEXT in sys.modules else None
         # Whether the dropped guards are seen: without it no package is written.
         self.watching = False
-        # Whether caching_precompile is on because of us (then Dynamo's guards are put back).
-        self.enabled = False
+        # Whether caching_precompile was turned on by us (see enabled).
+        self.hooked = False
         # Each backend's AOTAutograd key (a backend is that entry): a package served here
         # records its entries for save_cache_artifacts() as the AOTAutograd hit it replaces.
         self.aot_keys: dict[str, str] = {}
@@ -307,6 +325,16 @@ class DynamoPackages:
         # Recent kernel builds, (when each ended, how long it took): those within a frame's
         # compile are not its package's time.
         self._kernel_builds: deque[tuple[float, float]] = deque(maxlen=1000)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether caching_precompile is on because of us now (then packages come from the
+        store and Dynamo's dropped guards are put back): hooked, and not set by the program
+        since (its ``True``, a ``config.patch`` of its own: torch's own mode then, as plain)."""
+        if not self.hooked:
+            return False
+        config = sys.modules.get(DYNAMO_CONFIG)
+        return config is not None and mode_is_ours(getattr(config, "caching_precompile", None))
 
     # -- installing -------------------------------------------------------------------------
 
@@ -409,7 +437,7 @@ class DynamoPackages:
             else:
                 log.debug("compilecache: %s", said)
             return
-        config = importlib.import_module("torch._dynamo.config")
+        config = importlib.import_module(DYNAMO_CONFIG)
         chosen = os.environ.get("TORCH_CACHING_PRECOMPILE")
         if chosen is not None or getattr(config, "caching_precompile", False):
             # The program's own choice, on (torch's own Dynamo cache) or off: kept.
@@ -425,6 +453,7 @@ class DynamoPackages:
         )
         torch_cache = package.DynamoCache
         self.package_module = package
+        self.original_load = torch_cache.load
         self.original_record = torch_cache.record_package
         self.original_clear = torch_cache.clear
         mixed: Any = type("StoreDynamoCache", (StoreDynamoCache, type(torch_cache)), {})
@@ -435,8 +464,8 @@ class DynamoPackages:
         self.patches.wrap(
             package.CompilePackage, "install", self._installing, label="dynamo.install"
         )
-        self.patches.replace(config, "caching_precompile", True, label="dynamo.precompile")
-        self.enabled = True
+        self.patches.replace(config, "caching_precompile", OURS, label="dynamo.precompile")
+        self.hooked = True
 
     def _resetting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``torch._dynamo.reset()`` leaves what a loaded package installed on its function's
@@ -467,7 +496,7 @@ class DynamoPackages:
         def plain(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
-            config: Any = importlib.import_module("torch._dynamo.config")
+            config: Any = importlib.import_module(DYNAMO_CONFIG)
             with config.patch(caching_precompile=False):
                 return original(*args, **kwargs)
 
@@ -615,7 +644,7 @@ class DynamoPackages:
             try:
                 original(package, code)
             except Exception as exc:
-                if type(exc).__name__ != "PackageError":
+                if type(exc).__name__ != "PackageError" or not self.enabled:
                     raise
                 module = inspect.getmodule(code)
                 name = module.__name__ if module else code.co_filename
@@ -641,7 +670,7 @@ class DynamoPackages:
             try:
                 return bytes(original(manager, *args, **kwargs))
             except Exception as exc:
-                if type(exc).__name__ == "PackageError":
+                if type(exc).__name__ == "PackageError" or not self.enabled:
                     raise  # torch's own bypass handles it (or strict_precompile asked for it)
                 self.local.problem = f"its guards cannot be saved ({exc})"
                 return b""
@@ -685,8 +714,9 @@ class DynamoPackages:
     def _watching(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def make_guard_filter_entry(guard: Any, builder: Any) -> Any:
             entry = original(guard, builder)
-            with contextlib.suppress(Exception):
-                self._note_guard(entry, builder)
+            if self.enabled:
+                with contextlib.suppress(Exception):
+                    self._note_guard(entry, builder)
             return entry
 
         return make_guard_filter_entry
@@ -800,6 +830,8 @@ class DynamoPackages:
         RuntimeError, and then raises on the package it left initialised)."""
 
         def install(package: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:  # the program's own mode: torch's own install
+                return original(package, *args, **kwargs)
             try:
                 installed = original(package, *args, **kwargs)
                 install_root_globals(package)
