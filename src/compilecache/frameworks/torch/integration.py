@@ -167,7 +167,7 @@ _DECISIONS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
         (COMPILE_FX, AUTOGRAD_CACHE, AOT_RESULT),
     ),
     (("should_use_remote_autograd_cache",), AUTOGRAD_CACHE, (GRAPH_COMPILE, AOT_AUTOGRAD)),
-    # Dynamo packages keep AOTAutograd's entries in plain torch's form (DynamoPackages.bundling).
+    # Dynamo packages keep AOTAutograd's entries in plain torch's form (AotBackends.bundling).
     (("should_bundle_autograd_cache",), AUTOGRAD_CACHE, (GRAPH_COMPILE,)),
     (("fresh_cache", "fresh_inductor_cache"), INDUCTOR_UTILS, (COMPILE_FX, TEST_CASE)),
     (("_should_use_remote_autotune_cache",), AUTOTUNE_CACHE, ()),
@@ -528,7 +528,7 @@ class Integration:
         if name == "_should_use_remote_autotune_cache":
             return self._autotune_decision(original)
         if name == "should_bundle_autograd_cache":
-            return self.dynamo.bundling(original) if self.dynamo is not None else original
+            return self.dynamo.backends.bundling(original) if self.dynamo is not None else original
         return self.switches.fresh_cache(original)
 
     def _remote_decision(self, layer: str, original: Callable[[], bool]) -> Callable[[], bool]:
