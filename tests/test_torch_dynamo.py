@@ -25,6 +25,7 @@ from compilecache import entry, runner
 from compilecache.frameworks.torch import dynamo as torch_dynamo
 from compilecache.frameworks.torch.dynamo import guards, repairs
 from compilecache.frameworks.torch.dynamo import key as torch_dynamo_key
+from compilecache.frameworks.torch.dynamo import packages as dynamo_packages
 from compilecache.stores.local import LocalStore
 from tests.conftest import TESTS, clean_env
 
@@ -319,7 +320,7 @@ def test_why_a_package_was_not_installed_is_said_in_words() -> None:
         def __str__(self) -> str:
             raise RuntimeError("no message")
 
-    reason = torch_dynamo._install_reason
+    reason = dynamo_packages._install_reason
     assert reason(FXGraphCacheMiss()) == "a compiled graph it needs is not in the cache"
     assert reason(RuntimeError("guards torn")) == "RuntimeError: guards torn"
     assert reason(KeyError()) == "KeyError"

@@ -94,6 +94,56 @@ def test_hot_load_counts_are_plain_torchs_under_compilecache(tmp_path: Path) -> 
             assert {step: got[step] for step in EXPECTED_STATIC} == EXPECTED_STATIC
 
 
+# test_cache_hot_load_caching_precompile (test/inductor/test_codecache.py): what it asserts, for
+# each of its CPU parametrizations, of a program that turns caching_precompile on itself.
+PRECOMPILE_EXPECTED = {
+    "cold": {
+        "autograd_cache_miss": 1,
+        "autograd_cache_hit": 0,
+        "dynamo_cache_miss": 1,
+        "dynamo_cache_hit": 0,
+    },
+    "again": {
+        "autograd_cache_miss": 2,
+        "autograd_cache_hit": 0,
+        "dynamo_cache_miss": 2,
+        "dynamo_cache_hit": 0,
+    },
+    "hot": {
+        "autograd_cache_miss": 2,
+        "autograd_cache_hit": 0,
+        "dynamo_cache_miss": 2,
+        "dynamo_cache_hit": 1,
+    },
+}
+PRECOMPILE_ARTIFACTS = {"inductor": 2, "aot_autograd": 1, "autotune": 0, "pgo": 0, "precompile": 1}
+
+
+@pytest.mark.slow
+def test_a_program_that_turns_caching_precompile_on_keeps_torchs_own_dynamo_cache(
+    tmp_path: Path,
+) -> None:
+    """A program that sets ``caching_precompile`` itself after importing torch
+    (``torch._dynamo.config.patch``) and hot-loads its portable artifacts gets torch's own
+    Dynamo cache under compilecache: the hot load's package is served (``dynamo_cache_hit`` 1),
+    with every count plain torch's. One process per case: a hot-loaded package stays on its
+    function's code after ``torch._dynamo.reset()`` (plain torch too), and would serve the next
+    case's first compile."""
+    for case in CASES:
+        spec = f"{case}:precompile"
+        plain_proc = start(tmp_path / case.replace(":", "-") / "plain", False, str(PROGRAM), spec)
+        ours_proc = start(
+            tmp_path / case.replace(":", "-") / "compilecache", True, str(PROGRAM), spec
+        )
+        (expected,), (got,) = reports(plain_proc), reports(ours_proc)
+        which = (expected["dtype"], expected["dynamic"])
+        assert got == expected, which
+        assert got["cold_same"] and got["again_same"] and got["hot_same"], which
+        assert got["saved"] == got["loaded"] == PRECOMPILE_ARTIFACTS, which
+        for step, counts in PRECOMPILE_EXPECTED.items():
+            assert {name: got[step][name] for name in counts} == counts, (which, step)
+
+
 AOT_COMPILE = r"""
 import json, sys
 import torch

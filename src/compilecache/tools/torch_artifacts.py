@@ -42,8 +42,8 @@ from typing import Any, Literal
 from compilecache import atomicfile, entry
 from compilecache.entry import EntryHeader
 from compilecache.errors import BundleError, ConfigError, CorruptEntry, ForeignEntry
-from compilecache.frameworks.torch.integration import (
-    _KNOWN_IDS,
+from compilecache.frameworks.torch.payloads import (
+    KNOWN_IDS,
     parse_debug_lines,
     store_key,
     torch_key_of,
@@ -210,7 +210,7 @@ class _Planned:
 
     @property
     def remote_key(self) -> str:
-        cache_id, version = _KNOWN_IDS[self.layer]
+        cache_id, version = KNOWN_IDS[self.layer]
         return f"pt2:{cache_id}::{self.key}:c{version}"
 
 

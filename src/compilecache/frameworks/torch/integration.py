@@ -56,6 +56,12 @@ always happens before the first compile looks anything up.
 The backend never raises into torch: an exception from a remote ``put`` fails the user's compile
 (torch's AOTAutograd write is outside any ``try``). Store errors are counted misses or failed writes (:class:`compilecache.runtime.cache.Cache`).
 
+This module is the hook dispatch (:class:`Integration`: which hook each torch module gets as it
+is imported, and how they are taken out); beside it: the store behind torch's remote-cache
+interface (``remote``: :class:`StoreBackend`, its lookups and writes, torch's local hits),
+torch's decision functions wrapped (``decisions``), torch's remote keys and payloads
+(``payloads``) and the names of the modules hooked (``modules``).
+
 Stored payloads are torch's own bytes: for ``fx`` and ``aot`` the pickled entry (torch's JSON
 wrapper and its base64 are removed, the Cache compresses it), for ``autotune`` torch's JSON.
 Store keys: ``torch/fx/<key>``, ``torch/aot/<key>``, ``torch/autotune/<sha256>``,
@@ -64,117 +70,81 @@ Store keys: ``torch/fx/<key>``, ``torch/aot/<key>``, ``torch/autotune/<sha256>``
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
-import hashlib
-import inspect
-import json
 import logging
-import os
-import pickle
-import pickletools
-import re
 import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache import _importhook, entry
+from compilecache import _importhook
 from compilecache.config import Config
-from compilecache.entry import EntryHeader
 from compilecache.frameworks.torch import dynamo as torch_dynamo
 from compilecache.frameworks.torch import extensions as torch_extensions
+from compilecache.frameworks.torch import remote as torch_remote
 from compilecache.frameworks.torch import switches as torch_switches
 from compilecache.frameworks.torch import words as torch_words
+from compilecache.frameworks.torch.decisions import DECISIONS, Decisions
 from compilecache.frameworks.torch.dynamo import DynamoPackages
 from compilecache.frameworks.torch.dynamo import key as torch_dynamo_key
 from compilecache.frameworks.torch.extensions import ExtensionCache
 from compilecache.frameworks.torch.headers import HeaderCache, HeaderHook
 from compilecache.frameworks.torch.kernels import BuildHook, KernelCache
+from compilecache.frameworks.torch.modules import (
+    AOT_AUTOGRAD,
+    AOT_RESULT,
+    AUTOGRAD_CACHE,
+    AUTOTUNE_CACHE,
+    CODECACHE,
+    CODEGEN_COMMON,
+    COMPILE_FX,
+    CPP_BUILDER,
+    CPP_EXTENSION,
+    CPU_VEC_ISA,
+    GRAPH_COMPILE,
+    INDUCTOR_UTILS,
+    REMOTE_CACHE,
+    TEST_CASE,
+)
+from compilecache.frameworks.torch.payloads import parse_debug_lines, store_key
 from compilecache.frameworks.torch.probes import ProbeCache, ProbeHooks
+from compilecache.frameworks.torch.remote import (
+    LAYER_CLASS,
+    REMOTE_CACHES,
+    Accounting,
+    BackendFactory,
+    Pending,
+    StoreBackend,
+    StoreLayers,
+)
 from compilecache.frameworks.torch.sources import SourceKeyHooks
-from compilecache.frameworks.torch.switches import AOT, AUTOTUNE, FX, Switches
+from compilecache.frameworks.torch.switches import AOT, FX, Switches
 from compilecache.frameworks.torch.templates import TemplateHooks
-from compilecache.host import cpu_target, torch_versions
 from compilecache.host import framework_module as _private
 from compilecache.patches import Patches
 from compilecache.runtime import explain
 from compilecache.runtime.cache import Cache
-from compilecache.stats import TORCH_LOCAL_LEVEL, function_counter, level_counter
+
+# What tests and tools import from here: the remote keys and torch's debug lines, the backend.
+__all__ = [
+    "BackendFactory",
+    "Integration",
+    "StoreBackend",
+    "install",
+    "parse_debug_lines",
+    "store_key",
+    "uninstall",
+]
 
 log = logging.getLogger("compilecache")
 
 FRAMEWORK = torch_words.FRAMEWORK  # importing it registers the vocabulary
-LAYERS = ("fx", "aot", "autotune", "kernel", "pch", "extension")
-# Layers whose lookups are single-flight and whose misses are explained: one compile each.
-# (Kernels are built inside an FX compile, which its lease already covers; autotune results are
-# small records, not compiles.)
-LEAD_LAYERS = ("fx", "aot")
 
-# RemoteCache subclass -> our layer name.
-REMOTE_CACHES = {
-    "RemoteFxGraphCache": FX,
-    "RemoteAOTAutogradCache": AOT,
-    "RemoteAutotuneCache": AUTOTUNE,
-    "RemoteBundledAutotuneCache": AUTOTUNE,
-}
-# The class whose backend says whether compilecache is a layer's remote cache.
-_LAYER_CLASS = {
-    FX: "RemoteFxGraphCache",
-    AOT: "RemoteAOTAutogradCache",
-    AUTOTUNE: "RemoteAutotuneCache",
-}
-# The cache ids torch 2.6-2.13 uses in its remote keys ("pt2:<id>::<key>:c<version>"); with these
-# the store key is readable, anything else is hashed whole (a new id never meets an old entry).
-_KNOWN_IDS = {"fx": ("fx-graph-v1", "1"), "aot": ("autograd-experimental", "1")}
-_REMOTE_KEY = re.compile(r"^pt2:(?P<id>.*)::(?P<key>.+):c(?P<version>[0-9]+)$")
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
-# An FX graph's key as torch prints it ("f" and 51 base32 characters), found in an AOTAutograd
-# entry's pickle.
-_FX_KEY = re.compile(r"^f[a-z0-9]{40,60}$")
 
 # How long an AOTAutograd lease outlives its compile, waiting for the first backward call.
 AOT_WRITE_GRACE_S = 60.0
-# Bounded: keys computed but not yet written (local hits never write; ~100 KB each).
-_MAX_PENDING = 64
-_MAX_READABLE = 300
 
-REMOTE_CACHE = "torch._inductor.remote_cache"
-CPP_BUILDER = "torch._inductor.cpp_builder"
-CODECACHE = "torch._inductor.codecache"
-INDUCTOR_UTILS = "torch._inductor.utils"
-AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
-AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
-GRAPH_COMPILE = "torch._functorch._aot_autograd.graph_compile"
-AOT_AUTOGRAD = "torch._functorch.aot_autograd"
-AUTOTUNE_CACHE = "torch._inductor.runtime.autotune_cache"
-TEST_CASE = "torch._inductor.test_case"
-CPU_VEC_ISA = "torch._inductor.cpu_vec_isa"
-COMPILE_FX = "torch._inductor.compile_fx"
-CODEGEN_COMMON = "torch._inductor.codegen.common"
-CPP_EXTENSION = torch_extensions.MODULE
-
-# torch's own decisions, wrapped where they are defined and rebound in the modules that imported
-# them by name: (names, the defining module, the importing modules). The first name is the
-# function; others are aliases of it.
-_DECISIONS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
-    (
-        ("should_use_remote_fx_graph_cache",),
-        INDUCTOR_UTILS,
-        (COMPILE_FX, AUTOGRAD_CACHE, AOT_RESULT),
-    ),
-    (("should_use_remote_autograd_cache",), AUTOGRAD_CACHE, (GRAPH_COMPILE, AOT_AUTOGRAD)),
-    # Dynamo packages keep AOTAutograd's entries in plain torch's form (DynamoPackages.bundling).
-    (("should_bundle_autograd_cache",), AUTOGRAD_CACHE, (GRAPH_COMPILE,)),
-    (("fresh_cache", "fresh_inductor_cache"), INDUCTOR_UTILS, (COMPILE_FX, TEST_CASE)),
-    (("_should_use_remote_autotune_cache",), AUTOTUNE_CACHE, ()),
-)
-# Without these, compilecache would not know when torch consults a remote cache: FX graphs and
-# AOTAutograd entries are then not carried (a warning says so). The others are optional.
-_REQUIRED_DECISIONS = ("should_use_remote_fx_graph_cache", "should_use_remote_autograd_cache")
 
 HOOKED_MODULES = (
     REMOTE_CACHE,
@@ -195,123 +165,13 @@ HOOKED_MODULES = (
 )
 
 
-def store_key(layer: str, remote_key: str) -> str:
-    """``pt2:fx-graph-v1::<key>:c1`` -> ``torch/fx/<key>``; other shapes hash the whole key."""
-    match = _REMOTE_KEY.match(remote_key)
-    if match is not None and _KNOWN_IDS.get(layer) == (match["id"], match["version"]):
-        key = match["key"]
-        if _SAFE_KEY.match(key):
-            return f"torch/{layer}/{key}"
-    return f"torch/{layer}/{hashlib.sha256(remote_key.encode()).hexdigest()}"
-
-
-def torch_key_of(remote_key: str) -> str:
-    """The key torch computed (``fxyz...``) inside a remote key."""
-    match = _REMOTE_KEY.match(remote_key)
-    return match["key"] if match is not None else remote_key
-
-
-def parse_debug_lines(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """``[hash] attr: value`` lines -> ({attr: hash}, {attr: value, truncated})."""
-    components: dict[str, str] = {}
-    readable: dict[str, str] = {}
-    for line in lines:
-        if not line.startswith("["):
-            continue
-        digest, sep, rest = line[1:].partition("] ")
-        if not sep:
-            continue
-        attr, _, value = rest.partition(": ")
-        components[attr] = digest
-        readable[attr] = value if len(value) <= _MAX_READABLE else value[:_MAX_READABLE] + "..."
-    return components, readable
-
-
-def fx_keys_in(payload: bytes) -> list[str]:
-    """The FX graph keys an AOTAutograd entry's pickle names (its forward and backward), read
-    with :mod:`pickletools` without running the pickle; ``[]`` when none is found."""
-    keys: list[str] = []
-    with contextlib.suppress(Exception):
-        for _op, arg, _pos in pickletools.genops(payload):
-            if isinstance(arg, str) and _FX_KEY.match(arg) and arg not in keys:
-                keys.append(arg)
-    return keys
-
-
-@dataclass
-class _Accounting:
-    """Exclusive compile times, so that an AOT entry, its FX graphs and their kernels do not
-    count the same seconds three times: torch's FX time includes the kernels built during it,
-    and the AOT time includes its FX graphs."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    kernel_s: float = 0.0  # kernel builds since the last FX write
-    fx_s: float = 0.0  # FX compile times since the last AOT write
-
-    def kernel_built(self, seconds: float) -> None:
-        with self.lock:
-            self.kernel_s += seconds
-
-    def exclusive(self, layer: str, seconds: float) -> float:
-        with self.lock:
-            if layer == "fx":
-                own = max(0.0, seconds - self.kernel_s)
-                self.kernel_s = 0.0
-                self.fx_s += seconds
-                return own
-            if layer == "aot":
-                own = max(0.0, seconds - self.fx_s)
-                self.fx_s = 0.0
-                return own
-            return seconds
-
-
-class _Pending:
-    """Key -> torch's debug lines, remembered between computing a key and writing its entry."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lines: OrderedDict[str, list[str]] = OrderedDict()
-
-    def remember(self, key: str, lines: list[str]) -> None:
-        with self._lock:
-            self._lines[key] = lines
-            self._lines.move_to_end(key)
-            while len(self._lines) > _MAX_PENDING:
-                self._lines.popitem(last=False)
-
-    def pop(self, key: str) -> list[str] | None:
-        with self._lock:
-            return self._lines.pop(key, None)
-
-
-class BackendFactory:
-    """What a ``RemoteCache`` subclass builds its backend with (``backend_override_cls``):
-    compilecache's :class:`StoreBackend`, except where the program itself switched torch's
-    remote cache on for that layer: then torch's own Redis backend, as without compilecache."""
-
-    def __init__(self, layer: str, class_name: str) -> None:
-        self.layer = layer
-        self.class_name = class_name
-
-    def __call__(self) -> Any:
-        integration = _installed
-        if integration is not None and integration.switches.chosen(self.layer) is not True:
-            return StoreBackend(self.layer)
-        remote = _private(REMOTE_CACHE)
-        return remote.RedisRemoteCacheBackend(self.class_name)
-
-    def __repr__(self) -> str:
-        return f"compilecache.BackendFactory({self.layer!r})"
-
-
 class Integration:
     """Everything one ``install`` put in place, and how to take it out again."""
 
     def __init__(self, cache: Cache, *, precompile: bool | None = None) -> None:
         self.cache = cache
-        self.accounting = _Accounting()
-        self.pending = _Pending()
+        self.accounting = Accounting()
+        self.pending = Pending()
         self.patches = Patches()
         self.switches = Switches()
         self.switches.owns = self.owns
@@ -342,8 +202,15 @@ class Integration:
         self.kernels.before_compile = headers.ensure_for
         self.extensions = ExtensionCache(cache)
         self.extensions.off = self.off
-        # torch's decision functions: name -> (torch's original, our wrapper).
-        self.decisions: dict[str, tuple[Any, Any]] = {}
+        # The store behind torch's remote-cache interface (remote.py).
+        self.remote = StoreLayers(cache, self.switches, self.accounting, self.pending)
+        # torch's decision functions, wrapped and rebound (decisions.py).
+        self.decisions = Decisions(
+            self.switches,
+            self.patches,
+            self.note_off,
+            self.dynamo.backends.bundling if self.dynamo is not None else None,
+        )
         self.applied: set[str] = set()
         self.lock = threading.RLock()
         self.notes = explain.SettingNotes(cache, FRAMEWORK)
@@ -367,134 +234,8 @@ class Integration:
         """Whether torch builds compilecache's backend for ``layer``'s remote cache now (the
         program may have set a ``backend_override_cls`` of its own, before or after enable)."""
         remote = sys.modules.get(REMOTE_CACHE)
-        cls = getattr(remote, _LAYER_CLASS[layer], None)
+        cls = getattr(remote, LAYER_CLASS[layer], None)
         return isinstance(getattr(cls, "backend_override_cls", None), BackendFactory)
-
-    def _decide(self, layer: str) -> bool:
-        """Whether the store is torch's remote cache for ``layer`` now (see switches.py)."""
-        reason = self.switches.layer_off(layer)
-        if reason:
-            self.note_off(reason)
-            return False
-        return True
-
-    # --- the remote-cache backend -------------------------------------------------------------
-
-    def get(self, layer: str, remote_key: str) -> bytes | None:
-        key = store_key(layer, remote_key)
-        if self.switches.layer_off(layer):
-            return None  # torch asked a backend it built earlier: its switches say no now
-        if not self.switches.serves(layer, key):
-            # Cleared by torch's clear() in this process: a miss until this process writes it.
-            self.cache.stats.add("misses", framework=FRAMEWORK)
-            self.cache.stats.add(f"{FRAMEWORK}.{layer}.misses")
-            return None
-        if layer in LEAD_LAYERS:
-            # Single-flight: on a miss, wait for another process compiling the same graph, or
-            # lead (released in put, or when the outermost compile_fx returns without a put).
-            found = self.cache.load_or_lead(FRAMEWORK, key)
-        else:
-            found = self.cache.load(FRAMEWORK, key)
-        if found is not None and layer == AOT and not self._fx_graphs_present(found.payload):
-            self.cache.stats.add(f"{FRAMEWORK}.aot.incomplete")
-            found = None
-        if found is None:
-            self.cache.stats.add(f"{FRAMEWORK}.{layer}.misses")
-            return None
-        self.cache.stats.add(f"{FRAMEWORK}.{layer}.hits")
-        self.pending.pop(torch_key_of(remote_key))
-        extra = found.header.extra
-        if extra.get("encoding") == "pickle":
-            wrapped = {
-                "data": base64.b64encode(found.payload).decode("ascii"),
-                "time_taken_ms": int(extra.get("time_taken_ms", 0)),
-            }
-            return json.dumps(wrapped).encode("ascii")
-        return found.payload
-
-    def _fx_graphs_present(self, payload: bytes) -> bool:
-        """Whether every FX graph an AOTAutograd entry names can be loaded: from the store
-        (served now) or torch's own directory. Without them torch compiles the graph again,
-        or raises under ``strict_autograd_cache``; so the entry is a miss instead. Store
-        errors count as present (torch then finds out, as it would)."""
-        for fx_key in fx_keys_in(payload):
-            key = f"{FRAMEWORK}/{FX}/{fx_key}"
-            if self.switches.serves(FX, key) and self._stored(key):
-                continue
-            if not self._in_torch_directory(fx_key):
-                log.debug("compilecache: AOTAutograd entry's FX graph %s is missing", fx_key)
-                return False
-        return True
-
-    def _stored(self, key: str) -> bool:
-        try:
-            return self.cache.store.stat(key) is not None
-        except Exception:
-            return True
-
-    @staticmethod
-    def _in_torch_directory(fx_key: str) -> bool:
-        try:
-            codecache = sys.modules[CODECACHE]
-            directory = codecache.FxGraphCache._get_tmp_dir_for_key(fx_key)
-            return os.path.isdir(directory) and bool(os.listdir(directory))
-        except Exception:
-            return False
-
-    def put(self, layer: str, remote_key: str, data: bytes) -> None:
-        key = store_key(layer, remote_key)
-        try:
-            if not self.switches.layer_off(layer):
-                self._put(layer, key, remote_key, data)
-        finally:
-            self.cache.finish_lead(key)
-
-    def _put(self, layer: str, key: str, remote_key: str, data: bytes) -> None:
-        payload, extra, taken_s = _unwrap(data, pickled=layer in ("fx", "aot"))
-        torch_key = torch_key_of(remote_key)
-        lines = self.pending.pop(torch_key) if layer in ("fx", "aot") else None
-        components, readable = parse_debug_lines(lines or [])
-        extra.update({"layer": layer, "remote_key": remote_key, "time_taken_s": taken_s})
-        if layer in LEAD_LAYERS:
-            # Inductor generates C++ for this CPU's vector ISA and torch's key does not say
-            # which: every read checks it against the reading host (host.HostCheck).
-            extra["cpu"] = cpu_target()
-        if layer not in LEAD_LAYERS:
-            extra[entry.INTERNAL] = True  # an autotune record: part of a graph, not a graph
-        if readable:
-            extra["readable"] = readable
-        header = EntryHeader(
-            framework=FRAMEWORK,
-            key=key,
-            name=_graph_name(layer),
-            compile_time_s=self.accounting.exclusive(layer, taken_s),
-            versions=torch_versions(),
-            components=components,
-            extra=extra,
-        )
-        stored = self.cache.save(header, payload)
-        self.switches.wrote(layer, key)
-        if layer in LEAD_LAYERS:
-            # torch writes only after its own lookup missed: every put here is a miss of ours.
-            self._explain(header, readable, stored)
-
-    def _explain(self, header: EntryHeader, readable: dict[str, str], stored: bool) -> None:
-        """Record why this graph missed: the nearest stored entry of the same name and layer,
-        and which of torch's hash components differ (``torch: thread count 2 -> 1``)."""
-        layer = str(header.extra.get("layer", ""))
-        explain.record_miss(
-            self.cache,
-            framework=FRAMEWORK,
-            name=header.name,
-            key=header.key,
-            components=header.components,
-            readable=readable,
-            prefix=f"{FRAMEWORK}/{layer}/",
-            compile_time_s=header.compile_time_s,
-            stored=stored,
-            reason="" if stored else self.cache.skip_reason(header.compile_time_s, header.key),
-            background=True,
-        )
 
     # --- hooks, applied as their modules are imported -----------------------------------------
 
@@ -507,7 +248,7 @@ class Integration:
                 hook = _APPLY.get(module_name)
                 if hook is not None:
                     hook(self, _private(module_name))
-                self._rebind_decisions()
+                self.decisions.rebind()
                 self.applied.add(module_name)
             except Exception as exc:
                 torch = sys.modules.get("torch")
@@ -517,91 +258,6 @@ class Integration:
                     f"torch {version}: could not hook {module_name} ({exc}); that part of "
                     "torch.compile is not cached",
                 )
-
-    # torch's decision functions, wrapped once and rebound wherever they were imported by name.
-
-    def _decision_wrapper(self, name: str, original: Any) -> Any:
-        if name == "should_use_remote_fx_graph_cache":
-            return self._remote_decision(FX, original)
-        if name == "should_use_remote_autograd_cache":
-            return self._remote_decision(AOT, original)
-        if name == "_should_use_remote_autotune_cache":
-            return self._autotune_decision(original)
-        if name == "should_bundle_autograd_cache":
-            return self.dynamo.bundling(original) if self.dynamo is not None else original
-        return self.switches.fresh_cache(original)
-
-    def _remote_decision(self, layer: str, original: Callable[[], bool]) -> Callable[[], bool]:
-        decide = self._decide
-
-        @functools.wraps(original)
-        def should_use_remote() -> bool:
-            # The store where torch would cache on its own and the program chose no remote
-            # cache; anything else is torch's own answer.
-            return decide(layer) or bool(original())
-
-        return should_use_remote
-
-    def _autotune_decision(self, original: Callable[[Any], bool]) -> Callable[[Any], bool]:
-        decide = self._decide
-
-        @functools.wraps(original)
-        def should_use_remote_autotune_cache(inductor_meta: Any) -> bool:
-            # The kernel's own record of the flags when it was generated, then the switches now.
-            meta = inductor_meta if isinstance(inductor_meta, dict) else {}
-            if (
-                meta.get("autotune_remote_cache") is None
-                and not meta.get("force_disable_caches")
-                and meta.get("autotune_local_cache", True)
-                and decide(AUTOTUNE)
-            ):
-                return True
-            return bool(original(inductor_meta))
-
-        return should_use_remote_autotune_cache
-
-    def _rebind_decisions(self) -> None:
-        """Wrap each decision in its defining module once, and put the wrapper in every loaded
-        module that imported the function by name (idempotent: run after each hooked import)."""
-        for names, definer, importers in _DECISIONS:
-            module = sys.modules.get(definer)
-            if module is None or _initializing(module):
-                continue  # not imported yet, or still executing (an import cycle): later
-            name = names[0]
-            if name not in self.decisions:
-                original = getattr(module, name, None)
-                if not callable(original):
-                    if name in _REQUIRED_DECISIONS:
-                        raise AttributeError(f"{definer}.{name} is missing")
-                    log.debug("compilecache: no %s.%s in this torch; left alone", definer, name)
-                    self.decisions[name] = (None, None)
-                    continue
-                wrapper = self._decision_wrapper(name, original)
-                wrapper.__wrapped__ = original
-                self.decisions[name] = (original, wrapper)
-            original, wrapper = self.decisions[name]
-            if original is None or self._marked_in_place(name, original):
-                continue
-            targets = [module, *(sys.modules.get(m) for m in importers)]
-            for alias in names:
-                self.patches.rebind(targets, alias, original, wrapper)
-
-    def _marked_in_place(self, name: str, original: Any) -> bool:
-        """``fresh_cache`` is a ``contextlib.contextmanager``: its generator is swapped inside
-        the function object itself, so that references taken before compilecache was enabled
-        (``from torch._inductor.utils import fresh_cache`` at the top of a program or a test)
-        mark the scope too. ``False`` (then it is rebound by name) for any other shape."""
-        if name != "fresh_cache":
-            return False
-        for cell in getattr(original, "__closure__", None) or ():
-            if self.patches.patched(cell, "cell_contents"):
-                return True  # done at an earlier import
-            generator = cell.cell_contents
-            if inspect.isgeneratorfunction(generator):
-                marked = self.switches.fresh_generator(generator)
-                self.patches.replace(cell, "cell_contents", marked, label="fresh_cache")
-                return True
-        return False
 
     def _hook_cpp_builder(self, module: Any) -> None:
         # Warns by itself when this torch lacks what it needs (FX and AOT entries still work).
@@ -729,7 +385,7 @@ class Integration:
         def record(klass: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 if kwargs.get("local_hit", args[0] if args else False):
-                    integration.local_hit(layer, str(key))
+                    integration.remote.local_hit(layer, str(key))
             except Exception as exc:  # counting must never break a lookup
                 log.debug("compilecache: torch local hit not counted: %s", exc)
             return func(klass, key, *args, **kwargs)
@@ -738,73 +394,6 @@ class Integration:
         self.patches.replace(
             cls, "_record_result", classmethod(record), label=f"local_hits.{cls.__name__}"
         )
-
-    def local_hit(self, layer: str, torch_key: str) -> None:
-        """A graph torch's own directory served: a hit of the ``torch-local`` level; the time
-        saved is the stored entry's compile time when the store has the graph."""
-        self.pending.pop(torch_key)
-        stats = self.cache.stats
-        stats.add("hits", framework=FRAMEWORK)
-        stats.add(f"{FRAMEWORK}.{layer}.local_hits")
-        stats.add(level_counter(TORCH_LOCAL_LEVEL, "hits"))
-        key = f"{FRAMEWORK}/{layer}/{torch_key}" if _SAFE_KEY.match(torch_key) else ""
-        try:
-            info = self.cache.store.stat(key) if key else None
-        except Exception:  # a store that is down: the hit counts, the time saved is unknown
-            info = None
-        if info is None and key and self.cache.writes(key) and not self.switches.layer_off(layer):
-            # torch's own directory had it, the store does not: the store gets it too, so that
-            # a new machine is as warm as this one (a program that ran under plain torch before).
-            name = _graph_name(layer)  # the compiling thread's context: not the queue's
-            self.cache.background.add(
-                functools.partial(self._backfill, layer, torch_key, key, name)
-            )
-        if info is not None:
-            saved = float(info.meta.compile_time_s)
-            stats.add("compile_time_saved_s", saved, framework=FRAMEWORK)
-            stats.add(level_counter(TORCH_LOCAL_LEVEL, "compile_time_saved_s"), saved)
-            if info.meta.name:
-                stats.add(function_counter(FRAMEWORK, info.meta.name, "hits"))
-                stats.add(
-                    function_counter(FRAMEWORK, info.meta.name, "compile_time_saved_s"), saved
-                )
-
-    def _backfill(self, layer: str, torch_key: str, key: str, name: str) -> None:
-        """Store the entry torch's own directory served for ``torch_key`` (the newest file
-        under its key: torch checks a candidate's guards wherever it comes from). Runs on the
-        background thread; never raises."""
-        try:
-            module = sys.modules[CODECACHE if layer == FX else AUTOGRAD_CACHE]
-            cls = module.FxGraphCache if layer == FX else module.AOTAutogradCache
-            directory = cls._get_tmp_dir_for_key(torch_key)
-            paths = [os.path.join(directory, name) for name in os.listdir(directory)]
-            newest = max(paths, key=os.path.getmtime)
-            with open(newest, "rb") as f:
-                payload = f.read()
-            cache_id, version = _KNOWN_IDS[layer]
-            remote_key = f"pt2:{cache_id}::{torch_key}:c{version}"
-            taken_s = _time_taken_s(payload)
-            extra: dict[str, Any] = {
-                "encoding": "pickle",
-                "time_taken_ms": int(taken_s * 1000),
-                "layer": layer,
-                "remote_key": remote_key,
-                "time_taken_s": taken_s,
-                "source": "torch-local",
-                "cpu": cpu_target(),
-            }
-            header = EntryHeader(
-                framework=FRAMEWORK,
-                key=key,
-                name=name,
-                compile_time_s=taken_s,
-                versions=torch_versions(),
-                extra=extra,
-            )
-            if self.cache.save(header, payload):
-                self.cache.stats.add(f"{FRAMEWORK}.{layer}.local_backfills")
-        except Exception as exc:  # a convenience: the program is served either way
-            log.debug("compilecache: torch's local %s entry %s not stored: %s", layer, key, exc)
 
     def _hook_autograd_cache(self, module: Any) -> None:
         if hasattr(module, "_get_debug_lines_for_cache_key"):
@@ -835,9 +424,7 @@ class Integration:
 
         def get_remote_cache() -> Any:
             remote = sys.modules.get(REMOTE_CACHE)
-            backend = getattr(
-                getattr(remote, _LAYER_CLASS[AOT], None), "backend_override_cls", None
-            )
+            backend = getattr(getattr(remote, LAYER_CLASS[AOT], None), "backend_override_cls", None)
             state = (id(backend), switches.chosen(AOT))
             with lock:
                 if state in memo:
@@ -949,7 +536,7 @@ class Integration:
             self.source_hooks.uninstall()
             self.template_hooks.uninstall()
             self.patches.undo()
-            self.decisions.clear()
+            self.decisions.wrapped.clear()
             autograd = sys.modules.get(AUTOGRAD_CACHE)
             get_remote = getattr(
                 getattr(autograd, "AOTAutogradCache", None), "get_remote_cache", None
@@ -968,10 +555,10 @@ class Integration:
         for name in REMOTE_CACHES:
             override = getattr(getattr(remote, name, None), "backend_override_cls", None)
             status[f"remote.{name}"] = isinstance(override, BackendFactory)
-        for names, definer, _ in _DECISIONS:
+        for names, definer, _ in DECISIONS:
             if names[0] == "fresh_cache" and "fresh_cache" in self.patches.live():
                 continue  # marked inside the function itself: its own label below
-            if self.decisions.get(names[0], (None, None))[0] is not None:
+            if self.decisions.wrapped.get(names[0], (None, None))[0] is not None:
                 module = sys.modules.get(definer)
                 status[f"decision.{names[0]}"] = self.patches.patched(module, names[0])
         status["kernel.CppBuilder.build"] = self.build_hook.live
@@ -996,120 +583,10 @@ _APPLY: dict[str, Callable[[Integration, Any], None]] = {
 }
 
 
-class StoreBackend:
-    """A ``RemoteCacheBackend[bytes]`` for one layer, on the installed integration.
-
-    Built by torch through ``backend_override_cls`` (for the FX cache on every lookup, so it is
-    cheap). It looks the integration up at call time: AOTAutograd keeps its remote cache object
-    for the life of the process, and it must follow ``enable``/``disable``. Never raises.
-    """
-
-    def __init__(self, layer: str) -> None:
-        self.layer = layer
-        self._name = f"backend:compilecache:{layer}"
-
-    def get(self, key: str) -> bytes | None:
-        integration = _installed
-        if integration is None:
-            return None
-        try:
-            return integration.get(self.layer, key)
-        except Exception as exc:  # never raise into torch
-            integration.cache.warn_once(
-                f"torch:get:{self.layer}", f"{self.layer} lookup failed: {exc}"
-            )
-            return None
-
-    def put(self, key: str, data: bytes) -> None:
-        integration = _installed
-        if integration is None:
-            return
-        try:
-            integration.put(self.layer, key, data)
-        except Exception as exc:  # never raise into torch: it would fail the user's compile
-            integration.cache.stats.add("errors", framework=FRAMEWORK)
-            integration.cache.warn_once(
-                f"torch:put:{self.layer}", f"{self.layer} write failed: {exc}"
-            )
-
-    # torch's RemoteCacheBackend spelling, for callers that use the underscored methods.
-    _get = get
-    _put = put
-
-
-def _initializing(module: Any) -> bool:
-    """Whether ``module`` is still being executed (imported by a module it imports)."""
-    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
-
-
 def _written_later(key: str) -> bool:
     """AOTAutograd entries are written at the first backward, after their compile returned, and
     Dynamo's packages once their AOTAutograd entries are."""
     return key.startswith((f"{FRAMEWORK}/aot/", torch_dynamo_key.PREFIX))
-
-
-def _time_taken_s(payload: bytes) -> float:
-    """What an FX graph or AOTAutograd entry took to compile, as torch recorded it in the entry
-    (``_time_taken_ns``, or the forward and backward times); 0 where it does not say."""
-    try:
-        entry = pickle.loads(payload)
-        nanoseconds = getattr(entry, "_time_taken_ns", None)
-        if nanoseconds is None:
-            nanoseconds = getattr(entry, "forward_time_taken_ns", 0) + getattr(
-                entry, "backward_time_taken_ns", 0
-            )
-        return max(0.0, float(nanoseconds or 0) / 1e9)
-    except Exception:
-        return 0.0
-
-
-def _unwrap(data: bytes, *, pickled: bool) -> tuple[bytes, dict[str, Any], float]:
-    """torch's ``{"data": base64(pickle), "time_taken_ms": N}`` -> (pickle, extra, seconds).
-
-    Anything else (autotune's JSON, a format a later torch may use) is stored as it came.
-    """
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return bytes(data), {"encoding": "raw"}, 0.0
-    if pickled and isinstance(value, dict) and isinstance(value.get("data"), str):
-        taken_ms = value.get("time_taken_ms", 0)
-        taken_ms = int(taken_ms) if isinstance(taken_ms, (int, float)) else 0
-        try:
-            payload = base64.b64decode(value["data"], validate=True)
-        except ValueError:
-            return bytes(data), {"encoding": "raw"}, taken_ms / 1000
-        return payload, {"encoding": "pickle", "time_taken_ms": taken_ms}, taken_ms / 1000
-    taken = value.get("time_taken_ms", 0) if isinstance(value, dict) else 0
-    seconds = float(taken) / 1000 if isinstance(taken, (int, float)) else 0.0
-    return bytes(data), {"encoding": "raw"}, seconds
-
-
-def _graph_name(layer: str) -> str:
-    """What torch knows of the graph being compiled: the traced function's qualified name, and
-    for ``fx`` the AOT graph (``MLP.forward:0_forward``). Empty outside a Dynamo compile."""
-    if layer not in ("fx", "aot"):
-        return ""
-    try:
-        guards = _private("torch._guards")
-        context = guards.TracingContext.try_get()
-        if context is None:
-            return ""
-        code = getattr(context, "traced_code", None) or []
-        name = ""
-        if code:
-            name = str(getattr(code[0], "co_qualname", "") or getattr(code[0], "co_name", ""))
-            name = name.replace(".<locals>.", ".").rsplit("<locals>.", 1)[-1]
-        graph = getattr(context, "aot_graph_name", None)
-        if layer == "fx" and graph:
-            graph_name = str(graph[0] if isinstance(graph, (list, tuple)) else graph)
-            name = f"{name}:{graph_name}" if name else graph_name
-        if not name:
-            compile_id = guards.CompileContext.current_compile_id()
-            name = f"compile {compile_id}" if compile_id is not None else ""
-        return name[:200]
-    except Exception:
-        return ""
 
 
 _installed: Integration | None = None
@@ -1128,6 +605,7 @@ def install(cache: Cache, cfg: Config) -> bool:
     integration = Integration(cache, precompile=None if cfg is None else cfg.torch_precompile)
     _installed = integration
     torch_switches.activate(integration.switches)
+    torch_remote.activate(integration.remote)
     for name in HOOKED_MODULES:
         _importhook.when_imported(name, _applier(integration, name))
     log.info("compilecache: torch %s routed through %s", torch.__version__, cache.store.url)
@@ -1149,6 +627,7 @@ def uninstall() -> None:
         return
     integration, _installed = _installed, None
     torch_switches.activate(None)
+    torch_remote.activate(None)
     integration.uninstall()
 
 

@@ -53,7 +53,8 @@ def package_key(fn: Any, compile_call: str, files: dict[str, str]) -> tuple[str,
         "compile_call": compile_call,
         "module_source": source_digest(fn.__module__, files),
         **version_components(),
-        "dynamo_config": _config_digest("torch._dynamo.config"),
+        # caching_precompile is compilecache's OURS (1) where packages are made: as its truth.
+        "dynamo_config": _config_digest("torch._dynamo.config", truths=("caching_precompile",)),
         "inductor_config": _config_digest("torch._inductor.config"),
         "functorch_config": _config_digest("torch._functorch.config"),
         # The program's tag for its cache entries (torch.compiler.config): a package is not
@@ -119,9 +120,14 @@ def _triton_version() -> str:
     return installed_version("triton") or ""
 
 
-def _config_digest(module_name: str, *, leave_out: tuple[str, ...] = ()) -> str:
+def _config_digest(
+    module_name: str, *, leave_out: tuple[str, ...] = (), truths: tuple[str, ...] = ()
+) -> str:
     module: Any = importlib.import_module(module_name)
     settings = {k: v for k, v in module.save_config_portable().items() if k not in leave_out}
+    for name in truths:
+        if name in settings:
+            settings[name] = bool(settings[name])
     return digest(canonical(settings).encode())[:32]
 
 

@@ -1,0 +1,266 @@
+"""The guards Dynamo drops under ``caching_precompile``: seen where Dynamo drops them, put back
+in memory, and saved so that another process can check them.
+
+Hooks of ``torch._dynamo.guards`` (and ``torch._guards.Guard``) for
+:class:`~compilecache.frameworks.torch.dynamo.packages.DynamoPackages`: each acts only while
+the mode is compilecache's (``enabled``); a program's own mode is torch's, untouched. What a
+compile dropped is kept per thread (``local.dropped``, ``local.frames``, ``local.problem``) until
+its package is recorded; a loaded package's check (``local.restoring``) goes into the guard
+managers its install builds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import logging
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from compilecache.frameworks.torch.dynamo.guards import (
+    DERIVED,
+    DROPPED,
+    Unverifiable,
+    identity,
+)
+from compilecache.frameworks.torch.dynamo.repairs import (
+    forget_incomparable_export_ref,
+    saved_as_missing,
+    unwrapped,
+    wrapped_path,
+)
+from compilecache.patches import Patches
+from compilecache.runtime.cache import Cache
+
+log = logging.getLogger("compilecache")
+
+# Set on a CheckFunctionManager while it builds its guards (see GuardHooks._restore).
+_FULL = "_compilecache_full_build"
+_USER_KEPT = "_compilecache_user_kept"
+# What Dynamo logs for each guard caching_precompile drops (torch/_dynamo/guards.py).
+_DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
+
+
+class _QuietDroppedGuards(logging.Filter):
+    """Keeps Dynamo's warnings about guards that package mode drops out of the program's
+    output while the mode is compilecache's (the program did not ask for it, and the guards are
+    put back in memory); compilecache's debug log keeps them."""
+
+    def __init__(self, packages: GuardHooks) -> None:
+        super().__init__()
+        self.packages = packages
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.packages.enabled or _DROPPED_GUARD_WARNING not in str(record.msg):
+            return True
+        with contextlib.suppress(Exception):
+            log.debug("compilecache: torch: %s (put back in memory)", record.getMessage())
+        return False
+
+
+class GuardHooks:
+    """The hooks of Dynamo's guards for one torch integration's Dynamo packages."""
+
+    def __init__(
+        self, cache: Cache, patches: Patches, local: threading.local, enabled: Callable[[], bool]
+    ) -> None:
+        self.cache = cache
+        self.patches = patches
+        # The compiling thread's state, shared with the packages (see the module docstring).
+        self.local = local
+        self._enabled = enabled
+
+    @property
+    def enabled(self) -> bool:
+        """Whether caching_precompile is on because of compilecache now."""
+        return self._enabled()
+
+    def apply(self, module: Any) -> None:
+        """Hook ``torch._dynamo.guards`` (now imported). Raises what fails."""
+        self.patches.wrap(module, "make_guard_filter_entry", self._watching, label="dynamo.guards")
+        manager = module.CheckFunctionManager
+        self.patches.wrap(
+            manager, "serialize_guards", self._serializing, label="dynamo.guards_state"
+        )
+        self.patches.wrap(manager, "__init__", self._filtering, label="dynamo.guard_filter")
+        self.patches.wrap(manager, "build_guards", self._building, label="dynamo.guard_build")
+        self.patches.wrap(
+            manager, "compile_check_fn", self._checking, label="dynamo.guards_restored"
+        )
+        self.patches.wrap(
+            module.GuardsStatePickler,
+            "reducer_override",
+            self._pickling,
+            label="dynamo.guards_pickle",
+        )
+        # Dynamo warns of every guard the mode drops: the mode is ours, not the program's,
+        # and the dropped guards are put back (their lines go to compilecache's debug log).
+        logger = logging.getLogger(module.__name__)
+        quiet = [*logger.filters, _QuietDroppedGuards(self)]
+        self.patches.replace(logger, "filters", quiet, label="dynamo.guard_warnings")
+        guard = importlib.import_module("torch._guards").Guard
+        self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
+
+    def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A guard whose object cannot be compared with itself (a NumPy array read as a new
+        tensor each time) raised into the program the second time Dynamo builds it, which it
+        does in the caching_precompile mode we turn on: see
+        :func:`forget_incomparable_export_ref`."""
+
+        def set_export_info(guard: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.enabled:
+                with contextlib.suppress(Exception):  # the repair must never raise into torch
+                    ref = args[3] if len(args) > 3 else kwargs.get("obj_weakref")
+                    forget_incomparable_export_ref(guard, ref)
+            return original(guard, *args, **kwargs)
+
+        return set_export_info
+
+    def _serializing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torch serialises every compile's guards under caching_precompile, and raises into the
+        program where it cannot (an object of a class defined inside a function: TypeError).
+        That compile goes on with its guards in memory; its package is never stored."""
+
+        def serialize_guards(manager: Any, *args: Any, **kwargs: Any) -> bytes:
+            try:
+                return bytes(original(manager, *args, **kwargs))
+            except Exception as exc:
+                if type(exc).__name__ == "PackageError" or not self.enabled:
+                    raise  # torch's own bypass handles it (or strict_precompile asked for it)
+                self.local.problem = f"its guards cannot be saved ({exc})"
+                return b""
+
+        return serialize_guards
+
+    def _pickling(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torch saves a function its guards read by module and qualified name, and as missing
+        where that name finds another object (a decorated method's inner function: the name is
+        the wrapper's), which fails the guards' build on load. Such a function reached through
+        ``__wrapped__`` (``functools.wraps``) is saved as that path instead."""
+
+        def reducer_override(pickler: Any, obj: Any) -> Any:
+            reduced = original(pickler, obj)
+            if self.enabled and isinstance(obj, types.FunctionType) and saved_as_missing(reduced):
+                path = wrapped_path(obj)
+                if path is not None:
+                    return unwrapped, path
+            return reduced
+
+        return reducer_override
+
+    # -- the guards Dynamo drops --------------------------------------------------------------
+
+    def _watching(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def make_guard_filter_entry(guard: Any, builder: Any) -> Any:
+            entry = original(guard, builder)
+            if self.enabled:
+                with contextlib.suppress(Exception):
+                    self._note_guard(entry, builder)
+            return entry
+
+        return make_guard_filter_entry
+
+    def _note_guard(self, entry: Any, builder: Any) -> None:
+        derived = tuple(entry.derived_guard_types)
+        if entry.guard_type not in DROPPED and not any(d in derived for d in DERIVED):
+            return
+        seen = getattr(self.local, "dropped", None)
+        if seen is None:
+            seen = self.local.dropped = {}
+            self.local.frames = {}
+        try:
+            # Classified once the package is recorded, with the frame it was met in.
+            self.local.frames[entry.name] = builder.f_code
+            if not entry.has_value:
+                raise Unverifiable("no value")
+            seen[entry.name] = identity(entry.value)
+        except Unverifiable as exc:
+            earlier = getattr(self.local, "problem", "")
+            self.local.problem = earlier or f"{entry.guard_type} on {entry.name}: {exc}"
+
+    # -- the guards Dynamo drops, put back ----------------------------------------------------
+
+    def _filtering(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A guard filter of the program's own (``torch.compile(options={"guard_filter_fn":
+        ...})``) is kept: its choices are recorded, so that only the guards torch drops for
+        caching_precompile are put back. The package of such a compile is not stored: another
+        program, without that filter, would be served with fewer guards than it asks for."""
+        signature = inspect.signature(original)
+
+        def __init__(manager: Any, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(manager, *args, **kwargs)
+            chosen = bound.arguments.get("guard_filter_fn")
+            if self.enabled and chosen is not None:
+                # Its guards are the program's choice, not a key's: no package of it is stored.
+                earlier = getattr(self.local, "problem", "")
+                self.local.problem = earlier or "compiled with a guard filter of the program's"
+
+                def guard_filter_fn(entries: Any) -> Any:
+                    kept = chosen(entries)
+                    manager.__dict__[_USER_KEPT] = list(kept)
+                    return kept
+
+                bound.arguments["guard_filter_fn"] = guard_filter_fn
+            original(*bound.args, **bound.kwargs)
+
+        return __init__
+
+    def _building(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Keep the first, unfiltered build of a frame's guards (torch builds them all once to
+        filter, then again without the dropped ones)."""
+
+        def build_guards(manager: Any, *args: Any, **kwargs: Any) -> Any:
+            built = original(manager, *args, **kwargs)
+            if self.enabled and kwargs.get("guard_filter_fn") is None and len(args) == 5:
+                sorted_guards, _, _, _, save_guards = args
+                if not save_guards:
+                    manager.__dict__[_FULL] = (built, list(sorted_guards), args[1:4])
+            return built
+
+        return build_guards
+
+    def _checking(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The guards a frame keeps in memory: those Dynamo dropped for caching_precompile put
+        back (a compiled frame then recompiles where torch without caching_precompile would),
+        and for a loaded package the check of its dropped guards' objects."""
+
+        def compile_check_fn(manager: Any, builder: Any, guards: Any, *args: Any) -> Any:
+            if self.enabled:
+                try:
+                    builder, guards = self._restore(manager, builder, guards)
+                except Exception as exc:  # torch's own, filtered guards stay
+                    self.cache.warn_once("torch:dynamo:guards", f"guards not restored: {exc}")
+            return original(manager, builder, guards, *args)
+
+        return compile_check_fn
+
+    def _restore(self, manager: Any, builder: Any, guards: list[Any]) -> tuple[Any, list[Any]]:
+        """The builder and guards ``compile_check_fn`` goes on with; ``manager`` is changed
+        only once nothing more can fail."""
+        full = manager.__dict__.pop(_FULL, None)
+        user_kept = manager.__dict__.pop(_USER_KEPT, None)
+        restoring = getattr(self.local, "restoring", None)
+        chosen, chosen_manager, chosen_guards = builder, manager.guard_manager, guards
+        if full is not None:
+            (full_builder, full_manager), every, build_args = full
+            wanted = every
+            if user_kept is not None:
+                # The program's own filter decided on these guards: it keeps what it kept.
+                wanted = [guard for guard, keep in zip(every, user_kept, strict=True) if keep]
+            if len(wanted) > len(guards):
+                if wanted is not every:  # the program dropped some itself: build what it kept
+                    full_builder, full_manager = manager.build_guards(wanted, *build_args, False)
+                    manager.__dict__.pop(_FULL, None)
+                chosen, chosen_manager, chosen_guards = full_builder, full_manager, wanted
+        check = restoring.for_frame(chosen.f_code) if restoring is not None else None
+        if check is not None:
+            chosen_manager.root.add_lambda_guard(check[0], check[1], None)
+        if chosen is not builder:
+            # torch's __init__ copies the ID_MATCH'd objects (its recompile limit counts
+            # entries per object) from the builder it passed here.
+            builder.id_matched_objs = chosen.id_matched_objs
+            manager.guard_manager = chosen_manager
+        return chosen, chosen_guards
