@@ -20,7 +20,7 @@ DYNAMO_CONFIG = "torch._dynamo.config"
 # eval_frame is done: they import each other).
 MODULES = (EVAL_FRAME, PACKAGE, GUARDS, CONTEXT, OUTPUT, STANDALONE, DYNAMO)
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
-# test_torch_precompile.py, on 2.14 and 2.15 by `make compat-torch`); another is left alone.
+# test_torch_dynamo.py, on 2.14 and 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.14.", "2.15.")
 # What compilecache sets ``caching_precompile`` to: true for torch (which only asks ``if
 # config.caching_precompile``), and not the ``True`` a program sets: while the program's own
