@@ -233,6 +233,7 @@ def _read_ahead(cache: Cache, installed: _Installed) -> jax_preload.Preloader | 
         return bool(jax_value(ENABLE_OPTION)) and not (flag is not None and bool(flag.value))
 
     preloader = jax_preload.Preloader(cache, FRAMEWORK, store_key, wanted)
+    cache.finishers.append(preloader.finish)
 
     def ours(backend: Any) -> bool:
         # JAX's cache for this backend is compilecache's, and reads as a cache: a disabled

@@ -43,6 +43,8 @@ MAX_HELD_BYTES = 256 * 1024 * 1024
 KEEP_S = 60.0
 # A lookup waits this long at most for the executable being deserialised for it.
 CLAIM_WAIT_S = 120.0
+# At exit, how long to wait for a deserialisation under way.
+EXIT_WAIT_S = 30.0
 # Only these platforms' executables are read ahead.
 PLATFORMS = ("cpu",)
 
@@ -189,6 +191,16 @@ class Preloader:
         with self._lock:
             self._stopped = True
             self._drop()
+
+    def finish(self) -> None:
+        """At exit: stop, and wait for a deserialisation under way (at most ``EXIT_WAIT_S``). A
+        daemon thread still inside XLA's C++ code when the interpreter exits aborts the process
+        ("FATAL: exception not rethrown"), seen where a warm program ended before reading ahead
+        had. Never raises."""
+        self.stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(EXIT_WAIT_S)
 
     @staticmethod
     def _matches(loaded: _Loaded, options: Any, backend: Any, devices: Any) -> bool:
