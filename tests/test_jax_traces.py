@@ -30,7 +30,7 @@ def _run(
     tmp: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The program's output, and (under compilecache) its process's trace counters."""
-    extra = dict(env or {})
+    extra = {"COMPILECACHE_JAX_PRECOMPILE": "1", **(env or {})}
     command = [sys.executable, str(PROGRAM), str(tmp / "helper"), *args]
     if store is not None:
         extra["COMPILECACHE_URL"] = str(store)
@@ -114,7 +114,7 @@ API_PROGRAM = TESTS / "jax_trace_api_program.py"
 
 def _api(store: Path | None, *args: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
     command = [sys.executable, str(API_PROGRAM), *args]
-    extra: dict[str, str] = {}
+    extra = {"COMPILECACHE_JAX_PRECOMPILE": "1"}
     if store is not None:
         extra["COMPILECACHE_URL"] = str(store)
         command = [sys.executable, "-m", "compilecache", "run", "--", *command]

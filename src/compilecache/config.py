@@ -153,8 +153,7 @@ class Config:
     # warning where torch is another release); False: off.
     torch_precompile: bool | None = None
     # JAX: serve a jitted function's stored trace where its guards hold, so a warm start does not
-    # trace or lower it again (COMPILECACHE_JAX_PRECOMPILE). None (unset): on for the JAX releases
-    # it was tested on, off for others; True: asked for; False: off.
+    # trace or lower it again (COMPILECACHE_JAX_PRECOMPILE=1). None (unset) or False: off.
     jax_precompile: bool | None = None
 
     @property
