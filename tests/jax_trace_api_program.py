@@ -9,13 +9,14 @@ the plain program's.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax_trace_report import report  # beside this file
 
 LOG_COMPILES = "--log-compiles" in sys.argv
 if LOG_COMPILES:
@@ -78,18 +79,7 @@ def main() -> None:
     # LAPACK's kernels: readied by the lowering a served trace skips (a crash if they are not).
     out["qr"] = _values(jax.jit(jnp.linalg.qr)(w @ w.T + jnp.eye(4)))
     out["traced"] = list(TRACED)
-    print(json.dumps({"output": out, "traces": _trace_counters()}))
-
-
-def _trace_counters() -> dict[str, float]:
-    try:
-        import compilecache
-    except ImportError:
-        return {}
-    session = compilecache.active()
-    if session is None:
-        return {}
-    return {k: v for k, v in session.stats().items() if k.startswith("jax.trace.")}
+    report(out)
 
 
 main()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 
@@ -29,6 +28,8 @@ sys.path.insert(0, ARGS.helper_dir)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import trace_helper  # noqa: E402  (a module the test rewrites between runs)
+
+from jax_trace_report import report  # noqa: E402  (beside this file)
 
 # A module global computed from the environment.
 OFFSET = float(os.environ.get("TRACE_OFFSET", "1.0"))
@@ -98,19 +99,7 @@ def main() -> None:
         name: [repr(float(v)) for v in np.asarray(out).ravel()] for name, out in results.items()
     }
     output["dtype"] = [str(results["precision"].dtype)]
-    print(json.dumps({"output": output, "traces": _trace_counters()}))
-
-
-def _trace_counters() -> dict[str, float]:
-    """compilecache's trace counters of this process (empty without compilecache)."""
-    try:
-        import compilecache
-    except ImportError:
-        return {}
-    session = compilecache.active()
-    if session is None:
-        return {}
-    return {k: v for k, v in session.stats().items() if k.startswith("jax.trace.")}
+    report(output)
 
 
 main()
