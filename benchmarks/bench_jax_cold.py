@@ -119,7 +119,7 @@ JAX_HOOKS_CHILD = TIMED_CHILD.format(
 )
 
 
-def run_once(mode: str, workload: str, directory: Path) -> dict[str, Any]:
+def run_once(mode: str, workload: str, directory: Path, traces: bool = False) -> dict[str, Any]:
     module, args, span = WORKLOADS[workload]
     if mode == "jax":
         env = clean_env(
@@ -127,7 +127,9 @@ def run_once(mode: str, workload: str, directory: Path) -> dict[str, Any]:
             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         )
     else:
-        env = clean_env(COMPILECACHE_URL=str(directory))
+        env = clean_env(
+            COMPILECACHE_URL=str(directory), COMPILECACHE_JAX_PRECOMPILE="1" if traces else "0"
+        )
     result = run_json([sys.executable, "-c", CHILD, mode, module, *args], env)
     return {"wall_s": result.wall_s, "span_s": float(result.record[span]), **result.record}
 
@@ -143,6 +145,11 @@ def main() -> int:
         action="store_true",
         help="time compilecache's JAX cache interface per compile, in the process (no pairs)",
     )
+    parser.add_argument(
+        "--traces",
+        action="store_true",
+        help="compilecache records served traces too (COMPILECACHE_JAX_PRECOMPILE=1)",
+    )
     add_no_write(parser)
     args = parser.parse_args()
     compile_package()
@@ -155,7 +162,9 @@ def main() -> int:
             for n, (r, mode) in enumerate(rotations(list(runs), args.rounds)):
                 if mode == "jax" and r == len(runs["jax"]):
                     progress(f"{workload}: round {r + 1}/{args.rounds}")
-                runs[mode].append(run_once(mode, workload, Path(tmp) / f"{workload}-{n}"))
+                runs[mode].append(
+                    run_once(mode, workload, Path(tmp) / f"{workload}-{n}", traces=args.traces)
+                )
             pairs = list(zip(runs["jax"], runs["compilecache"], strict=True))
             digests = {(a.get("digest"), b.get("digest")) for a, b in pairs}
             if any(a != b for a, b in digests):

@@ -5,8 +5,10 @@ processes and rotating order:
 
 - ``jax``: JAX's own persistent cache (``JAX_COMPILATION_CACHE_DIR``, with
   ``jax_persistent_cache_min_compile_time_secs=0`` so that it holds the same compiles);
-- ``compilecache``: ``compilecache.enable()`` on a local directory, as it is by default: the
-  job's executables are read ahead (deserialised on a thread once the program's backends exist);
+- ``compilecache``: ``compilecache.enable()`` on a local directory with served traces
+  (``COMPILECACHE_JAX_PRECOMPILE=1``): a jitted function whose guards hold is not traced or
+  lowered, and the job's executables are read ahead (deserialised on a thread once the
+  program's backends exist);
 - ``no-traces``: the same store with ``COMPILECACHE_JAX_PRECOMPILE=0`` (every jitted function is
   traced and lowered again, as with JAX's own cache; its executables still read ahead);
 - ``no-read-ahead``: the same store with ``COMPILECACHE_PREFETCH=0`` (lookups read and
@@ -131,7 +133,8 @@ def run_once(variant: str, workload: str, directory: Path) -> dict[str, Any]:
             COMPILECACHE_URL=str(directory / "compilecache"),
             COMPILECACHE_JOB=f"bench-{workload}",
             **({"COMPILECACHE_PREFETCH": "0"} if variant == "no-read-ahead" else {}),
-            **({"COMPILECACHE_JAX_PRECOMPILE": "0"} if variant == "no-traces" else {}),
+            # Served traces (off by default while new) for every variant but no-traces.
+            COMPILECACHE_JAX_PRECOMPILE="0" if variant == "no-traces" else "1",
         )
     result = run_json([sys.executable, "-c", CHILD, variant, module, *args], env, timeout=1800)
     return {"wall_s": result.wall_s, "span_s": float(result.record[span]), **result.record}
