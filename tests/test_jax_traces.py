@@ -26,12 +26,13 @@ HELPER_A = "import jax.numpy as jnp\n\n\ndef transform(x):\n    return jnp.sin(x
 HELPER_B = HELPER_A.replace("+ 1.0", "+ 2.0")
 
 
-def _run(
-    tmp: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The program's output, and (under compilecache) its process's trace counters."""
+def _program(
+    program: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any], str, str]:
+    """Run ``program`` plain (``store`` None) or under ``compilecache run`` with served traces:
+    what it printed (its results, its trace counters) and its stdout and stderr."""
     extra = {"COMPILECACHE_JAX_PRECOMPILE": "1", **(env or {})}
-    command = [sys.executable, str(PROGRAM), str(tmp / "helper"), *args]
+    command = [sys.executable, str(program), *args]
     if store is not None:
         extra["COMPILECACHE_URL"] = str(store)
         command = [sys.executable, "-m", "compilecache", "run", "--", *command]
@@ -40,7 +41,15 @@ def _run(
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = json.loads(proc.stdout.strip().splitlines()[-1])
-    return printed["output"], printed["traces"]
+    return printed["output"], printed["traces"], proc.stdout, proc.stderr
+
+
+def _run(
+    tmp: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The corpus program's output, and (under compilecache) its process's trace counters."""
+    output, traces, _, _ = _program(PROGRAM, store, str(tmp / "helper"), *args, env=env)
+    return output, traces
 
 
 def _helper(tmp: Path, text: str) -> None:
@@ -113,17 +122,7 @@ API_PROGRAM = TESTS / "jax_trace_api_program.py"
 
 
 def _api(store: Path | None, *args: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
-    command = [sys.executable, str(API_PROGRAM), *args]
-    extra = {"COMPILECACHE_JAX_PRECOMPILE": "1"}
-    if store is not None:
-        extra["COMPILECACHE_URL"] = str(store)
-        command = [sys.executable, "-m", "compilecache", "run", "--", *command]
-    proc = subprocess.run(
-        command, env=clean_env(extra), capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    printed = json.loads(proc.stdout.strip().splitlines()[-1])
-    return printed["output"], printed["traces"], proc.stdout, proc.stderr
+    return _program(API_PROGRAM, store, *args)
 
 
 def test_jax_apis_work_as_jax_on_a_warm_start_served_its_traces(tmp_path: Path) -> None:

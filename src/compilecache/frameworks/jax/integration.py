@@ -57,7 +57,7 @@ from compilecache.frameworks.jax.adapter import (
     store_key,
     verifying_view,
 )
-from compilecache.frameworks.jax.key import KeyTap, positional, tap_key_steps
+from compilecache.frameworks.jax.key import KeyTap, compression_name, positional, tap_key_steps
 from compilecache.frameworks.jax.settings import (
     DIR_OPTION,
     ENABLE_OPTION,
@@ -171,9 +171,7 @@ def install(cache: Cache, cfg: Config) -> bool:
                 ignore_type = getattr(_private("jax._src.cache_key"), "IgnoreCallbacks", None)
                 no_ignore = getattr(ignore_type, "NO", None)
                 ignore = args[0] if args else kwargs.get("ignore_callbacks", no_ignore)
-                compression = "zstandard" if compilation_cache.zstandard is not None else "zlib"
-                if getattr(compilation_cache, "zstd", None) is not None:
-                    compression = "zstandard"
+                compression = compression_name(compilation_cache)
                 adapter.remember_key_args(
                     key, (module, devices, compile_options, backend, ignore, compression), hashes
                 )

@@ -304,3 +304,10 @@ def tap_key_steps(patches: Patches, tap: KeyTap) -> None:
         return
     patches.wrap(ck, "_log_cache_key_hash", tap.wrap_log)
     patches.replace(ck, "hashlib", _HashlibWithTap(tap), label="jax._src.cache_key.hashlib")
+
+
+def compression_name(compilation_cache: Any) -> str:
+    """The compression JAX's cache names in its key (``cache_key``'s last fixed step)."""
+    if getattr(compilation_cache, "zstd", None) is not None:
+        return "zstandard"
+    return "zstandard" if getattr(compilation_cache, "zstandard", None) is not None else "zlib"

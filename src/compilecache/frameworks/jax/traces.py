@@ -49,7 +49,12 @@ from compilecache.entry import EntryHeader
 from compilecache.frameworks.jax import guards as jax_guards
 from compilecache.frameworks.jax import xla as jax_xla
 from compilecache.frameworks.jax.adapter import FRAMEWORK, JaxCacheAdapter, store_key
-from compilecache.frameworks.jax.key import Recorder, key_steps, readable_components
+from compilecache.frameworks.jax.key import (
+    Recorder,
+    compression_name,
+    key_steps,
+    readable_components,
+)
 from compilecache.host import framework_module as _private
 from compilecache.host import jax_versions
 from compilecache.patches import Patches
@@ -90,7 +95,7 @@ _IRRELEVANT_OPTIONS = frozenset(
 # Options under which a trace is never served: the program asks to see tracing and compiles.
 _WATCHING_OPTIONS = ("jax_log_compiles", "jax_explain_cache_misses")
 # Counters: jax.trace.<what>.
-SERVED, STALE, REFUSED, WRITES, NEW = "served", "stale", "refused", "writes", "new"
+SERVED, STALE, REFUSED, WRITES = "served", "stale", "refused", "writes"
 
 
 def counter(what: str) -> str:
@@ -348,8 +353,10 @@ class TraceCache:
             log.debug("compilecache: %s traced: %s", name, exc)
             return None, None
         try:
-            signature, leaves = _signature(fun, jit_info, args, kwargs)
-            roots = _roots(fun, jit_info, args, kwargs)
+            flat = _flatten(jit_info, args, kwargs)
+            leaves = flat[0]
+            signature = _signature(fun, jit_info, args, kwargs, flat)
+            roots = _roots(fun, jit_info, args, kwargs, flat)
             walk = _walk(roots)
         except (TraceRefused, jax_guards.Refused) as exc:
             self._refused(name, str(exc))
@@ -553,11 +560,8 @@ class TraceCache:
             out_tree=out_tree,
             name=recording.name,
         )
-        np = sys.modules["numpy"]
-        array = np.empty(len(devices), dtype=object)
-        array[:] = devices
         # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
-        readable = readable_components(array, compile_["options"], backend, "")
+        readable = readable_components(_device_array(devices), compile_["options"], backend, "")
         stored = _Stored(
             variant.walk, variant.created, variant.jax_key, variant.name, pickle.dumps(variant)
         )
@@ -703,14 +707,20 @@ def _static(jit_info: Any, args: Any, kwargs: Any) -> tuple[set[int], set[str]]:
     return {i for i in numbers if 0 <= i < count}, set(jit_info.static_argnames) & set(kwargs)
 
 
-def _signature(fun: Any, jit_info: Any, args: Any, kwargs: Any) -> tuple[str, list[Any]]:
-    """The lookup key of this call and its dynamic leaves, flattened as JAX flattens them."""
-    tree_util = _private("jax._src.tree_util")
-    core = _private("jax._src.core")
+def _flatten(jit_info: Any, args: Any, kwargs: Any) -> tuple[list[Any], Any]:
+    """The call's dynamic leaves and their structure, flattened as JAX flattens them."""
     static_numbers, static_names = _static(jit_info, args, kwargs)
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_numbers)
     dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
-    leaves, treedef = tree_util.tree_flatten((dynamic, dynamic_kwargs))
+    leaves, treedef = _private("jax._src.tree_util").tree_flatten((dynamic, dynamic_kwargs))
+    return leaves, treedef
+
+
+def _signature(fun: Any, jit_info: Any, args: Any, kwargs: Any, flat: Any) -> str:
+    """The lookup key of this call (``flat``: its :func:`_flatten`)."""
+    core = _private("jax._src.core")
+    static_numbers, static_names = _static(jit_info, args, kwargs)
+    leaves, treedef = flat
     h = hashlib.sha256()
     module = getattr(getattr(fun, "__func__", fun), "__module__", None) or type(fun).__module__
     h.update(f"{module}.{_name(fun)}\0{treedef}\0".encode())
@@ -730,16 +740,16 @@ def _signature(fun: Any, jit_info: Any, args: Any, kwargs: Any) -> tuple[str, li
         )
     h.update(repr(sorted(jax_versions().items())).encode())
     h.update(sys.version.encode())
-    return h.hexdigest(), leaves
+    return h.hexdigest()
 
 
-def _roots(fun: Any, jit_info: Any, args: Any, kwargs: Any) -> list[tuple[str, Any]]:
-    tree_util = _private("jax._src.tree_util")
+def _roots(
+    fun: Any, jit_info: Any, args: Any, kwargs: Any, flat: Any = None
+) -> list[tuple[str, Any]]:
+    """What the guards are walked from (``flat``: the call's :func:`_flatten`, else made)."""
     config = _private("jax._src.config")
     static_numbers, static_names = _static(jit_info, args, kwargs)
-    dynamic = tuple(a for i, a in enumerate(args) if i not in static_numbers)
-    dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
-    _, treedef = tree_util.tree_flatten((dynamic, dynamic_kwargs))
+    _, treedef = flat if flat is not None else _flatten(jit_info, args, kwargs)
     options = {
         name: holder.value
         for name, holder in sorted(config.config._value_holders.items())
@@ -880,15 +890,20 @@ def _unready_custom_calls(targets: list[str] | None, platform: str) -> str:
     return next((t for t in targets if t not in registered), "")
 
 
+def _device_array(devices: list[Any]) -> Any:
+    """``devices`` as the NumPy array of objects JAX's key and compile options take."""
+    array = sys.modules["numpy"].empty(len(devices), dtype=object)
+    for i, device in enumerate(devices):
+        array[i] = device
+    return array
+
+
 def _build_options(recipe: dict[str, Any], backend: Any, devices: list[Any]) -> Any:
     """The compile options JAX builds on this host for what ``recipe`` recorded (as
     ``pxla.create_compile_options`` builds them)."""
-    np = sys.modules["numpy"]
     compiler = _private("jax._src.compiler")
     count = len(devices)
-    assignment = np.empty((1, count), dtype=object)
-    for i, device in enumerate(devices):
-        assignment[0, i] = device
+    assignment = _device_array(devices).reshape((1, count))
     options = compiler.get_compile_options(
         num_replicas=1,
         num_partitions=count,
@@ -907,17 +922,10 @@ def _build_options(recipe: dict[str, Any], backend: Any, devices: list[Any]) -> 
 
 def _other_components(devices: list[Any], options: Any, backend: Any) -> dict[str, str]:
     """The hash of each step of JAX's key but the computation, as this host computes it."""
-    np = sys.modules["numpy"]
     ck = _private("jax._src.cache_key")
     compilation_cache = _private("jax._src.compilation_cache")
-    array = np.empty(len(devices), dtype=object)
-    for i, device in enumerate(devices):
-        array[i] = device
-    compression = (
-        "zstandard" if getattr(compilation_cache, "zstandard", None) is not None else "zlib"
-    )
-    if getattr(compilation_cache, "zstd", None) is not None:
-        compression = "zstandard"
+    array = _device_array(devices)
+    compression = compression_name(compilation_cache)
     ignore = getattr(getattr(ck, "IgnoreCallbacks", None), "NO", None)
     steps = key_steps(ck, None, array, jax_xla.key_options(options), backend, ignore, compression)
     hashes: dict[str, str] = {}
