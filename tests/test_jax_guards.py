@@ -78,6 +78,28 @@ def test_closures_and_defaults_are_part_of_a_function() -> None:
     assert digest(g) != before
 
 
+SCALE = 5.0
+
+
+def _scaled(x: float) -> float:
+    return x * SCALE
+
+
+def test_one_code_made_into_functions_of_other_globals_is_guarded_in_each() -> None:
+    import types
+
+    def copy_with(scale: float) -> Any:
+        return types.FunctionType(_scaled.__code__, {"SCALE": scale})
+
+    # The copy's globals are read too, though its code was reached first through _scaled.
+    assert digest([_scaled, copy_with(2.0)]) != digest([_scaled, copy_with(3.0)])
+    walk = guards.Walk()
+    walk.root("value", [_scaled, copy_with(2.0)])
+    walk.finish()
+    namespaces = walk.namespaces[_scaled.__code__]
+    assert len(namespaces) == 2 and namespaces[0] is globals()
+
+
 def test_cycles_and_shared_values_are_encoded_without_addresses() -> None:
     a: list[Any] = [1]
     a.append(a)

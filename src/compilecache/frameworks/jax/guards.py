@@ -290,6 +290,9 @@ class Walk:
     digests: dict[str, str] = dataclasses.field(default_factory=dict)
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     codes: set[types.CodeType] = dataclasses.field(default_factory=set)
+    # The globals each code was reached with: one code object can be made into functions of
+    # other globals (``types.FunctionType(code, namespace)``), each one guarded on its own.
+    namespaces: dict[types.CodeType, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     refused: str | None = None
     # The program's modules reached, and every name the program's code reached uses.
     _modules: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)
@@ -415,17 +418,20 @@ class Walk:
 
     def add_code(self, code: types.CodeType, globals_: dict[str, Any] | None) -> None:
         """The program's ``code`` is reached (with the globals it reads names in)."""
-        if code in self.codes:
+        namespace = globals_ if globals_ is not None else {}
+        if any(g is namespace for g in self.namespaces.get(code, ())):
             return
+        first = code not in self.codes
         for nested in nested_codes(code):
             self.codes.add(nested)
+            self.namespaces.setdefault(nested, []).append(namespace)
         filename = code.co_filename
-        if _has_file(filename):
+        if first and _has_file(filename):
             if filename not in self.files:
                 self.files[filename] = file_digest(filename)
-        else:  # made by exec (a dataclass's __init__), typed at a prompt: its code by value
+        elif first:  # made by exec (a dataclass's __init__), typed at a prompt: its code by value
             self.digests[f"code of {code.co_qualname} ({filename})"] = code_digest(code)
-        self._pending_codes.append((code, globals_ or {}))
+        self._pending_codes.append((code, namespace))
 
     def _read_code(self, code: types.CodeType, globals_: dict[str, Any]) -> None:
         module_name = str(globals_.get("__name__", ""))

@@ -158,6 +158,8 @@ class _Recording:
     ran: dict[Any, dict[str, Any]]  # code that ran -> its globals
     c_calls: list[tuple[Any, Any]]  # (program code, a builtin it called)
     callers: set[tuple[Any, Any]] = field(default_factory=set)  # (program code, its caller)
+    # (program code, globals): a code that ran with other globals than those in ``ran`` too.
+    other_globals: list[tuple[Any, Any]] = field(default_factory=list)
     params: Any = None
     compiles: list[dict[str, Any]] = field(default_factory=list)
     keys: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
@@ -390,23 +392,30 @@ class TraceCache:
     ) -> Any:
         """JAX's trace, under a profiler that lists the code it ran."""
         ran, c_calls, callers = recording.ran, recording.c_calls, recording.callers
+        other_globals = recording.other_globals
+        # Whether each code object is an installed package's (True) or the program's: almost
+        # every event of a trace is JAX's own code, so the common path is one lookup.
         library: dict[Any, bool] = {}
+        is_library = jax_guards.is_library_code
 
         def profile(frame: Any, event: str, arg: Any) -> None:
             if event == "call":
                 code = frame.f_code
-                ran[code] = frame.f_globals
                 trusted = library.get(code)
                 if trusted is None:
-                    trusted = library[code] = jax_guards.is_library_code(code)
+                    trusted = library[code] = is_library(code)
+                    ran[code] = frame.f_globals
                 if not trusted:
+                    seen = ran.setdefault(code, frame.f_globals)
+                    if seen is not frame.f_globals:  # one code run with other globals too
+                        other_globals.append((code, frame.f_globals))
                     back = frame.f_back
                     callers.add((code, back.f_code if back is not None else None))
             elif event == "c_call":
                 code = frame.f_code
                 trusted = library.get(code)
                 if trusted is None:
-                    trusted = library[code] = jax_guards.is_library_code(code)
+                    trusted = library[code] = is_library(code)
                 if not trusted:
                     c_calls.append((code, arg))
 
@@ -569,7 +578,7 @@ class TraceCache:
 
     def _uncovered(self, recording: _Recording) -> str:
         """Why the trace ran something the guards do not cover (``""`` when it did not)."""
-        for code, globals_ in recording.ran.items():
+        for code, globals_ in [*recording.ran.items(), *recording.other_globals]:
             if jax_guards.is_library_code(code):
                 continue
             denied = jax_guards.denied_builtin(code, globals_)
@@ -581,6 +590,11 @@ class TraceCache:
                     "per-process string hashing; PYTHONHASHSEED fixes it)"
                 )
             if code in recording.walk.codes:
+                if not any(g is globals_ for g in recording.walk.namespaces.get(code, ())):
+                    return (
+                        f"the trace ran {code.co_qualname} with globals no guard covers "
+                        "(its code made into a function of other globals)"
+                    )
                 continue
             if code.co_filename == "<string>" and _library_namespace(globals_):
                 continue  # made by exec inside an installed package (a dataclass's __init__)
