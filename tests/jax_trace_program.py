@@ -1,6 +1,7 @@
 """A JAX program whose jitted functions each trace differently from run to run while their code,
 shapes and dtypes stay the same: each depends on one value set from outside the program (the
-environment, the command line, a helper file, a static argument's field, JAX's configuration).
+environment, the command line, a helper file, a static argument's field, JAX's configuration,
+an installed package's global).
 
     python jax_trace_program.py HELPER_DIR [--scale S] [--static-field F]
 
@@ -24,10 +25,14 @@ parser.add_argument("--scale", type=float, default=2.0)
 parser.add_argument("--static-field", type=int, default=1)
 ARGS = parser.parse_args()
 sys.path.insert(0, ARGS.helper_dir)
+# An installed package's module (its directory named as pip's are), with a global from the
+# environment.
+sys.path.insert(0, os.path.join(ARGS.helper_dir, "site-packages"))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import trace_helper  # noqa: E402  (a module the test rewrites between runs)
+import trace_library  # noqa: E402  (its global SCALE is read from TRACE_LIBRARY)
 
 from jax_trace_report import report  # noqa: E402  (beside this file)
 
@@ -79,6 +84,11 @@ static_jit = jax.jit(static_fn, static_argnums=1)
 
 
 @jax.jit
+def library(x):
+    return trace_library.scaled(x) + 1.0
+
+
+@jax.jit
 def precision(x):
     # float32 or float64 depending on jax_enable_x64, set from the environment (JAX_ENABLE_X64).
     return (x / 3.0).astype(jnp.asarray(1.0).dtype) * 1.0000001
@@ -94,6 +104,7 @@ def main() -> None:
         "with_default": with_default(x),
         "static": static_jit(x, Static(ARGS.static_field)),
         "precision": precision(x),
+        "library": library(x),
     }
     output = {
         name: [repr(float(v)) for v in np.asarray(out).ravel()] for name, out in results.items()

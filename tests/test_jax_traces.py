@@ -24,6 +24,12 @@ PROGRAM = TESTS / "jax_trace_program.py"
 HELPER_A = "import jax.numpy as jnp\n\n\ndef transform(x):\n    return jnp.sin(x) + 1.0\n"
 # The same size as HELPER_A, one character changed: a file compared by size and time would pass.
 HELPER_B = HELPER_A.replace("+ 1.0", "+ 2.0")
+# An installed package's module (trusted by its version) that reads a global from the
+# environment at import.
+LIBRARY = (
+    "import os\n\nSCALE = float(os.environ.get('TRACE_LIBRARY', '1.5'))\n\n\n"
+    "def scaled(x):\n    return x * SCALE\n"
+)
 
 
 def _program(
@@ -54,7 +60,8 @@ def _run(
 
 def _helper(tmp: Path, text: str) -> None:
     helper = tmp / "helper"
-    helper.mkdir(exist_ok=True)
+    (helper / "site-packages").mkdir(parents=True, exist_ok=True)
+    (helper / "site-packages" / "trace_library.py").write_text(LIBRARY)
     path = helper / "trace_helper.py"
     stat = path.stat() if path.exists() else None
     path.write_text(text)
@@ -73,6 +80,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
     "default argument": ((), {"TRACE_POWER": "3"}, HELPER_A),
     "static field": (("--static-field", "5"), {}, HELPER_A),
     "jax config": ((), {"JAX_ENABLE_X64": "1"}, HELPER_A),
+    "installed module global": ((), {"TRACE_LIBRARY": "2.5"}, HELPER_A),
 }
 
 
@@ -116,6 +124,7 @@ def test_each_variant_gets_plain_jaxs_output_in_fresh_processes(tmp_path: Path) 
     assert "code of trace_helper.py" in explained
     assert "static argument 1" in explained
     assert "its closure cell scale" in explained and "its default arguments" in explained
+    assert "a global of the installed module trace_library differs" in explained
 
 
 API_PROGRAM = TESTS / "jax_trace_api_program.py"

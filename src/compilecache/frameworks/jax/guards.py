@@ -146,6 +146,61 @@ def is_library_code(code: types.CodeType) -> bool:
     return is_library_file(code.co_filename)
 
 
+# An installed package's module globals that hold plain values are compared by value: a package
+# that computes one at import from the environment or a file traces differently with another.
+# JAX's own are left out: its configuration is guarded whole.
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+_OWN_GLOBALS = ("jax", "jaxlib", "compilecache")
+
+
+def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
+    """The installed packages' modules (outside JAX) whose code ran (code -> the globals it
+    ran with). The standard library's are left out: trusted by Python's version, and some keep
+    a value of their process (``logging._startTime``)."""
+    names: set[str] = set()
+    for code, namespace in ran.items():
+        filename = code.co_filename
+        if "/site-packages/" not in filename and "/dist-packages/" not in filename:
+            continue
+        name = namespace.get("__name__")
+        if not isinstance(name, str) or name.split(".", 1)[0] in _OWN_GLOBALS:
+            continue
+        module = sys.modules.get(name)
+        if module is not None and vars(module) is namespace:
+            names.add(name)
+    return sorted(names)
+
+
+def plain_globals_digest(module_name: str) -> str:
+    """The digest of a module's globals that hold numbers, strings or tuples of them, by value
+    (``""`` where the module is not imported)."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return ""
+    h = hashlib.sha256()
+    namespace = vars(module)
+    for name in sorted(namespace):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        encoded = _plain(namespace[name], 0)
+        if encoded is not None:
+            h.update(f"{name}={encoded}\n".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def _plain(value: Any, depth: int) -> str | None:
+    kind = type(value)
+    if kind is float:
+        return "f" + float.hex(value)  # -0.0 apart from 0.0
+    if kind in _PLAIN:
+        return f"{kind.__name__}{value!r}"
+    if kind is tuple and depth < 2:
+        parts = [_plain(v, depth + 1) for v in value]
+        if all(p is not None for p in parts):
+            return "(" + ",".join(p for p in parts if p is not None) + ")"
+    return None
+
+
 def denied_module(name: str) -> bool:
     return any(name == d or name.startswith(d + ".") for d in DENIED_MODULES)
 

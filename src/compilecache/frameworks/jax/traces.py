@@ -66,7 +66,7 @@ LAYER = "trace"
 PREFIX = f"{FRAMEWORK}/{LAYER}/"
 # Guard variants kept per signature (a program run with a few settings by turns keeps each).
 VARIANTS = 4
-FORMAT = 2
+FORMAT = 3
 # The platforms whose executables are served without their trace: the ones tested (a GPU
 # executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
 SERVED_PLATFORMS = ("cpu",)
@@ -132,6 +132,21 @@ class _Stored:
     jax_key: str
     name: str
     blob: bytes
+    library_globals: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ident(self) -> str:
+        """Which variant this is: its guards' digest and its installed modules' globals."""
+        modules = ",".join(f"{m}={d}" for m, d in sorted(self.library_globals.items()))
+        return self.walk + ":" + hashlib.sha256(modules.encode()).hexdigest()[:16]
+
+    def holds(self) -> str:
+        """Why an installed module's globals differ here from this variant's (``""``: they
+        do not)."""
+        for module, digest in self.library_globals.items():
+            if jax_guards.plain_globals_digest(module) != digest:
+                return f"a global of the installed module {module} differs"
+        return ""
 
     def load(self) -> _Variant:
         variant: _Variant = pickle.loads(self.blob)
@@ -370,16 +385,20 @@ class TraceCache:
         variants = self._variants(key)
         # Variants this process wrote are not stale for it: another value of the same function
         # here (a closure made again with other values) is a new variant.
-        others = {d: v for d, v in variants.items() if d not in self._written}
-        chosen = variants.get(walk.digest())
+        others = {i: v for i, v in variants.items() if i not in self._written}
+        digest = walk.digest()
+        matching = [v for v in variants.values() if v.walk == digest]
+        chosen = next((v for v in matching if not v.holds()), None)
         if chosen is not None:
             served, why = self._serve(chosen.load())
             if served is not None:
                 self.cache.stats.add(counter(SERVED))
                 return (served, leaves), None
+        elif matching:
+            why = matching[-1].holds()
         elif others:
             why = _changed(others, walk)
-        if chosen is not None or others:
+        if chosen is not None or matching or others:
             self.cache.stats.add(counter(STALE))
             self._explain(name, key, walk, f"its stored trace was not used ({why}); traced again")
         if sys.getprofile() is not None:
@@ -442,7 +461,7 @@ class TraceCache:
             stored = pickle.loads(found.payload)
             if stored.get("format") != FORMAT:
                 return {}
-            return {v.walk: v for v in stored["variants"]}
+            return {v.ident: v for v in stored["variants"]}
         except Exception as exc:
             log.debug("compilecache: trace entry %s not usable: %s", key, exc)
             return {}
@@ -572,7 +591,15 @@ class TraceCache:
         # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
         readable = readable_components(_device_array(devices), compile_["options"], backend, "")
         stored = _Stored(
-            variant.walk, variant.created, variant.jax_key, variant.name, pickle.dumps(variant)
+            variant.walk,
+            variant.created,
+            variant.jax_key,
+            variant.name,
+            pickle.dumps(variant),
+            {
+                m: jax_guards.plain_globals_digest(m)
+                for m in jax_guards.library_modules(recording.ran)
+            },
         )
         return stored, readable
 
@@ -623,7 +650,7 @@ class TraceCache:
         if self.cache.store.stat(store_key(variant.jax_key)) is None:
             return False
         variants = self._variants(key)
-        variants.pop(variant.walk, None)
+        variants.pop(variant.ident, None)
         kept = sorted(variants.values(), key=lambda v: v.created)[-(VARIANTS - 1) :]
         payload = pickle.dumps({"format": FORMAT, "variants": [*kept, variant]})
         header = EntryHeader(
@@ -643,7 +670,7 @@ class TraceCache:
         )
         if not self.cache.save(header, payload, any_time=True, counted=False):
             return False
-        self._written.add(variant.walk)
+        self._written.add(variant.ident)
         self.cache.stats.add(counter(WRITES))
         return True
 
