@@ -171,20 +171,34 @@ def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
     return sorted(names)
 
 
-def plain_globals_digest(module_name: str) -> str:
-    """The digest of a module's globals that hold numbers, strings or tuples of them, by value
-    (``""`` where the module is not imported)."""
+def plain_globals(module_name: str) -> tuple[str, ...]:
+    """The names of a module's globals that hold numbers, strings or tuples of them."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return ()
+    namespace = vars(module)
+    return tuple(
+        sorted(
+            name
+            for name, value in list(namespace.items())
+            if not (name.startswith("__") and name.endswith("__")) and _plain(value, 0) is not None
+        )
+    )
+
+
+def plain_globals_digest(module_name: str, names: Iterable[str]) -> str:
+    """The digest of the values of a module's globals ``names`` (``""`` where the module is not
+    imported or one of them is not a plain value now)."""
     module = sys.modules.get(module_name)
     if module is None:
         return ""
-    h = hashlib.sha256()
     namespace = vars(module)
-    for name in sorted(namespace):
-        if name.startswith("__") and name.endswith("__"):
-            continue
-        encoded = _plain(namespace[name], 0)
-        if encoded is not None:
-            h.update(f"{name}={encoded}\n".encode("utf-8", "surrogatepass"))
+    h = hashlib.sha256()
+    for name in names:
+        encoded = _plain(namespace.get(name, _MISSING), 0)
+        if encoded is None:
+            return ""
+        h.update(f"{name}={encoded}\n".encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 

@@ -132,19 +132,20 @@ class _Stored:
     jax_key: str
     name: str
     blob: bytes
-    library_globals: dict[str, str] = field(default_factory=dict)
+    # installed module -> (the names of its plain-valued globals, the digest of their values)
+    library_globals: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
 
     @property
     def ident(self) -> str:
         """Which variant this is: its guards' digest and its installed modules' globals."""
-        modules = ",".join(f"{m}={d}" for m, d in sorted(self.library_globals.items()))
+        modules = ",".join(f"{m}={d}" for m, (_, d) in sorted(self.library_globals.items()))
         return self.walk + ":" + hashlib.sha256(modules.encode()).hexdigest()[:16]
 
     def holds(self) -> str:
         """Why an installed module's globals differ here from this variant's (``""``: they
         do not)."""
-        for module, digest in self.library_globals.items():
-            if jax_guards.plain_globals_digest(module) != digest:
+        for module, (names, digest) in self.library_globals.items():
+            if jax_guards.plain_globals_digest(module, names) != digest:
                 return f"a global of the installed module {module} differs"
         return ""
 
@@ -596,10 +597,7 @@ class TraceCache:
             variant.jax_key,
             variant.name,
             pickle.dumps(variant),
-            {
-                m: jax_guards.plain_globals_digest(m)
-                for m in jax_guards.library_modules(recording.ran)
-            },
+            {m: _plain_globals(m) for m in jax_guards.library_modules(recording.ran)},
         )
         return stored, readable
 
@@ -846,6 +844,11 @@ def _hashing_for_jax(code: Any, denied: str, callers: set[tuple[Any, Any]]) -> b
         return False
     called_by = [caller for callee, caller in callers if callee is code]
     return all(c is not None and jax_guards.is_library_code(c) for c in called_by)
+
+
+def _plain_globals(module: str) -> tuple[tuple[str, ...], str]:
+    names = jax_guards.plain_globals(module)
+    return names, jax_guards.plain_globals_digest(module, names)
 
 
 def _library_namespace(globals_: dict[str, Any]) -> bool:
