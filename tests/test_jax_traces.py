@@ -25,11 +25,13 @@ HELPER_A = "import jax.numpy as jnp\n\n\ndef transform(x):\n    return jnp.sin(x
 # The same size as HELPER_A, one character changed: a file compared by size and time would pass.
 HELPER_B = HELPER_A.replace("+ 1.0", "+ 2.0")
 # An installed package's module (trusted by its version) that reads a global from the
-# environment at import.
+# environment at import; LIBRARY_B is it edited in place (the same size and modification time).
 LIBRARY = (
     "import os\n\nSCALE = float(os.environ.get('TRACE_LIBRARY', '1.5'))\n\n\n"
     "def scaled(x):\n    return x * SCALE\n"
 )
+LIBRARY_B = LIBRARY.replace("x * SCALE", "x / SCALE")
+EDITED_LIBRARY = "edited library"  # the helper argument of the variant that edits LIBRARY
 
 
 def _program(
@@ -59,10 +61,16 @@ def _run(
 
 
 def _helper(tmp: Path, text: str) -> None:
+    """Write the program's helper module (``text``) and its installed module (LIBRARY; for the
+    variant ``EDITED_LIBRARY``, LIBRARY_B beside HELPER_A)."""
     helper = tmp / "helper"
     (helper / "site-packages").mkdir(parents=True, exist_ok=True)
-    (helper / "site-packages" / "trace_library.py").write_text(LIBRARY)
-    path = helper / "trace_helper.py"
+    library = LIBRARY_B if text == EDITED_LIBRARY else LIBRARY
+    _same_time(helper / "site-packages" / "trace_library.py", library)
+    _same_time(helper / "trace_helper.py", HELPER_A if text == EDITED_LIBRARY else text)
+
+
+def _same_time(path: Path, text: str) -> None:
     stat = path.stat() if path.exists() else None
     path.write_text(text)
     if stat is not None:  # the same modification time: only the contents tell the edit
@@ -81,6 +89,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
     "static field": (("--static-field", "5"), {}, HELPER_A),
     "jax config": ((), {"JAX_ENABLE_X64": "1"}, HELPER_A),
     "installed module global": ((), {"TRACE_LIBRARY": "2.5"}, HELPER_A),
+    "edited installed module": ((), {}, EDITED_LIBRARY),
 }
 
 
@@ -125,6 +134,7 @@ def test_each_variant_gets_plain_jaxs_output_in_fresh_processes(tmp_path: Path) 
     assert "static argument 1" in explained
     assert "its closure cell scale" in explained and "its default arguments" in explained
     assert "a global of the installed module trace_library differs" in explained
+    assert "the installed module trace_library's file differs" in explained
 
 
 API_PROGRAM = TESTS / "jax_trace_api_program.py"

@@ -156,7 +156,7 @@ _OWN_GLOBALS = ("jax", "jaxlib", "compilecache")
 def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
     """The installed packages' modules (outside JAX) whose code ran (code -> the globals it
     ran with). The standard library's are left out: trusted by Python's version, and some keep
-    a value of their process (``logging._startTime``)."""
+    a value of their process (``logging._startTime``). So is code of no module's namespace."""
     names: set[str] = set()
     for code, namespace in ran.items():
         filename = code.co_filename
@@ -169,6 +169,24 @@ def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
         if module is not None and vars(module) is namespace:
             names.add(name)
     return sorted(names)
+
+
+# Installed modules' file digests, once per process (an installed package edited in place keeps
+# its version, not its contents).
+_MODULE_FILES: dict[str, str] = {}
+
+
+def module_file_digest(module_name: str) -> str:
+    """The sha256 of an imported module's file (``""`` where it has none to read)."""
+    known = _MODULE_FILES.get(module_name)
+    if known is None:
+        filename = getattr(sys.modules.get(module_name), "__file__", None) or ""
+        try:
+            known = file_digest(filename) if filename.endswith(".py") else ""
+        except Refused:
+            known = ""
+        _MODULE_FILES[module_name] = known
+    return known
 
 
 def plain_globals(module_name: str) -> tuple[str, ...]:

@@ -134,6 +134,7 @@ class _Stored:
     blob: bytes
     # installed module -> (the names of its plain-valued globals, the digest of their values)
     library_globals: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    library_files: dict[str, str] = field(default_factory=dict)  # installed module -> digest
 
     @property
     def ident(self) -> str:
@@ -141,9 +142,14 @@ class _Stored:
         modules = ",".join(f"{m}={d}" for m, (_, d) in sorted(self.library_globals.items()))
         return self.walk + ":" + hashlib.sha256(modules.encode()).hexdigest()[:16]
 
-    def holds(self) -> str:
-        """Why an installed module's globals differ here from this variant's (``""``: they
-        do not)."""
+    def differs(self) -> str:
+        """Why this variant's installed modules (their files, their plain globals) differ
+        here (``""`` where they do not)."""
+        # Files first: they are the same in every variant of a signature until one is edited,
+        # and then the edit is what every variant says.
+        for module, digest in self.library_files.items():
+            if jax_guards.module_file_digest(module) != digest:
+                return f"the installed module {module}'s file differs"
         for module, (names, digest) in self.library_globals.items():
             if jax_guards.plain_globals_digest(module, names) != digest:
                 return f"a global of the installed module {module} differs"
@@ -389,14 +395,14 @@ class TraceCache:
         others = {i: v for i, v in variants.items() if i not in self._written}
         digest = walk.digest()
         matching = [v for v in variants.values() if v.walk == digest]
-        chosen = next((v for v in matching if not v.holds()), None)
+        chosen = next((v for v in matching if not v.differs()), None)
         if chosen is not None:
             served, why = self._serve(chosen.load())
             if served is not None:
                 self.cache.stats.add(counter(SERVED))
                 return (served, leaves), None
         elif matching:
-            why = matching[-1].holds()
+            why = matching[-1].differs()
         elif others:
             why = _changed(others, walk)
         if chosen is not None or matching or others:
@@ -591,13 +597,15 @@ class TraceCache:
         )
         # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
         readable = readable_components(_device_array(devices), compile_["options"], backend, "")
+        modules = jax_guards.library_modules(recording.ran)
         stored = _Stored(
             variant.walk,
             variant.created,
             variant.jax_key,
             variant.name,
             pickle.dumps(variant),
-            {m: _plain_globals(m) for m in jax_guards.library_modules(recording.ran)},
+            {m: _plain_globals(m) for m in modules},
+            {m: jax_guards.module_file_digest(m) for m in modules},
         )
         return stored, readable
 
