@@ -34,10 +34,12 @@ import enum
 import functools
 import hashlib
 import os
+import struct
 import sys
 import sysconfig
 import time
 import types
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -233,8 +235,98 @@ def _plain(value: Any, depth: int) -> str | None:
     return None
 
 
+# The standard library's modules whose functions and classes depend only on their arguments:
+# every other module of the standard library keeps state of its process (warnings' filters,
+# logging's levels, decimal's context, locale, the garbage collector, codecs' registry, files
+# through os.path, frames through inspect, copy through copyreg's table), so a program's code that
+# uses one is traced, not guarded.
+PURE_STDLIB = frozenset(
+    {
+        "abc",
+        "_abc",
+        "bisect",
+        "_bisect",
+        "builtins",
+        "cmath",
+        "collections",
+        "_collections",
+        "_collections_abc",
+        "contextlib",
+        "dataclasses",
+        "enum",
+        "fractions",
+        "functools",
+        "_functools",
+        "heapq",
+        "_heapq",
+        "itertools",
+        "json",
+        "_json",
+        "keyword",
+        "math",
+        "numbers",
+        "operator",
+        "_operator",
+        "re",
+        "_sre",
+        "string",
+        "_string",
+        "struct",
+        "_struct",
+        "textwrap",
+        "types",
+        "typing",
+        "weakref",
+        "_weakref",
+        "_weakrefset",
+    }
+)
+# Installed packages (or their modules) that read files, the network or the process's state.
+DENIED_PACKAGES = frozenset(
+    {
+        "numpy.lib._npyio_impl",
+        "numpy.lib.npyio",
+        "numpy.lib.format",
+        "numpy.lib._datasource",
+        "numpy._core.memmap",
+        "numpy._core.records",
+        "numpy.testing",
+        "numpy.ctypeslib",
+        "absl",
+        "pandas",
+        "h5py",
+        "fsspec",
+        "requests",
+        "urllib3",
+        "httpx",
+        "boto3",
+        "botocore",
+        "tensorflow",
+        "datasets",
+        "orbax",
+        "psutil",
+        "omegaconf",
+        "hydra",
+        "dotenv",
+        "tqdm",
+    }
+)
+# Classes of those modules whose instances are plain values, compared by their attributes
+# (a program's parsed arguments).
+VALUE_CLASSES = frozenset({"argparse.Namespace"})
+# NumPy's functions that read or write files (its C ones name no module of their own).
+DENIED_NUMPY_FUNCTIONS = frozenset(
+    {"fromfile", "tofile", "load", "save", "savez", "loadtxt", "savetxt", "genfromtxt", "memmap"}
+)
+
+
 def denied_module(name: str) -> bool:
-    return any(name == d or name.startswith(d + ".") for d in DENIED_MODULES)
+    """Whether a module's state is outside the program: the modules above, the standard
+    library's but the pure ones, and installed packages that do I/O."""
+    if any(name == d or name.startswith(d + ".") for d in DENIED_MODULES | DENIED_PACKAGES):
+        return True
+    top = name.split(".", 1)[0]
+    return top in sys.stdlib_module_names and top not in PURE_STDLIB
 
 
 def _has_file(filename: str) -> bool:
@@ -340,6 +432,23 @@ _ATTRIBUTE_OPS = frozenset(
 )
 
 
+def process_state() -> dict[str, Any]:
+    """What the interpreter and NumPy keep for the whole process that changes what code
+    computes: the interpreter's flags (``-O`` strips asserts), its limit on integer strings,
+    the warnings filters (a warning inside a trace can raise), NumPy's floating-point error
+    handling and print options."""
+    state: dict[str, Any] = {
+        "flags": tuple(sys.flags),
+        "int_max_str_digits": sys.get_int_max_str_digits(),
+        "warnings": [repr(f) for f in warnings.filters],
+    }
+    np = sys.modules.get("numpy")
+    if np is not None:
+        state["numpy errors"] = sorted(np.geterr().items())
+        state["numpy print"] = sorted((k, repr(v)) for k, v in np.get_printoptions().items())
+    return state
+
+
 def denied_builtin(code: types.CodeType, globals_: dict[str, Any]) -> str | None:
     """The builtin that reads outside state which ``code`` names (``None`` when none)."""
     for name in sorted(code_reads(code)[0]):
@@ -393,6 +502,16 @@ class Walk:
     _pending_codes: list[tuple[types.CodeType, dict[str, Any]]] = dataclasses.field(
         default_factory=list
     )
+    _numbers: dict[int, int] = dataclasses.field(default_factory=dict)
+    _alive: list[Any] = dataclasses.field(default_factory=list)
+
+    def number(self, value: Any) -> int:
+        """``value``'s number in the order this walk first met each object (kept alive)."""
+        found = self._numbers.get(id(value))
+        if found is None:
+            found = self._numbers[id(value)] = len(self._numbers)
+            self._alive.append(value)
+        return found
 
     def root(self, path: str, value: Any) -> None:
         """Guard ``value`` under ``path`` (its digest, and everything it leads to)."""
@@ -571,11 +690,26 @@ def _short(filename: str) -> str:
     return os.path.basename(filename)
 
 
+# Objects that are one object in every process (a module, a class, a function by its code):
+# which other reference holds the same one says nothing.
+_STABLE_IDENTITY = (
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+)
+
+
 class _Digest:
     """One root's digest: a running sha256 over a deterministic encoding of its value."""
 
-    def __init__(self, walk: Walk) -> None:
+    def __init__(self, walk: Walk, *, aliases: bool = True) -> None:
         self.walk = walk
+        # Whether objects are numbered in the order the walk first meets them (so that two
+        # globals holding one list differ from two holding equal lists); not inside a set,
+        # whose items come in an order of their hashes.
+        self.aliases = aliases
         self.h = hashlib.sha256()
         # Each object is encoded as the digest of its own encoding, so that a value shared by two
         # references encodes as two equal values do (sharing follows object identity, which
@@ -603,7 +737,8 @@ class _Digest:
             self.put(t.__name__, v)
             return
         if t is float:
-            self.put("float", v.hex())
+            # A NaN's sign (which copysign reads) is not in its hex form: its bytes are.
+            self.put("float", v.hex() if v == v else struct.pack("<d", v).hex())
             return
         if t is complex:
             self.put("complex", v.real.hex(), v.imag.hex())
@@ -620,6 +755,8 @@ class _Digest:
                 self.feed(dict(attributes))
             return
         key = id(v)
+        if self.aliases and not isinstance(v, _STABLE_IDENTITY):
+            self.put("object", walk.number(v))
         done = self.done.get(key)
         if done is not None:
             self.put("node", done[0])
@@ -689,7 +826,7 @@ class _Digest:
                 )
             if t not in (set, frozenset):
                 self._class(t)
-            digests = sorted(_Digest(walk).of(item) for item in v)
+            digests = sorted(_Digest(walk, aliases=False).of(item) for item in v)
             self.put(t.__name__, *digests)
             self._attributes(v)
         else:
@@ -712,7 +849,7 @@ class _Digest:
     def _class(self, cls: type) -> None:
         module = getattr(cls, "__module__", "") or ""
         self.put("class", module, getattr(cls, "__qualname__", cls.__name__))
-        if denied_module(module):
+        if denied_module(module) and f"{module}.{cls.__qualname__}" not in VALUE_CLASSES:
             raise Refused(f"it uses {module}.{cls.__qualname__} (outside the program's values)")
         source = sys.modules.get(module)
         filename = getattr(source, "__file__", None) or ""
@@ -780,7 +917,7 @@ class _Digest:
                 self.put("npscalar", v.dtype.str, hashlib.sha256(v.tobytes()).hexdigest())
                 return
             if isinstance(v, np.dtype):
-                self.put("dtype", v.str, v.name)
+                self._dtype(v)
                 return
         jax_array = _jax_array_type()
         if jax_array is not None and isinstance(v, jax_array):
@@ -810,6 +947,13 @@ class _Digest:
         if attributes is None and not slots:
             raise Refused(f"a {t.__module__}.{t.__qualname__} has no value to compare")
         self._class(t)
+        # Whether its class is a pytree node (a program may register it in one run only): the
+        # trace flattens it, or keeps it whole.
+        registry = getattr(sys.modules.get("jax._src.tree_util"), "_registry", {})
+        node = registry.get(t)
+        self.put("pytree node", node is not None)
+        if node is not None:
+            self.feed(tuple(node))
         if attributes is not None:
             self.feed(dict(attributes))
         for slot in slots:
@@ -855,7 +999,15 @@ class _Digest:
         if self.walk._array_bytes > MAX_ARRAY_BYTES:
             raise Refused("arrays too large to compare")
         data = a.tobytes() if a.flags.c_contiguous else a.copy(order="C").tobytes()
-        self.put("ndarray", a.dtype.str, a.shape, hashlib.sha256(data).hexdigest())
+        self.put("ndarray", a.shape, a.flags.writeable, hashlib.sha256(data).hexdigest())
+        self._dtype(a.dtype)
+
+    def _dtype(self, dtype: Any) -> None:
+        """A NumPy dtype by value: its kind and size, its fields, and its metadata (dtypes that
+        differ in these compare equal)."""
+        self.put("dtype", dtype.str, dtype.name, repr(dtype.descr) if dtype.fields else "")
+        if dtype.metadata:
+            self.feed(dict(dtype.metadata))
 
     def _jax_array(self, a: Any) -> None:
         np = sys.modules["numpy"]

@@ -182,6 +182,8 @@ class _Recording:
     callers: set[tuple[Any, Any]] = field(default_factory=set)  # (program code, its caller)
     # (program code, globals): a code that ran with other globals than those in ``ran`` too.
     other_globals: list[tuple[Any, Any]] = field(default_factory=list)
+    entered: set[Any] = field(default_factory=set)  # library code the program's code called
+    again: bool = False  # an entry of the signature was there and not used
     params: Any = None
     compiles: list[dict[str, Any]] = field(default_factory=list)
     keys: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
@@ -411,14 +413,16 @@ class TraceCache:
         if sys.getprofile() is not None:
             self._refused(name, "a profiler of the program's own is running")
             return None, None
-        return None, _Recording(key, name, walk, (fun, jit_info, args, kwargs), {}, [])
+        recording = _Recording(key, name, walk, (fun, jit_info, args, kwargs), {}, [])
+        recording.again = bool(chosen is not None or matching or others)
+        return None, recording
 
     def _traced(
         self, original: Any, recording: _Recording, fun: Any, jit_info: Any, args: Any, kwargs: Any
     ) -> Any:
         """JAX's trace, under a profiler that lists the code it ran."""
         ran, c_calls, callers = recording.ran, recording.c_calls, recording.callers
-        other_globals = recording.other_globals
+        other_globals, entered = recording.other_globals, recording.entered
         # Whether each code object is an installed package's (True) or the program's: almost
         # every event of a trace is JAX's own code, so the common path is one lookup.
         library: dict[Any, bool] = {}
@@ -431,7 +435,11 @@ class TraceCache:
                 if trusted is None:
                     trusted = library[code] = is_library(code)
                     ran[code] = frame.f_globals
-                if not trusted:
+                if trusted:
+                    back = frame.f_back  # called by the program's own code: which library
+                    if back is not None and library.get(back.f_code) is False:
+                        entered.add(code)
+                else:
                     seen = ran.setdefault(code, frame.f_globals)
                     if seen is not frame.f_globals:  # one code run with other globals too
                         other_globals.append((code, frame.f_globals))
@@ -565,7 +573,8 @@ class TraceCache:
         """Write the trace entry of ``recording`` (on the background thread). Never raises."""
         try:
             if self._write(recording.signature, variant, readable):
-                self._explain(recording.name, recording.signature, recording.walk, "")
+                kept = "its new trace is kept beside the earlier ones" if recording.again else ""
+                self._explain(recording.name, recording.signature, recording.walk, kept)
         except Exception as exc:
             self._refused(recording.name, f"not recorded: {exc}")
 
@@ -635,12 +644,19 @@ class TraceCache:
                 f"the trace ran {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), "
                 "which no guard covers"
             )
+        for code in recording.entered:
+            entered = str(recording.ran.get(code, {}).get("__name__", ""))
+            if jax_guards.denied_module(entered) or _numpy_io(entered, code.co_name):
+                return f"the program called {entered}.{code.co_qualname} while tracing"
         for caller, called in recording.c_calls:
             module = getattr(called, "__module__", None) or getattr(
                 getattr(called, "__self__", None), "__name__", ""
             )
             name = getattr(called, "__name__", "")
-            if jax_guards.denied_module(str(module)) or (
+            owner = type(getattr(called, "__self__", None)).__module__
+            if _numpy_io(str(module or owner), name):
+                return f"the program called NumPy's {name} while tracing"
+            if jax_guards.denied_module(str(module or owner)) or (
                 module == "builtins"
                 and name in jax_guards.DENIED_BUILTINS
                 and not _hashing_for_jax(caller, name, recording.callers)
@@ -807,6 +823,7 @@ def _roots(
         ("the jit's options", jax_guards.jit_info_fields(jit_info)),
         ("the arguments' structure", treedef),
         ("JAX's configuration", options),
+        ("the interpreter's and NumPy's settings", jax_guards.process_state()),
     ]
     # The function's own values again under their names, so that explain can say which changed.
     function = getattr(fun, "__func__", fun)
@@ -857,6 +874,11 @@ def _hashing_for_jax(code: Any, denied: str, callers: set[tuple[Any, Any]]) -> b
 def _plain_globals(module: str) -> tuple[tuple[str, ...], str]:
     names = jax_guards.plain_globals(module)
     return names, jax_guards.plain_globals_digest(module, names)
+
+
+def _numpy_io(module: str, name: str) -> bool:
+    """Whether a NumPy function reads or writes a file."""
+    return module.split(".", 1)[0] == "numpy" and name in jax_guards.DENIED_NUMPY_FUNCTIONS
 
 
 def _library_namespace(globals_: dict[str, Any]) -> bool:
