@@ -238,7 +238,8 @@ def _plain(value: Any, depth: int) -> str | None:
 # The standard library's modules whose functions and classes depend only on their arguments:
 # every other module of the standard library keeps state of its process (warnings' filters,
 # logging's levels, decimal's context, locale, the garbage collector, codecs' registry, files
-# through os.path, frames through inspect, copy through copyreg's table), so a program's code that
+# through os.path, frames through inspect, copy through copyreg's table, weak references through
+# the garbage collector), so a program's code that
 # uses one is traced, not guarded.
 PURE_STDLIB = frozenset(
     {
@@ -276,9 +277,6 @@ PURE_STDLIB = frozenset(
         "textwrap",
         "types",
         "typing",
-        "weakref",
-        "_weakref",
-        "_weakrefset",
     }
 )
 # Installed packages (or their modules) that read files, the network or the process's state.
