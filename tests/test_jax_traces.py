@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TESTS, clean_env
+from tests.conftest import TESTS, clean_env, stored_entries
 
 pytest.importorskip("jax")
 
@@ -29,9 +29,10 @@ HELPER_B = HELPER_A.replace("+ 1.0", "+ 2.0")
 def _program(
     program: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], str, str]:
-    """Run ``program`` plain (``store`` None) or under ``compilecache run`` with served traces:
+    """Run ``program`` plain (``store`` None) or under ``compilecache run`` (served traces are on
+    by default):
     what it printed (its results, its trace counters) and its stdout and stderr."""
-    extra = {"COMPILECACHE_JAX_PRECOMPILE": "1", **(env or {})}
+    extra = dict(env or {})
     command = [sys.executable, str(program), *args]
     if store is not None:
         extra["COMPILECACHE_URL"] = str(store)
@@ -152,3 +153,40 @@ def test_jax_log_compiles_sees_every_trace(tmp_path: Path) -> None:
     assert "Finished tracing step for jit" in stderr and "Compiling jit(step)" in stderr
     plain, _, _, _ = _api(None, "--log-compiles")
     assert warm == plain
+
+
+def test_precompile_0_serves_and_records_no_trace(tmp_path: Path) -> None:
+    """COMPILECACHE_JAX_PRECOMPILE=0 turns the default off: no trace entry is written, and a warm
+    start traces every function again (and still gets plain JAX's results)."""
+    store = tmp_path / "store"
+    off = {"COMPILECACHE_JAX_PRECOMPILE": "0"}
+    plain, _, _, _ = _api(None)
+    _program(API_PROGRAM, store, env=off)
+    warm, traces, warm_out, _ = _program(API_PROGRAM, store, env=off)
+    assert warm == plain
+    assert not traces, traces  # no trace counted: none served, refused or written
+    assert "tracing printed" in warm_out
+    keys = list(stored_entries(str(store)))
+    assert any(k.startswith("jax/") for k in keys), keys
+    assert not [k for k in keys if k.startswith("jax/trace/")], keys
+
+
+@pytest.mark.parametrize(
+    ("version", "setting", "expected"),
+    [
+        ("0.10.2", None, True),
+        ("0.10.2", True, True),
+        ("0.10.2", False, False),
+        ("0.11.0", None, False),
+        ("0.11.0", True, None),
+        ("0.11.0", False, False),
+    ],
+)
+def test_traces_are_on_by_default_for_the_tested_releases(
+    version: str, setting: bool | None, expected: bool | None
+) -> None:
+    """Unset: on for the JAX releases they were tested on, quietly off for others; ``1``: on
+    (another release: served, and said once); ``0``: off."""
+    from compilecache.frameworks.jax.integration import traces_wanted
+
+    assert traces_wanted(version, setting) is expected

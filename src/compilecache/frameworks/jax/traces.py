@@ -70,7 +70,8 @@ FORMAT = 2
 # The platforms whose executables are served without their trace: the ones tested (a GPU
 # executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
 SERVED_PLATFORMS = ("cpu",)
-# The JAX releases traces were tested on (COMPILECACHE_JAX_PRECOMPILE=1 on another says so).
+# The JAX releases traces are served on by default (COMPILECACHE_JAX_PRECOMPILE unset; =1 on
+# another serves them and says so once).
 TESTED_RELEASES = ("0.10.",)
 # JAX's options that cannot change a trace, its lowering or its executable: left out of the
 # configuration guard (the cache's own location and thresholds, logging).
