@@ -180,8 +180,11 @@ class TraceCache:
         self.adapter = adapter
         self._local = threading.local()
         self._cache_miss_code: Any = None
-        # The guard digests of the variants this process wrote.
+        # The guard digests of the variants this process wrote, and their entries' keys with
+        # them (a function traced again before its first write was done, after
+        # ``jax.clear_caches()``, is not written twice).
         self._written: set[str] = set()
+        self._kept: set[tuple[str, str]] = set()
 
     # -- install ---------------------------------------------------------------------------
 
@@ -607,6 +610,8 @@ class TraceCache:
         ``VARIANTS`` dropped). Runs on the background thread, after the executable's own write
         (the same queue): a trace is kept only beside an executable the store holds, not one
         JAX or compilecache chose not to store."""
+        if (key, variant.walk) in self._kept:
+            return False  # this process wrote this very variant already
         if self.cache.store.stat(store_key(variant.jax_key)) is None:
             return False
         variants = self._variants(key)
@@ -631,6 +636,7 @@ class TraceCache:
         if not self.cache.save(header, payload, any_time=True, counted=False):
             return False
         self._written.add(variant.walk)
+        self._kept.add((key, variant.walk))
         self.cache.stats.add(counter(WRITES))
         return True
 
