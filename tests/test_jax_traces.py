@@ -190,3 +190,13 @@ def test_traces_are_on_by_default_for_the_tested_releases(
     from compilecache.frameworks.jax.integration import traces_wanted
 
     assert traces_wanted(version, setting) is expected
+
+
+def test_trace_entries_are_records_counted_apart() -> None:
+    """A trace entry's key is a record's (entry.RECORD_PREFIXES: the levels count it among no
+    hits, misses or writes) and an internal entry's (``ls``, ``stats``, ``explain``)."""
+    from compilecache import entry, frameworks
+    from compilecache.frameworks.jax import traces
+
+    assert entry.is_record(traces.PREFIX + "signature")
+    assert frameworks.is_internal(traces.PREFIX + "signature")
