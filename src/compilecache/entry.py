@@ -51,6 +51,7 @@ def is_record(key: str) -> bool:
     """Whether ``key`` is a record's about a compile (:data:`RECORD_PREFIXES`), not a compile's."""
     return key.startswith(RECORD_PREFIXES)
 
+
 MAGIC = b"\x89CCE\r\n\x1a\n"
 FORMAT_VERSION = 1
 FLAG_ZSTD = 1
