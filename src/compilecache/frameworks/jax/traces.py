@@ -612,6 +612,10 @@ class TraceCache:
         JAX or compilecache chose not to store."""
         if (key, variant.walk) in self._kept:
             return False  # this process wrote this very variant already
+        if not self.cache.writes(key):
+            # Read-only, or the entry there is signed with another key (left in place): not
+            # read again (a second foreign read, a round trip) for a write save would refuse.
+            return False
         if self.cache.store.stat(store_key(variant.jax_key)) is None:
             return False
         variants = self._variants(key)
