@@ -22,9 +22,9 @@ level in front of a shared one:
   write comes within two round trips). ``unwaited`` counts those lookups, ``late`` the claims
   that found an entry or another process's lease after all.
 - ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
-  Hits, misses, writes and prefetches are of compiles, as the cache counts them: a record about
-  a compile (a JAX trace, :data:`~compilecache.entry.RECORD_PREFIXES`) is read, written and
-  backfilled without being counted among them.
+  Hits, misses, writes, prefetches and backfills are of compiles, as the cache counts them: a
+  record about a compile (a JAX trace, :data:`~compilecache.entry.RECORD_PREFIXES`) is read,
+  written and backfilled without being counted among them.
 
 Each capability is placed once, when the tiers are built: counters and history on the host's
 level, leases on the slowest written level that coordinates (:class:`TierCounters`,
@@ -271,7 +271,8 @@ class Tiered(Store):
     ) -> None:
         """Count hits at ``depth`` (each taking ``elapsed``) and copy them into the faster
         levels, all of them in one write per level (a prefetch's backfill). Records about
-        compiles (:func:`~compilecache.entry.is_record`) are copied, not counted."""
+        compiles (:func:`~compilecache.entry.is_record`) are copied, neither counted as hits nor
+        as backfills."""
         compiles = [meta for key, _, meta in items if not is_record(key)]
         saved = sum(max(meta.compile_time_s - elapsed, 0.0) for meta in compiles if meta)
         with self._lock:
@@ -283,7 +284,7 @@ class Tiered(Store):
             except Exception as exc:
                 self.failed(d, exc, "backfill")
                 continue
-            self._count(d, "backfills", len(items))
+            self._count(d, "backfills", len(compiles))
 
     # -- what a prefetch (compilecache.runtime.prefetch) asks of the tiers ---------------------
 
