@@ -691,7 +691,11 @@ def _name(fun: Any) -> str:
 
 def _check_context() -> None:
     """Refuse where a served trace could differ from JAX's: a trace under way, an active mesh,
-    JAX's options that ask to see tracing, PGLE."""
+    a multi-process job, JAX's options that ask to see tracing, PGLE."""
+    if _private("jax._src.xla_bridge").process_count() != 1:
+        # Each process's executable is its own (its process index is in JAX's key): one trace
+        # entry per signature would name one process's, stale for every other at each restart.
+        raise TraceRefused("a multi-process job")
     core = _private("jax._src.core")
     config = _private("jax._src.config")
     if not core.trace_state_clean():
