@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TESTS, clean_env, stored_entries
+from tests.conftest import JAX_TRACES, TESTS, clean_env, stored_entries
 
 pytest.importorskip("jax")
 
@@ -200,3 +200,51 @@ def test_trace_entries_are_records_counted_apart() -> None:
 
     assert entry.is_record(traces.PREFIX + "signature")
     assert frameworks.is_internal(traces.PREFIX + "signature")
+
+
+@pytest.mark.parametrize("damage", ["flipped", "foreign"])
+def test_a_bad_executable_behind_a_served_trace_is_counted_once(
+    tmp_path: Path, damage: str
+) -> None:
+    """A trace whose executable is damaged (or signed with another key) is not served: the
+    trace runs, and the executable's lookup counts it once (a probe before the trace counts
+    nothing), as without traces."""
+    from compilecache import entry
+    from compilecache.frameworks.jax.adapter import store_key
+    from compilecache.signing import Signing
+    from compilecache.stores.local import LocalStore
+
+    store = tmp_path / "store"
+    secret = {"COMPILECACHE_SECRET": "ours"}
+    plain, _, _, _ = _api(None)
+    _program(API_PROGRAM, store, env=secret)
+    local = LocalStore(store)
+    try:
+        trace = next(i.key for i in local.scan(JAX_TRACES))
+        data = local.get(trace)
+        assert data is not None
+        executable = store_key(entry.decode(data).header.extra["executable"])
+        stored = local.get(executable)
+        assert stored is not None
+        if damage == "flipped":
+            bad = bytearray(stored)
+            bad[len(bad) // 2] ^= 1
+            local.put(executable, bytes(bad))
+        else:
+            found = entry.decode(stored)
+            other = Signing(secret=b"theirs")
+            local.put(executable, entry.encode(found.header, found.payload, signing=other))
+        before = local.counters.read() if local.counters is not None else {}
+    finally:
+        local.close()
+    warm, traces, _, _ = _program(API_PROGRAM, store, env=secret)
+    assert warm == plain
+    assert traces.get("jax.trace.stale", 0) >= 1, traces
+    local = LocalStore(store)
+    try:
+        after = local.counters.read() if local.counters is not None else {}
+    finally:
+        local.close()
+    counted = {k: after.get(k, 0) - before.get(k, 0) for k in ("misses", "corrupt", "foreign")}
+    kind = "corrupt" if damage == "flipped" else "foreign"
+    assert counted["misses"] == 1 and counted[kind] == 1, counted

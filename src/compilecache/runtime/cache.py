@@ -187,6 +187,25 @@ class Cache:
             return None
         return found[0]
 
+    def probe(self, framework: str, key: str) -> Entry | None:
+        """The verified entry under ``key`` for a caller that looks it up again (with
+        :meth:`load`) when this finds nothing usable, such as a stored JAX trace's executable
+        read before the trace is skipped: read as a lookup (listed for the job's manifest,
+        copied between levels) but neither a hit nor a miss, and what it cannot use (a damaged
+        entry, one signed with another key or built for another host, a failing store) is left
+        to that lookup, to count, say and remove once. Never raises."""
+        try:
+            data = self.read(key)
+            if data is None:
+                return None
+            found = self.reader.decode(data, key)
+        except Exception as exc:
+            log.debug("compilecache: probe of %s found nothing usable: %s", key, exc)
+            return None
+        if found.header.framework != framework or self.host.reason(found.header) is not None:
+            return None
+        return found
+
     def peek(self, framework: str, key: str) -> Entry | None:
         """The verified entry under ``key`` for bookkeeping (an index, a list), read without
         counting a hit or a miss and without copying it between levels; ``None`` when there is
