@@ -618,7 +618,9 @@ class TraceCache:
             return False
         if self.cache.store.stat(store_key(variant.jax_key)) is None:
             return False
-        variants = self._variants(key)
+        # An entry signed with another key (replaced in this host's own levels) has no variants
+        # this process can keep: not read again.
+        variants = {} if self.cache.is_foreign(key) else self._variants(key)
         variants.pop(variant.walk, None)
         kept = sorted(variants.values(), key=lambda v: v.created)[-(VARIANTS - 1) :]
         payload = pickle.dumps({"format": FORMAT, "variants": [*kept, variant]})
