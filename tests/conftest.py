@@ -15,10 +15,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
+T = TypeVar("T")
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
@@ -298,6 +299,22 @@ def stored_entries(url: str) -> dict[str, bytes]:
         }
     finally:
         store.close()
+
+
+# The keys of JAX's guarded traces (served on a warm start, on by default): records kept beside
+# the executables they name, read and written without being counted as hits, misses or writes,
+# and explained (``explain``) under the traced function's name.
+JAX_TRACES = "jax/trace/"
+
+
+def is_trace(key: str) -> bool:
+    """Whether ``key`` is a JAX guarded trace's: a record about an executable, not a compile."""
+    return key.startswith(JAX_TRACES)
+
+
+def compiles(entries: Mapping[str, T]) -> dict[str, T]:
+    """``entries`` (by key) without JAX's guarded traces: the compiles' own entries."""
+    return {key: value for key, value in entries.items() if not is_trace(key)}
 
 
 def cli_json(*args: str, url: str, cwd: Path, env: Mapping[str, str] | None = None) -> Any:

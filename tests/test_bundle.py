@@ -140,7 +140,7 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
 
     assert main(["import", "--url", str(target), str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["transferred"] == n and report["skipped"] == []
+    assert report["transferred"] == n + traces and report["skipped"] == []
     assert report["job_lookup_lists"]["transferred"] == manifests
 
     warm = last_json(
@@ -153,7 +153,7 @@ def test_a_jax_workload_exported_and_imported_hits_every_compile(
     # Importing again changes nothing: every entry is already there, and valid.
     assert main(["import", "--url", str(target), str(path), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["transferred"] == 0 and again["already_present"] == n
+    assert again["transferred"] == 0 and again["already_present"] == n + traces
 
 
 # -- damaged bundles -------------------------------------------------------------------------------

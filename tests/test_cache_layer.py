@@ -264,6 +264,31 @@ def test_a_foreign_entry_is_a_counted_miss_left_in_place_and_not_replaced(
     assert owner.stats.snapshot()["foreign"] == 0
 
 
+def test_an_uncounted_read_counts_no_miss_whatever_it_finds(store: Store) -> None:
+    """``load_uncounted`` (a framework's record about a compile, such as a JAX trace) is neither
+    a hit nor a miss: nothing there, an entry signed with another key and a damaged entry are
+    counted as foreign and corrupt, never as misses."""
+    owner = Cache(store, signing=Signing(secret=b"S1"))
+    assert owner.save(_header("jax/trace/a"), b"a" * 1000, counted=False)
+    assert owner.save(_header("jax/trace/b"), b"b" * 1000, counted=False, compress=False)
+    assert owner.stats.snapshot()["writes"] == 0
+    stranger = Cache(store, signing=Signing(secret=b"S2"))
+    assert stranger.load_uncounted("jax", "jax/trace/none") is None
+    assert stranger.load_uncounted("jax", "jax/trace/a") is None
+    stored = store.get("jax/trace/b")
+    assert stored is not None
+    frame = (
+        len(store.path_of("jax/trace/b").read_bytes()) - len(stored)
+        if isinstance(store, LocalStore)
+        else 0
+    )
+    _damage(store, "jax/trace/b", frame + len(stored) - 100)
+    assert owner.load_uncounted("jax", "jax/trace/b") is None
+    strange, own = stranger.stats.snapshot(), owner.stats.snapshot()
+    assert strange["foreign"] == 1 and own["corrupt"] == 1, (strange, own)
+    assert strange["misses"] == own["misses"] == 0 and strange["hits"] == own["hits"] == 0
+
+
 def test_an_unsigned_entry_is_foreign_to_a_client_with_a_secret(store: Store) -> None:
     assert Cache(store).save(_header("k"), b"u" * 1000)
     raw = _raw(store, "k")

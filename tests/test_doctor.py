@@ -104,6 +104,24 @@ def test_doctor_finds_planted_problems(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_doctor_counts_compiles_not_trace_explanations(tmp_path: Path) -> None:
+    """A function whose JAX trace is not kept (it reads ``os`` while tracing) traces every
+    start, and its executable still hits: the trace's explanation is no compile, and no
+    "never stored" finding."""
+    script = tmp_path / "traced.py"
+    script.write_text(
+        "import os\nimport jax, jax.numpy as jnp\n\n\n@jax.jit\ndef scaled(x):\n"
+        '    return x * float(os.environ.get("SCALE", "2"))\n\n\nprint(scaled(jnp.ones(3)))\n'
+    )
+    proc = run_doctor(script, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["findings"] == [], report["findings"]
+    first, second = report["runs"]
+    assert second["misses"] == 0 and second["hits"] == first["misses"] == first["stored"] >= 1
+
+
+@pytest.mark.slow
 def test_doctor_text_on_a_healthy_program(tmp_path: Path) -> None:
     script = tmp_path / "ok.py"
     script.write_text("import jax, jax.numpy as jnp\nprint(jax.jit(jnp.sin)(1.0))\n")
@@ -261,6 +279,25 @@ def test_facts_come_back_from_the_spool_as_the_records_written() -> None:
     assert read.pid == 0 and read.torch is None
     assert read.jax == JaxFacts("0.9", hooked=False, min_compile_time_secs=1.0)
     assert ProcessFacts.from_json(None) == ProcessFacts()
+
+
+def test_the_spool_leaves_out_the_explanations_of_trace_records(tmp_path: Path) -> None:
+    """A JAX trace traced again, or not kept, is explained beside the misses, keyed by its
+    record: not a compile, so not one of the run's misses."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    events = [
+        _miss("jit_f", "jax/jit_f-1", {}),
+        _miss("f", "jax/trace/refused/f", {}, stored=False, reason="its trace is not kept"),
+        _miss("f", "jax/trace/0123", {}),
+    ]
+    (spool / "1.events.jsonl").write_text(
+        "".join(json.dumps({"event": "miss", **e}) + "\n" for e in events)
+    )
+    read, _ = doctor.read_spool(spool)
+    assert [e["key"] for e in read] == ["jax/jit_f-1"]
+    report = doctor.analyze(["p"], [RunResult(0, events=read), RunResult(0)], {})
+    assert report.findings == [] and report.runs[0].count("miss") == 1
 
 
 def test_facts_of_a_real_process_name_its_frameworks(tmp_path: Path) -> None:

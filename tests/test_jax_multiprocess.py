@@ -20,7 +20,7 @@ from compilecache.runtime import explain, history
 from compilecache.stores.registry import open_url
 from compilecache.tools import bundle
 from tests import servers
-from tests.conftest import clean_env, last_json
+from tests.conftest import clean_env, is_trace, last_json
 from tests.servers import RedisServer, namespace
 
 redis_server = servers.redis_server
@@ -112,6 +112,10 @@ def test_every_process_warm_on_restart(store_url: str, n: int) -> None:
     finally:
         store.close()
     assert len(keys) == sum(count(p, "writes") for p in cold)
+    # No guarded trace: a multi-process job's executables are each process's own, so each
+    # process traces as before (a trace would name one process's executable).
+    assert not [k for k in keys if is_trace(k)], keys
+    assert not any(count(p, "jax.trace.served") or count(p, "jax.trace.stale") for p in warm)
 
 
 @pytest.mark.slow

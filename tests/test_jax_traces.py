@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TESTS, clean_env
+from tests.conftest import JAX_TRACES, TESTS, clean_env, stored_entries
 
 pytest.importorskip("jax")
 
@@ -37,9 +37,10 @@ EDITED_LIBRARY = "edited library"  # the helper argument of the variant that edi
 def _program(
     program: Path, store: Path | None, *args: str, env: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], str, str]:
-    """Run ``program`` plain (``store`` None) or under ``compilecache run`` with served traces:
+    """Run ``program`` plain (``store`` None) or under ``compilecache run`` (served traces are on
+    by default):
     what it printed (its results, its trace counters) and its stdout and stderr."""
-    extra = {"COMPILECACHE_JAX_PRECOMPILE": "1", **(env or {})}
+    extra = dict(env or {})
     command = [sys.executable, str(program), *args]
     if store is not None:
         extra["COMPILECACHE_URL"] = str(store)
@@ -171,3 +172,98 @@ def test_jax_log_compiles_sees_every_trace(tmp_path: Path) -> None:
     assert "Finished tracing step for jit" in stderr and "Compiling jit(step)" in stderr
     plain, _, _, _ = _api(None, "--log-compiles")
     assert warm == plain
+
+
+def test_precompile_0_serves_and_records_no_trace(tmp_path: Path) -> None:
+    """COMPILECACHE_JAX_PRECOMPILE=0 turns the default off: no trace entry is written, and a warm
+    start traces every function again (and still gets plain JAX's results)."""
+    store = tmp_path / "store"
+    off = {"COMPILECACHE_JAX_PRECOMPILE": "0"}
+    plain, _, _, _ = _api(None)
+    _program(API_PROGRAM, store, env=off)
+    warm, traces, warm_out, _ = _program(API_PROGRAM, store, env=off)
+    assert warm == plain
+    assert not traces, traces  # no trace counted: none served, refused or written
+    assert "tracing printed" in warm_out
+    keys = list(stored_entries(str(store)))
+    assert any(k.startswith("jax/") for k in keys), keys
+    assert not [k for k in keys if k.startswith("jax/trace/")], keys
+
+
+@pytest.mark.parametrize(
+    ("version", "setting", "expected"),
+    [
+        ("0.10.2", None, True),
+        ("0.10.2", True, True),
+        ("0.10.2", False, False),
+        ("0.11.0", None, False),
+        ("0.11.0", True, None),
+        ("0.11.0", False, False),
+    ],
+)
+def test_traces_are_on_by_default_for_the_tested_releases(
+    version: str, setting: bool | None, expected: bool | None
+) -> None:
+    """Unset: on for the JAX releases they were tested on, quietly off for others; ``1``: on
+    (another release: served, and said once); ``0``: off."""
+    from compilecache.frameworks.jax.integration import traces_wanted
+
+    assert traces_wanted(version, setting) is expected
+
+
+def test_trace_entries_are_records_counted_apart() -> None:
+    """A trace entry's key is a record's (entry.RECORD_PREFIXES: the levels count it among no
+    hits, misses or writes) and an internal entry's (``ls``, ``stats``, ``explain``)."""
+    from compilecache import entry, frameworks
+    from compilecache.frameworks.jax import traces
+
+    assert entry.is_record(traces.PREFIX + "signature")
+    assert frameworks.is_internal(traces.PREFIX + "signature")
+
+
+@pytest.mark.parametrize("damage", ["flipped", "foreign"])
+def test_a_bad_executable_behind_a_served_trace_is_counted_once(
+    tmp_path: Path, damage: str
+) -> None:
+    """A trace whose executable is damaged (or signed with another key) is not served: the
+    trace runs, and the executable's lookup counts it once (a probe before the trace counts
+    nothing), as without traces."""
+    from compilecache import entry
+    from compilecache.frameworks.jax.adapter import store_key
+    from compilecache.signing import Signing
+    from compilecache.stores.local import LocalStore
+
+    store = tmp_path / "store"
+    secret = {"COMPILECACHE_SECRET": "ours"}
+    plain, _, _, _ = _api(None)
+    _program(API_PROGRAM, store, env=secret)
+    local = LocalStore(store)
+    try:
+        trace = next(i.key for i in local.scan(JAX_TRACES))
+        data = local.get(trace)
+        assert data is not None
+        executable = store_key(entry.decode(data).header.extra["executable"])
+        stored = local.get(executable)
+        assert stored is not None
+        if damage == "flipped":
+            bad = bytearray(stored)
+            bad[len(bad) // 2] ^= 1
+            local.put(executable, bytes(bad))
+        else:
+            found = entry.decode(stored)
+            other = Signing(secret=b"theirs")
+            local.put(executable, entry.encode(found.header, found.payload, signing=other))
+        before = local.counters.read() if local.counters is not None else {}
+    finally:
+        local.close()
+    warm, traces, _, _ = _program(API_PROGRAM, store, env=secret)
+    assert warm == plain
+    assert traces.get("jax.trace.stale", 0) >= 1, traces
+    local = LocalStore(store)
+    try:
+        after = local.counters.read() if local.counters is not None else {}
+    finally:
+        local.close()
+    counted = {k: after.get(k, 0) - before.get(k, 0) for k in ("misses", "corrupt", "foreign")}
+    kind = "corrupt" if damage == "flipped" else "foreign"
+    assert counted["misses"] == 1 and counted[kind] == 1, counted

@@ -25,6 +25,7 @@ from compilecache.signing import Signing
 from compilecache.stores.local import LocalStore
 from tests.conftest import (
     clean_env,
+    compiles,
     last_json,
     run_jax_program,
     run_python,
@@ -137,12 +138,13 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
     store = tmp_path / "signed"
     cold, _ = run(store, SECRET)
     written = entries(store)
-    assert cold["stats"]["writes"] == len(written) >= 3
+    n = len(compiles(written))  # the executables; the guarded traces beside them are signed too
+    assert cold["stats"]["writes"] == n >= 3
     for data in written.values():
         assert entry.decode(data, signing=Signing(secret=SECRET.encode())).signed
 
     warm, warnings = run(store, SECRET)  # signed by our key: every lookup hits
-    assert warm["stats"]["hits"] == len(written) and warm["stats"]["misses"] == 0
+    assert warm["stats"]["hits"] == n and warm["stats"]["misses"] == 0
     assert warnings == []
 
     # Tamper with every entry, each with one of the three variants in turn.
@@ -154,8 +156,9 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
     planted = entries(store)
     tampered, warnings = run(store, SECRET)
     stats = tampered["stats"]
-    # Intact frames whose signature does not verify: foreign misses (corrupt before issue 11).
-    assert stats["foreign"] == len(written) and stats["misses"] == len(written)
+    # Intact frames whose signature does not verify: foreign (traces too), and the executables'
+    # lookups misses (corrupt before issue 11).
+    assert stats["foreign"] == len(written) and stats["misses"] == n
     assert stats["hits"] == 0 and stats["errors"] == 0 and stats["corrupt"] == 0
     assert stats["writes"] == 0
     assert len(warnings) == 1 and "COMPILECACHE_SECRET" in warnings[0], warnings
@@ -171,12 +174,12 @@ def test_tampered_entries_are_rejected_and_results_stay_correct(tmp_path: Path) 
 def test_entries_of_a_writer_without_the_secret_are_rejected(tmp_path: Path) -> None:
     store = tmp_path / "unsigned"
     cold, _ = run(store, None)
-    n = len(entries(store))
-    assert n >= 3 and not any(entry.decode(d).signed for d in entries(store).values())
     unsigned = entries(store)
+    n = len(compiles(unsigned))  # the executables, without the guarded traces beside them
+    assert n >= 3 and not any(entry.decode(d).signed for d in unsigned.values())
     signed_reader, warnings = run(store, SECRET)
     stats = signed_reader["stats"]
-    assert stats["foreign"] == n and stats["misses"] == n and stats["hits"] == 0
+    assert stats["foreign"] == len(unsigned) and stats["misses"] == n and stats["hits"] == 0
     assert stats["corrupt"] == 0 and stats["writes"] == 0
     assert len(warnings) == 1 and "not signed" in warnings[0], warnings
     assert same_jax_results(signed_reader, cold)

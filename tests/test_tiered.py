@@ -77,6 +77,31 @@ def test_backfill_copies_hits_into_faster_levels() -> None:
     assert stats[slow.url]["hits"] == 1 and stats[slow.url]["misses"] == 0
 
 
+def test_records_about_compiles_are_moved_but_not_counted_by_the_levels() -> None:
+    """A JAX trace (a record that names an executable) is written, read and backfilled like any
+    entry, but a level counts it among neither its hits, misses, writes, prefetches nor
+    backfills: a
+    level's counts, and the fleet's on a shared level, are of compiles, as the host's are."""
+    fast, slow = mem(), mem()
+    tiers = Tiered([fast, slow])
+    record = "jax/trace/abc"
+    assert tiers.get(record) is None  # a cold lookup of it: no miss at either level
+    tiers.put(record, b"trace", EntryMeta("jax", "f", 0.0))
+    tiers.put("jax/jit_f-1", b"executable", EntryMeta("jax", "jit_f", 2.0))
+    assert slow.get(record) == b"trace"
+    for depth, level in enumerate((fast, slow)):
+        counts = tiers.level_stats()[level.url]
+        assert counts["writes"] == 1 and counts["misses"] == 0, (depth, counts)
+    fresh = mem()
+    warm = Tiered([fresh, slow])
+    assert warm.get(record) == b"trace" and fresh.get(record) == b"trace"  # backfilled
+    warm.fetched(1, [("jax/jit_f-1", b"executable", EntryMeta("jax", "jit_f", 2.0))], 0.0)
+    warm.fetched(1, [(record, b"trace", EntryMeta("jax", "f", 0.0))], 0.0)
+    shared = warm.level_stats()[slow.url]
+    assert shared["hits"] == 1 and shared["prefetched"] == 1, shared
+    assert warm.level_stats()[fresh.url]["backfills"] == 1
+
+
 def test_writes_go_everywhere_or_local_only() -> None:
     a, b, c = mem(), mem(), mem()
     Tiered([a, b, c]).put("k", b"v")

@@ -153,7 +153,9 @@ class Config:
     # warning where torch is another release); False: off.
     torch_precompile: bool | None = None
     # JAX: serve a jitted function's stored trace where its guards hold, so a warm start does not
-    # trace or lower it again (COMPILECACHE_JAX_PRECOMPILE=1). None (unset) or False: off.
+    # trace or lower it again (COMPILECACHE_JAX_PRECOMPILE). None (unset): on for the JAX releases
+    # they were tested on, quietly off for others; True: asked for (a warning where JAX is another
+    # release); False: off.
     jax_precompile: bool | None = None
 
     @property

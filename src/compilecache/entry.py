@@ -39,6 +39,19 @@ from compilecache.signing import Signing
 # ``extra[INTERNAL]``: an entry compilecache keeps for a framework (a kernel binary, a probe's
 # answer, an autotune record), not a function of the program: counted and listed apart.
 INTERNAL = "internal"
+# Keys of the records a framework keeps about a compile rather than of compiles (JAX's guarded
+# traces, each naming an executable): stored, read, signed and moved like any entry, but counted
+# as neither hits, misses nor writes, by the cache (``Cache.load_uncounted``,
+# ``Cache.save(counted=False)``) nor by a store's levels, so that every count of compiles (a
+# host's, a level's, the fleet's on a shared level) counts the same ones.
+RECORD_PREFIXES = ("jax/trace/",)
+
+
+def is_record(key: str) -> bool:
+    """Whether ``key`` is a record's about a compile (:data:`RECORD_PREFIXES`), not a compile's."""
+    return key.startswith(RECORD_PREFIXES)
+
+
 MAGIC = b"\x89CCE\r\n\x1a\n"
 FORMAT_VERSION = 1
 FLAG_ZSTD = 1

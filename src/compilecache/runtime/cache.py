@@ -179,12 +179,32 @@ class Cache:
     def load_uncounted(self, framework: str, key: str) -> Entry | None:
         """:meth:`load` for an entry that is not a compile (a framework's record about one, such
         as a JAX trace): read as a lookup (listed for the job's manifest, copied between levels),
-        verified and checked for this host the same way, but neither a hit nor a miss. Failures
-        and damaged entries are counted as for any read."""
-        found, _ = self._decoded(framework, key, self.read)
+        verified and checked for this host the same way, but neither a hit nor a miss. Failures,
+        damaged entries and entries signed with another key are counted (as errors, corrupt and
+        foreign) as for any read, but not as misses."""
+        found, _ = self._decoded(framework, key, self.read, count_miss=False)
         if found is None or self.refuses(key, found[0].header):
             return None
         return found[0]
+
+    def probe(self, framework: str, key: str) -> Entry | None:
+        """The verified entry under ``key`` for a caller that looks it up again (with
+        :meth:`load`) when this finds nothing usable, such as a stored JAX trace's executable
+        read before the trace is skipped: read as a lookup (listed for the job's manifest,
+        copied between levels) but neither a hit nor a miss, and what it cannot use (a damaged
+        entry, one signed with another key or built for another host, a failing store) is left
+        to that lookup, to count, say and remove once. Never raises."""
+        try:
+            data = self.read(key)
+            if data is None:
+                return None
+            found = self.reader.decode(data, key)
+        except Exception as exc:
+            log.debug("compilecache: probe of %s found nothing usable: %s", key, exc)
+            return None
+        if found.header.framework != framework or self.host.reason(found.header) is not None:
+            return None
+        return found
 
     def peek(self, framework: str, key: str) -> Entry | None:
         """The verified entry under ``key`` for bookkeeping (an index, a list), read without
@@ -361,20 +381,26 @@ class Cache:
         return entry_, False
 
     def _decoded(
-        self, framework: str, key: str, read: Callable[[str], bytes | None]
+        self,
+        framework: str,
+        key: str,
+        read: Callable[[str], bytes | None],
+        *,
+        count_miss: bool = True,
     ) -> tuple[tuple[Entry, int] | None, bool]:
         """The verified entry under ``key`` and its stored size, or ``None`` and whether that
         is a clean miss (nothing stored; left uncounted). A failure, a damaged entry or one
-        signed with another key is counted (as an error, corrupt or foreign, and a miss) and
-        is not a clean miss."""
+        signed with another key is counted (as an error, corrupt or foreign, and a miss unless
+        ``count_miss`` is false) and is not a clean miss."""
         try:
             data = read(key)
         except CorruptEntry as exc:
-            self._corrupt(framework, key, exc, remove=False)
+            self._corrupt(framework, key, exc, remove=False, count_miss=count_miss)
             return None, False
         except Exception as exc:  # any backend failure must degrade to a miss
             self.count_error(framework, exc)
-            self.stats.add("misses", framework=framework)
+            if count_miss:
+                self.stats.add("misses", framework=framework)
             self._warn_failure("read from", exc)
             return None, False
         if data is None:
@@ -384,14 +410,15 @@ class Cache:
             if found.header.framework != framework:
                 raise CorruptEntry(f"entry belongs to {found.header.framework!r}")
         except CorruptEntry as exc:
-            self._corrupt(framework, key, exc, remove=True)
+            self._corrupt(framework, key, exc, remove=True, count_miss=count_miss)
             return None, False
         except ForeignEntry as exc:
-            self.note_foreign(framework, key, exc)
+            self.note_foreign(framework, key, exc, count_miss=count_miss)
             return None, False
         except Exception as exc:  # a store returning something other than bytes
             self.stats.add("errors", framework=framework)
-            self.stats.add("misses", framework=framework)
+            if count_miss:
+                self.stats.add("misses", framework=framework)
             self.warn_once(
                 f"get:{type(exc).__name__}", f"read from {self.store.url} returned junk: {exc}"
             )
@@ -441,11 +468,14 @@ class Cache:
             else "this host's compile replaces it",
         )
 
-    def _corrupt(self, framework: str, key: str, exc: Exception, *, remove: bool) -> None:
+    def _corrupt(
+        self, framework: str, key: str, exc: Exception, *, remove: bool, count_miss: bool = True
+    ) -> None:
         if len(self.damaged) < MAX_EVENTS:
             self.damaged[key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         self.stats.add("corrupt", framework=framework)
-        self.stats.add("misses", framework=framework)
+        if count_miss:
+            self.stats.add("misses", framework=framework)
         self.warn_once("corrupt", f"entry {key} is corrupt ({exc}); treated as a miss and removed")
         if remove and not self.read_only:
             try:

@@ -172,7 +172,7 @@ def _settings(cfg: Config, env: Mapping[str, str], url: str | None) -> list[Sett
         if name == "torch_precompile" and value is None:
             shown = "on for the torch releases it was tested on"
         if name == "jax_precompile" and value is None:
-            shown = "off (COMPILECACHE_JAX_PRECOMPILE=1 turns it on)"
+            shown = "on for the JAX releases it was tested on"
         if name == "job" and not value:
             shown = "(decided by each run: a fingerprint of the command it runs)"
         if name == "url" and url:

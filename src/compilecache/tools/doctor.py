@@ -35,6 +35,7 @@ from typing import Any
 
 from compilecache import config as config_mod
 from compilecache import frameworks, unsigned_warning
+from compilecache.entry import is_record
 from compilecache.frameworks.facts import ProcessFacts
 from compilecache.runtime import explain
 from compilecache.stores import registry
@@ -151,7 +152,9 @@ class DoctorReport:
 
 
 def read_spool(spool: Path) -> tuple[list[dict[str, Any]], list[ProcessFacts]]:
-    """(events, facts) left by every process of one run."""
+    """(events, facts) left by every process of one run. Not the explanations of records about
+    compiles (a JAX trace traced again, or not kept): no compile, so no miss of one, and its
+    executable's own lookup is an event of its own."""
     events: list[dict[str, Any]] = []
     facts: list[ProcessFacts] = []
     for path in sorted(spool.glob("*.events.jsonl")):
@@ -168,7 +171,7 @@ def read_spool(spool: Path) -> tuple[list[dict[str, Any]], list[ProcessFacts]]:
                 continue
             if "facts" in item and isinstance(item["facts"], dict):
                 facts.append(ProcessFacts.from_json(item["facts"]))
-            else:
+            elif not is_record(str(item.get("key", ""))):
                 events.append(item)
     return events, facts
 

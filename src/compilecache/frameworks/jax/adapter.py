@@ -107,10 +107,8 @@ class JaxCacheAdapter:
         # the keys already compared in this process.
         self.check_contents = False
         self._verified: set[str] = set()
-        # Probes of a stored trace's executable on this thread (probing()), and the keys whose
-        # miss a probe counted already.
+        # Probes of a stored trace's executable on this thread (probing()).
         self._probe = threading.local()
-        self._miss_counted: set[str] = set()
 
     def configure(self, check_contents: bool) -> None:
         """JAX is building its cache: apply ``jax_compilation_cache_check_contents``."""
@@ -169,11 +167,6 @@ class JaxCacheAdapter:
             with self._lock:
                 self._pending.pop(key, None)
             return found.payload
-        with self._lock:
-            counted = key in self._miss_counted
-            self._miss_counted.discard(key)
-        if counted:  # a probe of it already counted this miss (a damaged entry): once is enough
-            self.cache.stats.add("misses", -1, framework=FRAMEWORK)
         slot = self._slot(key)
         slot.miss_time, slot.looked_up = _clock(), True
         return None
@@ -181,8 +174,9 @@ class JaxCacheAdapter:
     @contextlib.contextmanager
     def probing(self) -> Iterator[None]:
         """Lookups on this thread meanwhile are probes of a stored trace's executable: a hit is
-        counted as a hit, a miss is not counted and takes no lease (the trace that follows a
-        miss looks the key up again, and that lookup counts it)."""
+        counted as a hit; a miss, or an entry it cannot use (damaged, foreign), is not counted
+        and takes no lease (the trace that follows looks the key up again, and that lookup
+        counts it, once)."""
         self._probe.active = True
         try:
             yield
@@ -191,12 +185,8 @@ class JaxCacheAdapter:
 
     def _probed(self, key: str) -> bytes | None:
         start = time.perf_counter()
-        damaged_before = len(self.cache.damaged)
-        found = self.cache.load_uncounted(FRAMEWORK, store_key(key))
+        found = self.cache.probe(FRAMEWORK, store_key(key))
         if found is None:
-            if len(self.cache.damaged) != damaged_before:
-                with self._lock:
-                    self._miss_counted.add(key)
             return None
         self.cache.count_read_ahead(
             FRAMEWORK, store_key(key), found, len(found.payload), time.perf_counter() - start

@@ -95,7 +95,7 @@ class _Installed:
     watches_writes: bool = False
     # The read-ahead of the job's executables (None: no manifest, COMPILECACHE_PREFETCH=0).
     preloader: jax_preload.Preloader | None = None
-    # Stored traces served on a warm start (None: COMPILECACHE_JAX_PRECOMPILE=0, another JAX).
+    # Stored traces served on a warm start (None: COMPILECACHE_JAX_PRECOMPILE=0, an untested JAX).
     traces: jax_traces.TraceCache | None = None
 
 
@@ -478,17 +478,30 @@ def _hide_frames() -> None:
             log.debug("compilecache: frames not hidden from %s: %s", module, exc)
 
 
+def traces_wanted(version: str, setting: bool | None) -> bool | None:
+    """Whether a session serves and records guarded traces on JAX ``version``, given
+    COMPILECACHE_JAX_PRECOMPILE (``setting``: None unset, True ``1``, False ``0``): True on a
+    release they were tested on unless turned off, None where asked for on another release
+    (served, and said once), False otherwise."""
+    if setting is False:
+        return False
+    if version.startswith(jax_traces.TESTED_RELEASES):
+        return True
+    return None if setting else False
+
+
 def _keep_traces(cache: Cache, installed: _Installed, cfg: Config) -> jax_traces.TraceCache | None:
-    """Serve and record guarded traces (traces.py) where the session asks for them
-    (COMPILECACHE_JAX_PRECOMPILE=1; off by default while they are new). On a JAX release they
-    were not tested on, said once."""
-    if not cfg.jax_precompile:
+    """Serve and record guarded traces (traces.py) where the session wants them: on by default
+    for the JAX releases they were tested on (COMPILECACHE_JAX_PRECOMPILE=0 turns them off);
+    asked for with COMPILECACHE_JAX_PRECOMPILE=1 on another release, served and said once."""
+    version = str(_private("jax").__version__)
+    wanted = traces_wanted(version, cfg.jax_precompile)
+    if wanted is False:
         return None
-    jax = _private("jax")
-    if not str(jax.__version__).startswith(jax_traces.TESTED_RELEASES):
+    if wanted is None:
         cache.warn_once(
             "jax:traces",
-            f"JAX {jax.__version__} is not a release stored traces were tested on "
+            f"JAX {version} is not a release stored traces were tested on "
             f"({', '.join(jax_traces.TESTED_RELEASES)}x); they are served as asked",
         )
     traces = jax_traces.TraceCache(cache, installed.adapter)

@@ -70,7 +70,8 @@ FORMAT = 3
 # The platforms whose executables are served without their trace: the ones tested (a GPU
 # executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
 SERVED_PLATFORMS = ("cpu",)
-# The JAX releases traces were tested on (COMPILECACHE_JAX_PRECOMPILE=1 on another says so).
+# The JAX releases traces are served on by default (COMPILECACHE_JAX_PRECOMPILE unset; =1 on
+# another serves them and says so once).
 TESTED_RELEASES = ("0.10.",)
 # JAX's options that cannot change a trace, its lowering or its executable: left out of the
 # configuration guard (the cache's own location and thresholds, logging).
@@ -205,8 +206,11 @@ class TraceCache:
         self.adapter = adapter
         self._local = threading.local()
         self._cache_miss_code: Any = None
-        # The guard digests of the variants this process wrote.
+        # The variants this process wrote (their idents), and their entries' keys with
+        # them (a function traced again before its first write was done, after
+        # ``jax.clear_caches()``, is not written twice).
         self._written: set[str] = set()
+        self._kept: set[tuple[str, str]] = set()
 
     # -- install ---------------------------------------------------------------------------
 
@@ -669,9 +673,17 @@ class TraceCache:
         ``VARIANTS`` dropped). Runs on the background thread, after the executable's own write
         (the same queue): a trace is kept only beside an executable the store holds, not one
         JAX or compilecache chose not to store."""
+        if (key, variant.ident) in self._kept:
+            return False  # this process wrote this very variant already
+        if not self.cache.writes(key):
+            # Read-only, or the entry there is signed with another key (left in place): not
+            # read again (a second foreign read, a round trip) for a write save would refuse.
+            return False
         if self.cache.store.stat(store_key(variant.jax_key)) is None:
             return False
-        variants = self._variants(key)
+        # An entry signed with another key (replaced in this host's own levels) has no variants
+        # this process can keep: not read again.
+        variants = {} if self.cache.is_foreign(key) else self._variants(key)
         variants.pop(variant.ident, None)
         kept = sorted(variants.values(), key=lambda v: v.created)[-(VARIANTS - 1) :]
         payload = pickle.dumps({"format": FORMAT, "variants": [*kept, variant]})
@@ -693,6 +705,7 @@ class TraceCache:
         if not self.cache.save(header, payload, any_time=True, counted=False):
             return False
         self._written.add(variant.ident)
+        self._kept.add((key, variant.ident))
         self.cache.stats.add(counter(WRITES))
         return True
 
@@ -743,7 +756,11 @@ def _name(fun: Any) -> str:
 
 def _check_context() -> None:
     """Refuse where a served trace could differ from JAX's: a trace under way, an active mesh,
-    JAX's options that ask to see tracing, PGLE."""
+    a multi-process job, JAX's options that ask to see tracing, PGLE."""
+    if _private("jax._src.xla_bridge").process_count() != 1:
+        # Each process's executable is its own (its process index is in JAX's key): one trace
+        # entry per signature would name one process's, stale for every other at each restart.
+        raise TraceRefused("a multi-process job")
     core = _private("jax._src.core")
     config = _private("jax._src.config")
     if not core.trace_state_clean():

@@ -22,6 +22,9 @@ level in front of a shared one:
   write comes within two round trips). ``unwaited`` counts those lookups, ``late`` the claims
   that found an entry or another process's lease after all.
 - ``level_stats()`` reports hits, misses, errors, skipped calls, writes and backfills per level.
+  Hits, misses, writes, prefetches and backfills are of compiles, as the cache counts them: a
+  record about a compile (a JAX trace, :data:`~compilecache.entry.RECORD_PREFIXES`) is read,
+  written and backfilled without being counted among them.
 
 Each capability is placed once, when the tiers are built: counters and history on the host's
 level, leases on the slowest written level that coordinates (:class:`TierCounters`,
@@ -39,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
+from compilecache.entry import is_record
 from compilecache.errors import ConfigError, CorruptEntry, LevelSkipped, ReadOnlyStore
 from compilecache.stores.base import EntryInfo, EntryMeta, Store, get_or_claim
 from compilecache.stores.capabilities import Claim, Found, History, Leases
@@ -199,7 +203,8 @@ class Tiered(Store):
             if depth:
                 remote_s += time.perf_counter() - start
             if found is None:
-                self._count(depth, "misses")
+                if not is_record(key):  # a record about a compile is no lookup of one
+                    self._count(depth, "misses")
                 continue
             if depth:
                 self._streak.reset()
@@ -265,10 +270,13 @@ class Tiered(Store):
         self, depth: int, items: Sequence[tuple[str, bytes, EntryMeta | None]], elapsed: float
     ) -> None:
         """Count hits at ``depth`` (each taking ``elapsed``) and copy them into the faster
-        levels, all of them in one write per level (a prefetch's backfill)."""
-        saved = sum(max(meta.compile_time_s - elapsed, 0.0) for _, _, meta in items if meta)
+        levels, all of them in one write per level (a prefetch's backfill). Records about
+        compiles (:func:`~compilecache.entry.is_record`) are copied, neither counted as hits nor
+        as backfills."""
+        compiles = [meta for key, _, meta in items if not is_record(key)]
+        saved = sum(max(meta.compile_time_s - elapsed, 0.0) for meta in compiles if meta)
         with self._lock:
-            self._counts[depth]["hits"] += len(items)
+            self._counts[depth]["hits"] += len(compiles)
             self._counts[depth]["saved_s"] += saved
         for d in self._backfill_targets[depth]:
             try:
@@ -276,7 +284,7 @@ class Tiered(Store):
             except Exception as exc:
                 self.failed(d, exc, "backfill")
                 continue
-            self._count(d, "backfills", len(items))
+            self._count(d, "backfills", len(compiles))
 
     # -- what a prefetch (compilecache.runtime.prefetch) asks of the tiers ---------------------
 
@@ -288,9 +296,10 @@ class Tiered(Store):
         self, depth: int, items: Sequence[tuple[str, bytes, EntryMeta | None]], elapsed: float
     ) -> None:
         """Entries a prefetch read from ``depth`` (each taking ``elapsed``): counted as
-        prefetched and as hits there, and copied into the faster levels."""
+        prefetched and as hits there (records about compiles neither), and copied into the
+        faster levels."""
         if items:
-            self._count(depth, "prefetched", len(items))
+            self._count(depth, "prefetched", sum(1 for key, _, _ in items if not is_record(key)))
             self._served_many(depth, items, elapsed)
 
     def report_served(self) -> None:
@@ -345,7 +354,8 @@ class Tiered(Store):
                 self.failed(depth, exc, "put")
                 first_error = first_error or exc
                 continue
-            self._count(depth, "writes")
+            if not is_record(key):  # a record about a compile is no compile's write
+                self._count(depth, "writes")
             wrote = True
         if not wrote:
             raise first_error or ReadOnlyStore(f"no level of {self.url} is writable")
@@ -446,7 +456,8 @@ class Tiered(Store):
     def _write_done(self, depth: int) -> Callable[[str, BaseException | None], None]:
         def done(key: str, error: BaseException | None) -> None:
             if error is None:
-                self._count(depth, "writes")
+                if not is_record(key):
+                    self._count(depth, "writes")
                 return
             if not isinstance(error, LevelSkipped):
                 self._count(depth, "write_errors")
