@@ -139,9 +139,23 @@ class _Stored:
 
     @property
     def ident(self) -> str:
-        """Which variant this is: its guards' digest and its installed modules' globals."""
-        modules = ",".join(f"{m}={d}" for m, (_, d) in sorted(self.library_globals.items()))
+        """Which variant this is: its guards' digest, its installed modules' globals and files."""
+        modules = ",".join(
+            [f"{m}={d}" for m, (_, d) in sorted(self.library_globals.items())]
+            + [f"{m}:{d}" for m, d in sorted(self.library_files.items())]
+        )
         return self.walk + ":" + hashlib.sha256(modules.encode()).hexdigest()[:16]
+
+    def same_as(self, other: _Stored) -> bool:
+        """Whether ``other`` is this variant again: the same guards, and the same globals and
+        files of the installed modules both ran (a first trace in a process runs more of them)."""
+        common = self.library_globals.keys() & other.library_globals.keys()
+        files = self.library_files.keys() & other.library_files.keys()
+        return (
+            self.walk == other.walk
+            and all(self.library_globals[m][1] == other.library_globals[m][1] for m in common)
+            and all(self.library_files[m] == other.library_files[m] for m in files)
+        )
 
     def differs(self) -> str:
         """Why this variant's installed modules (their files, their plain globals) differ
@@ -210,7 +224,7 @@ class TraceCache:
         # them (a function traced again before its first write was done, after
         # ``jax.clear_caches()``, is not written twice).
         self._written: set[str] = set()
-        self._kept: set[tuple[str, str]] = set()
+        self._kept: dict[str, list[_Stored]] = {}
 
     # -- install ---------------------------------------------------------------------------
 
@@ -673,7 +687,7 @@ class TraceCache:
         ``VARIANTS`` dropped). Runs on the background thread, after the executable's own write
         (the same queue): a trace is kept only beside an executable the store holds, not one
         JAX or compilecache chose not to store."""
-        if (key, variant.ident) in self._kept:
+        if any(v.same_as(variant) for v in self._kept.get(key, ())):
             return False  # this process wrote this very variant already
         if not self.cache.writes(key):
             # Read-only, or the entry there is signed with another key (left in place): not
@@ -684,7 +698,7 @@ class TraceCache:
         # An entry signed with another key (replaced in this host's own levels) has no variants
         # this process can keep: not read again.
         variants = {} if self.cache.is_foreign(key) else self._variants(key)
-        variants.pop(variant.ident, None)
+        variants = {i: v for i, v in variants.items() if not v.same_as(variant)}
         kept = sorted(variants.values(), key=lambda v: v.created)[-(VARIANTS - 1) :]
         payload = pickle.dumps({"format": FORMAT, "variants": [*kept, variant]})
         header = EntryHeader(
@@ -705,7 +719,7 @@ class TraceCache:
         if not self.cache.save(header, payload, any_time=True, counted=False):
             return False
         self._written.add(variant.ident)
-        self._kept.add((key, variant.ident))
+        self._kept.setdefault(key, []).append(variant)
         self.cache.stats.add(counter(WRITES))
         return True
 
