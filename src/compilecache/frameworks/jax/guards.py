@@ -239,7 +239,7 @@ def _plain(value: Any, depth: int) -> str | None:
 # every other module of the standard library keeps state of its process (warnings' filters,
 # logging's levels, decimal's context, locale, the garbage collector, codecs' registry, files
 # through os.path, frames through inspect, copy through copyreg's table, weak references through
-# the garbage collector), so a program's code that
+# the garbage collector, json's default encoder, re's cache of patterns), so a program's code that
 # uses one is traced, not guarded.
 PURE_STDLIB = frozenset(
     {
@@ -261,15 +261,11 @@ PURE_STDLIB = frozenset(
         "heapq",
         "_heapq",
         "itertools",
-        "json",
-        "_json",
         "keyword",
         "math",
         "numbers",
         "operator",
         "_operator",
-        "re",
-        "_sre",
         "string",
         "_string",
         "struct",
@@ -430,6 +426,18 @@ _ATTRIBUTE_OPS = frozenset(
 )
 
 
+def _floating_point(one: float = 1.0, three: float = 3.0, tiny: float = 5e-324) -> list[str]:
+    """The processor's floating-point mode, as Python's own arithmetic sees it (computed from
+    arguments, so that nothing is folded at compile time): its rounding direction (a program
+    may set it through libm) and whether subnormals are flushed to zero."""
+    return [
+        (one / three).hex(),
+        (-one / three).hex(),
+        (tiny * one).hex(),
+        (2.2250738585072014e-308 * (one / 2)).hex(),
+    ]
+
+
 def process_state() -> dict[str, Any]:
     """What the interpreter and NumPy keep for the whole process that changes what code
     computes: the interpreter's flags (``-O`` strips asserts), its limit on integer strings,
@@ -439,11 +447,13 @@ def process_state() -> dict[str, Any]:
         "flags": tuple(sys.flags),
         "int_max_str_digits": sys.get_int_max_str_digits(),
         "warnings": [repr(f) for f in warnings.filters],
+        "floating point": _floating_point(),
     }
     np = sys.modules.get("numpy")
     if np is not None:
         state["numpy errors"] = sorted(np.geterr().items())
         state["numpy print"] = sorted((k, repr(v)) for k, v in np.get_printoptions().items())
+        state["numpy type names"] = sorted((k, str(v)) for k, v in np.sctypeDict.items())
     return state
 
 
@@ -630,10 +640,11 @@ class Walk:
             self.codes.add(nested)
             self.namespaces.setdefault(nested, []).append(namespace)
         filename = code.co_filename
-        if first and _has_file(filename):
-            if filename not in self.files:
+        if first:
+            if _has_file(filename) and filename not in self.files:
                 self.files[filename] = file_digest(filename)
-        elif first:  # made by exec (a dataclass's __init__), typed at a prompt: its code by value
+            # Its code by value too: what runs is the code object, which a program can make
+            # from other text under a file's name, or change (``__code__.replace``).
             self.digests[f"code of {code.co_qualname} ({filename})"] = code_digest(code)
         self._pending_codes.append((code, namespace))
 
@@ -645,6 +656,11 @@ class Walk:
             in_module = True
             self._modules.setdefault(module_name, module)
         for nested in nested_codes(code):
+            # Its constants are numbered among the objects the walk meets: a global that is
+            # one of them (`G is "abc"`) is told from an equal one that is not.
+            for const in nested.co_consts:
+                if type(const) in _NUMBERED_SCALARS or type(const) is tuple:
+                    self.number(const)
             if not in_module:  # exec'd code with globals of its own: each one it reads
                 for name in sorted(code_reads(nested)[0]):
                     if name in globals_:
@@ -688,6 +704,8 @@ def _short(filename: str) -> str:
     return os.path.basename(filename)
 
 
+# Values whose equal copies can be one object or two (numbered like containers).
+_NUMBERED_SCALARS = frozenset({int, str, float, complex, bytes})
 # Objects that are one object in every process (a module, a class, a function by its code):
 # which other reference holds the same one says nothing.
 _STABLE_IDENTITY = (
@@ -731,6 +749,10 @@ class _Digest:
         if walk._nodes > MAX_NODES:
             raise Refused("too many values to compare")
         t = type(v)
+        if self.aliases and t in _NUMBERED_SCALARS:
+            # Which equal numbers and strings are one object (interned, cached, a code's
+            # constant) can differ between processes, and `is` tells.
+            self.put("object", walk.number(v))
         if v is None or t is bool or t is int or t is str or v is Ellipsis or v is NotImplemented:
             self.put(t.__name__, v)
             return
@@ -824,7 +846,9 @@ class _Digest:
                 )
             if t not in (set, frozenset):
                 self._class(t)
-            digests = sorted(_Digest(walk, aliases=False).of(item) for item in v)
+            # In the order it iterates: equal sets built in another order can iterate in
+            # another (items whose hashes collide), and a trace that iterates one sees it.
+            digests = [_Digest(walk, aliases=False).of(item) for item in v]
             self.put(t.__name__, *digests)
             self._attributes(v)
         else:

@@ -674,6 +674,8 @@ class TraceCache:
             owner = type(getattr(called, "__self__", None)).__module__
             if _numpy_io(str(module or owner), name):
                 return f"the program called NumPy's {name} while tracing"
+            if name == "__sizeof__":  # an object's allocation, which equal values differ in
+                return f"the program called {name} while tracing"
             if jax_guards.denied_module(str(module or owner)) or (
                 module == "builtins"
                 and name in jax_guards.DENIED_BUILTINS
