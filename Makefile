@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 EXTRAS := jax,torch,triton,test,dev,redis,s3,azure
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint fix bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
+.PHONY: install demo test lint fix attacks bench bench-gpu clean compat compat-torch compat-jax-old compat-jax-new
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ fix: $(STAMP)
 # The venv's bin first on PATH: torch's extension builds look for `ninja` there.
 test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n 2 --durations=15 $(PYTEST_ARGS)
+
+# The adversarial corpus of guarded JAX traces (about an hour on 2 cores): every attack must PASS.
+attacks: $(STAMP)
+	$(PY) tests/jax_attacks/run.py -j 2
 
 # etils and s3fs let bench_fleet run JAX's own cache on the S3 bucket (JAX opens s3:// so);
 # transformers gives bench_torch --real its models (random init, nothing downloaded); optax and

@@ -1,0 +1,10 @@
+SPEC = {"variants": {"a": {"env": {"K": "2"}}, "b": {"env": {"K": "3"}}}}
+import os, jax, jax.numpy as jnp, numpy as np
+class Scale:
+    def __init__(self, k): self.k = k
+    def __call__(self, x): return x * self.k
+g = Scale(float(os.environ["K"]))
+@jax.jit
+def f(x):
+    return g(x) + 1
+print("RESULT", repr(np.asarray(f(jnp.arange(3.0))).tolist()))

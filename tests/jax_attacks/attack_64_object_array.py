@@ -1,0 +1,7 @@
+SPEC = {"variants": {"a": {"env": {"K": "2"}}, "b": {"env": {"K": "3"}}}}
+import os, jax, jax.numpy as jnp, numpy as np
+W = np.array([float(os.environ["K"]), 1.0], dtype=object)
+@jax.jit
+def f(x):
+    return x * float(W[0])
+print("RESULT", repr(np.asarray(f(jnp.arange(3.0))).tolist()))

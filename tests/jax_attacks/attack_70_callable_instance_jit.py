@@ -1,0 +1,7 @@
+SPEC = {"variants": {"a": {"env": {"K": "2"}}, "b": {"env": {"K": "3"}}}}
+import os, jax, jax.numpy as jnp, numpy as np
+class Scale:
+    def __init__(self, k): self.k = k
+    def __call__(self, x): return x * self.k
+f = jax.jit(Scale(float(os.environ["K"])))
+print("RESULT", repr(np.asarray(f(jnp.arange(3.0))).tolist()))

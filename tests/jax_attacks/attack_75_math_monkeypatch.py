@@ -1,0 +1,8 @@
+SPEC = {"variants": {"a": {"env": {"K": "2"}}, "b": {"env": {"K": "3"}}}}
+import os, math, jax, jax.numpy as jnp, numpy as np
+if os.environ["K"] == "3":
+    math.sqrt = math.cbrt
+@jax.jit
+def f(x):
+    return x * math.sqrt(8.0)
+print("RESULT", repr(np.asarray(f(jnp.ones(3))).tolist()))
