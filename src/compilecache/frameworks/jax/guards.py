@@ -222,6 +222,17 @@ def plain_globals_digest(module_name: str, names: Iterable[str]) -> str:
     return h.hexdigest()
 
 
+def _plain_class_attributes(cls: type) -> list[str]:
+    """A class's own and inherited attributes that hold numbers, strings or tuples of them."""
+    found = []
+    for klass in cls.__mro__[:-1]:
+        for key, item in sorted(vars(klass).items()):
+            encoded = _plain(item, 0)
+            if encoded is not None and not key.startswith("__"):
+                found.append(f"{klass.__qualname__}.{key}={encoded}")
+    return found
+
+
 def _plain(value: Any, depth: int) -> str | None:
     kind = type(value)
     if kind is float:
@@ -592,14 +603,17 @@ class Walk:
             # Its code is trusted with its package's version, but which function the name holds
             # is guarded: a program may have set another one there (jnp.sin = jnp.cos).
             inner = getattr(value, "__wrapped__", None) or getattr(value, "_fun", None) or value
+            parts = [
+                type(value).__qualname__,
+                str(getattr(inner, "__module__", "")),
+                str(getattr(inner, "__qualname__", getattr(inner, "__name__", ""))),
+            ]
+            if isinstance(value, type):
+                # An installed class's attributes that hold plain values, by value: a program
+                # may configure the class (``Defaults.scale = 3.0``) before it traces.
+                parts += _plain_class_attributes(value)
             self.digests[f"{module_name}.{name}"] = hashlib.sha256(
-                "|".join(
-                    (
-                        type(value).__qualname__,
-                        str(getattr(inner, "__module__", "")),
-                        str(getattr(inner, "__qualname__", getattr(inner, "__name__", ""))),
-                    )
-                ).encode()
+                "|".join(parts).encode("utf-8", "surrogatepass")
             ).hexdigest()
             return
         if value is None or isinstance(value, (bool, int, float, complex, str, bytes, tuple)):
@@ -876,6 +890,10 @@ class _Digest:
         source = sys.modules.get(module)
         filename = getattr(source, "__file__", None) or ""
         if module in ("builtins", "") or (filename and is_library_file(filename)):
+            if module not in ("builtins", ""):
+                # An installed class: its attributes that hold plain values, by value (a
+                # program may configure it before it traces: ``Defaults.scale = 3.0``).
+                self.put(*_plain_class_attributes(cls))
             return
         # The program's own class: its methods and class attributes are values it reads.
         for base in cls.__bases__:
