@@ -980,7 +980,13 @@ class _Digest:
         if hasattr(v, "_fun") and hasattr(v, "_jit_info"):  # a jitted function
             self.put("jit")
             self.feed(v._fun)
-            self.feed(jit_info_fields(v._jit_info))
+            # JAX's own values: which of them are one object follows JAX's caches (a jit
+            # traced in this process shares some), not the program.
+            aliases, self.aliases = self.aliases, False
+            try:
+                self.feed(jit_info_fields(v._jit_info))
+            finally:
+                self.aliases = aliases
             return
         attributes = getattr(v, "__dict__", None)
         slots = [s for c in t.__mro__ for s in getattr(c, "__slots__", ()) if isinstance(s, str)]
