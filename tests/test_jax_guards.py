@@ -126,14 +126,24 @@ def test_what_reads_outside_the_program_or_has_no_value_is_refused() -> None:
         assert "per-process string hashing" in refused({"a", "b"})
 
 
+# Globals a function reads: the walk meets them in an order of its own, and numbers the objects
+# it meets (which globals hold one object), so that order must not follow string hashing.
+ALIAS_A, ALIAS_B, ALIAS_C = [1.0], [2.0], Config(1)
+
+
+def reads_globals() -> tuple[Any, ...]:
+    return ALIAS_A, ALIAS_B, ALIAS_C, SCALE
+
+
 def test_digests_are_the_same_in_every_process(tmp_path: Path) -> None:
     """No identity, address or string hash (randomised per process) enters a digest."""
     program = (
         "import json, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from tests.test_jax_guards import Config, Colour, digest\n"
+        "from tests.test_jax_guards import Config, Colour, digest, reads_globals\n"
         "value = {'cfg': Config(3, ('x', 'y')), 'set': {3, 1, 2}, 'c': Colour.RED,\n"
-        "         'f': [1.5, None, b'z'], 'frozen': frozenset({2.5, 1.5}), 'names': ('p', 'q')}\n"
+        "         'f': [1.5, None, b'z'], 'frozen': frozenset({2.5, 1.5}), 'names': ('p', 'q'),\n"
+        "         'reads': reads_globals}\n"
         "print(json.dumps(digest(value)))\n"
     )
     root = str(Path(__file__).resolve().parents[1])

@@ -532,12 +532,14 @@ class Walk:
             self._alive.append(value)
         return found
 
-    def root(self, path: str, value: Any) -> None:
-        """Guard ``value`` under ``path`` (its digest, and everything it leads to)."""
+    def root(self, path: str, value: Any, *, aliases: bool = True) -> None:
+        """Guard ``value`` under ``path`` (its digest, and everything it leads to);
+        ``aliases``: whether which of its values are one object is compared too (the program's
+        values; not settings, whose objects follow how each was set)."""
         if self.refused is not None:
             return
         try:
-            self.digests[path] = _Digest(self).of(value)
+            self.digests[path] = _Digest(self, aliases=aliases).of(value)
         except Refused as exc:
             self.refused = f"{path}: {exc}"
         except RecursionError:
@@ -639,7 +641,8 @@ class Walk:
         for module_name, module in list(self._modules.items()):
             namespace = vars(module)
             every = self._dynamic and _is_program_module(module)
-            for name in list(namespace) if every else self._names:
+            # In a fixed order: the walk numbers the objects it meets in the order it meets them.
+            for name in list(namespace) if every else sorted(self._names):
                 if name in namespace and (module_name, name) not in self._done_globals:
                     wanted.append((module_name, name))
         return wanted
@@ -688,7 +691,7 @@ class Walk:
                     f"{nested.co_qualname} holds a set of strings: its order follows Python's "
                     "per-process string hashing (PYTHONHASHSEED fixes it)"
                 )
-            for name in imports:
+            for name in sorted(imports):
                 if denied_module(name):
                     raise Refused(
                         f"{nested.co_qualname} imports {name} (outside the program's values)"

@@ -873,10 +873,14 @@ def _roots(
     return roots
 
 
+# The roots that are settings (compared by value only).
+_SETTINGS = frozenset({"JAX's configuration", "the interpreter's and NumPy's settings"})
+
+
 def _walk(roots: list[tuple[str, Any]]) -> jax_guards.Walk:
     walk = jax_guards.Walk()
     for path, value in roots:
-        walk.root(path, value)
+        walk.root(path, value, aliases=path not in _SETTINGS)
     return walk.finish()
 
 
