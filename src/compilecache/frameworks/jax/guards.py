@@ -235,8 +235,8 @@ def _plain_class_attributes(cls: type) -> list[str]:
 
 def _plain(value: Any, depth: int) -> str | None:
     kind = type(value)
-    if kind is float:
-        return "f" + float.hex(value)  # -0.0 apart from 0.0
+    if kind is float:  # -0.0 apart from 0.0, and a NaN's sign by its bytes
+        return "f" + (float.hex(value) if value == value else struct.pack("<d", value).hex())
     if kind in _PLAIN:
         return f"{kind.__name__}{value!r}"
     if kind is tuple and depth < 2:
