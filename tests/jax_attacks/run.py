@@ -154,6 +154,10 @@ def attack(prog: str) -> tuple[str, bool, list[str]]:
 
 def main() -> None:
     args = sys.argv[1:]
+    # Without JAX and compilecache every run fails alike, and every attack would "pass".
+    check = subprocess.run([PY, "-c", "import jax, compilecache"], capture_output=True, text=True)
+    if check.returncode != 0:
+        sys.exit(f"{PY} cannot import jax and compilecache (set ATTACK_PY): {check.stderr[-300:]}")
     jobs = 2
     if args[:1] == ["-j"]:
         jobs = int(args[1])
