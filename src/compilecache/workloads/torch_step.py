@@ -10,7 +10,11 @@ Models (float32, CPU or the default device, fixed seeds):
 - ``gpt2``: transformers' ``GPT2LMHeadModel`` from a ``GPT2Config`` (2 layers, 4 heads, width 128,
   vocabulary 512, context 64), random init, a batch of 4 x 32 distinct tokens, the LM loss;
 - ``llama``: transformers' ``LlamaForCausalLM`` from a ``LlamaConfig`` (2 layers, 4 heads and 2
-  key-value heads, width 128, MLP 256, vocabulary 512), random init, the same batch and loss.
+  key-value heads, width 128, MLP 256, vocabulary 512), random init, the same batch and loss;
+- ``qwen2``: transformers' ``Qwen2ForCausalLM`` from a ``Qwen2Config`` of the same shape as
+  ``llama`` (Qwen2 adds biases to the attention's projections), the same batch and loss.
+
+``--layers N`` gives a transformers model N layers instead of 2 (Dynamo's trace grows with them).
 
 The transformers models need ``pip install transformers`` (``make bench`` installs it); nothing is
 downloaded: the weights are random and the configurations are written here.
@@ -62,9 +66,9 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-MODELS = ("tiny", "mlp", "block", "gpt2", "llama")
+MODELS = ("tiny", "mlp", "block", "gpt2", "llama", "qwen2")
 # transformers models: the loss is computed by the model from its labels.
-HF_MODELS = ("gpt2", "llama")
+HF_MODELS = ("gpt2", "llama", "qwen2")
 SEED = 0
 
 
@@ -82,8 +86,9 @@ def make_fresh_dirs() -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(inductor), "TMPDIR": str(tmp)}
 
 
-def build_hf(model: str) -> tuple[Any, Any]:
-    """A small transformers causal LM with random weights, and its token batch."""
+def build_hf(model: str, layers: int = 2) -> tuple[Any, Any]:
+    """A small transformers causal LM of ``layers`` layers with random weights, and its token
+    batch."""
     import torch
     import transformers
 
@@ -91,7 +96,7 @@ def build_hf(model: str) -> tuple[Any, Any]:
     module: Any
     common: dict[str, Any] = {
         "vocab_size": 512,
-        "num_hidden_layers": 2,
+        "num_hidden_layers": layers,
         "num_attention_heads": 4,
         "bos_token_id": 0,
         "eos_token_id": 0,
@@ -100,14 +105,19 @@ def build_hf(model: str) -> tuple[Any, Any]:
         config = transformers.GPT2Config(n_embd=128, n_positions=64, **common)
         module = transformers.GPT2LMHeadModel(config)
     else:
-        config = transformers.LlamaConfig(
-            hidden_size=128,
-            intermediate_size=256,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            **common,
-        )
-        module = transformers.LlamaForCausalLM(config)
+        # Llama and Qwen2: the same shape; Qwen2's attention projections carry biases.
+        shape: dict[str, Any] = {
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 64,
+        }
+        if model == "qwen2":
+            config = transformers.Qwen2Config(**shape, **common)
+            module = transformers.Qwen2ForCausalLM(config)
+        else:
+            config = transformers.LlamaConfig(**shape, **common)
+            module = transformers.LlamaForCausalLM(config)
     module.train()
     # Distinct token ids: Inductor's CPU backward of the embedding adds each token's gradient
     # into its row with atomic adds across OpenMP threads, so a token that occurs twice makes the
@@ -116,14 +126,15 @@ def build_hf(model: str) -> tuple[Any, Any]:
     return module, torch.randperm(512)[:128].reshape(4, 32)
 
 
-def build(model: str, seed: int = SEED) -> tuple[Any, Any]:
-    """The module and its fixed input, with deterministic parameters."""
+def build(model: str, seed: int = SEED, layers: int = 2) -> tuple[Any, Any]:
+    """The module and its fixed input, with deterministic parameters (``layers``: of a
+    transformers model)."""
     import torch
     from torch import nn
 
     torch.manual_seed(seed)
     if model in HF_MODELS:
-        return build_hf(model)
+        return build_hf(model, layers)
 
     from compilecache.workloads.torch_models import MLP, Block
 
@@ -185,6 +196,7 @@ def run(
     load_mega: str | None = None,
     inductor_config: dict[str, Any] | None = None,
     eager: bool = False,
+    layers: int = 2,
 ) -> dict[str, Any]:
     """Import, build, compile (or load) and run forward+backward once; the result record.
 
@@ -201,7 +213,7 @@ def run(
     for name, value in (inductor_config or {}).items():
         setattr(torch._inductor.config, name, value)
     import_s = time.perf_counter() - _T0
-    module, x = build(model)
+    module, x = build(model, layers=layers)
 
     load_s = 0.0
     cpu_start = _cpu_seconds()
@@ -272,11 +284,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="set a torch._inductor.config value first (cpp.simdlen=256); VALUE is a Python literal",
     )
     parser.add_argument("--eager", action="store_true", help="no torch.compile (the baseline)")
+    parser.add_argument(
+        "--layers", type=int, default=2, help="layers of a transformers model (default 2)"
+    )
     parser.add_argument("--json", action="store_true", help="accepted for symmetry; always JSON")
     args = parser.parse_args(argv)
     dirs = make_fresh_dirs() if args.fresh_dirs else {}
     config = dict(parse_setting(text) for text in args.config)
-    result = run(args.model, args.salt, args.save_mega, args.load_mega, config, args.eager)
+    result = run(
+        args.model, args.salt, args.save_mega, args.load_mega, config, args.eager, args.layers
+    )
     result["dirs"] = dirs
     print(json.dumps(result), flush=True)
     return 0
