@@ -538,6 +538,10 @@ def test_store_keys() -> None:
 
 @pytest.fixture
 def integration_on_memory() -> Iterator[Any]:
+    # torch's modules the hooks apply to, imported here: a test run alone finds none loaded.
+    import torch._inductor.config
+    import torch._inductor.remote_cache  # noqa: F401
+
     from compilecache.frameworks.torch import integration
 
     cache = Cache(MemoryStore(f"memory://unit-{uuid.uuid4().hex}"))
@@ -568,6 +572,48 @@ def test_backend_round_trips_torch_values_byte_for_byte(integration_on_memory: A
     assert stats["torch.autotune.hits"] == 1 and stats["writes"] == 2
 
 
+class _GatedStore(MemoryStore):
+    """A memory store whose writes wait for ``gate`` (a slow disk or a remote store)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.gate = threading.Event()
+
+    def put(self, key: str, value: bytes, meta: Any = None) -> None:
+        self.gate.wait(30)
+        super().put(key, value, meta)
+
+
+def test_a_write_is_off_the_compile_and_a_lookup_here_waits_for_it() -> None:
+    """torch's put returns before the store has the entry (it is encoded and written on the
+    background thread, as JAX's are), a lookup of it in this process waits for the write, and
+    the lease of its compile ends only once it is written."""
+    import torch._inductor.config
+    import torch._inductor.remote_cache  # noqa: F401
+
+    from compilecache.frameworks.torch import integration
+
+    store = _GatedStore(f"memory://unit-{uuid.uuid4().hex}")
+    cache = Cache(store)
+    integration.install(cache, Config(url=cache.store.url))
+    try:
+        backend = integration.StoreBackend("fx")
+        key = "pt2:fx-graph-v1::fgated:c1"
+        value = {"data": base64.b64encode(b"graph" * 100).decode("ascii"), "time_taken_ms": 2500}
+        backend.put(key, json.dumps(value).encode("ascii"))
+        assert store.stat("torch/fx/fgated") is None  # put returned; the write waits
+        assert cache.background.on_its_thread() is False
+        threading.Timer(0.3, store.gate.set).start()
+        back = json.loads(backend.get(key))  # waits for the write, then a hit
+        assert base64.b64decode(back["data"]) == b"graph" * 100
+        assert store.stat("torch/fx/fgated") is not None
+        stats = cache.stats.snapshot()
+        assert stats["torch.fx.hits"] == 1 and stats["writes"] == 1
+    finally:
+        store.gate.set()
+        integration.uninstall()
+
+
 def test_backend_never_raises_into_torch() -> None:
     # Loaded by any compile: the FX layer reads the config, torch builds its backend here.
     import torch._inductor.config
@@ -582,6 +628,7 @@ def test_backend_never_raises_into_torch() -> None:
         assert backend.get("pt2:fx-graph-v1::fkey:c1") is None
         backend.put("pt2:fx-graph-v1::fkey:c1", b'{"data": "AAAA", "time_taken_ms": 1}')
         backend.put("weird key", b"\xff not json")
+        assert cache.background.wait_kept(10)  # writes are the background thread's
         assert cache.stats.snapshot()["errors"] == 3
     finally:
         integration.uninstall()

@@ -85,6 +85,10 @@ class Background:
                     self._kept -= keep
                     self._cond.notify_all()
 
+    def on_its_thread(self) -> bool:
+        """Whether the caller is this queue's thread (running one of its items)."""
+        return self._thread is threading.current_thread()
+
     def wait_kept(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the items queued with ``keep`` (entry writes) to
         finish, not for the rest; returns whether they did."""

@@ -59,6 +59,9 @@ log = logging.getLogger("compilecache")
 MAX_EVENTS = 10_000
 # How long closing waits for the bookkeeping still queued (miss explanations).
 SETTLE_S = 5.0
+# How long a lookup waits for this process's own write of the same key, still on the background
+# thread, before it reads the store as it is.
+WRITE_WAIT_S = 30.0
 # Between a key and the kind of host whose own entry of that key this is (see own_key).
 OWN_KIND_SEP = "~host-"
 
@@ -118,6 +121,10 @@ class Cache:
         self.events: list[dict[str, Any]] | None = None
         # Bookkeeping that need not hold up a compile (miss explanations), in order.
         self.background = Background()
+        # Entries handed to the background thread by save_later and not written yet: a lookup
+        # of one in this process waits for its write (it would otherwise miss, and compile again).
+        self._writing: dict[str, threading.Event] = {}
+        self._writing_lock = threading.Lock()
         # Run by the session before its exit writes (integrations publish what they kept
         # locally, e.g. XLA's autotune directory); each must never raise.
         self.finishers: list[Callable[[], None]] = []
@@ -170,7 +177,17 @@ class Cache:
         the job's manifest; a key on its way is waited for). Raises what the store raises."""
         if self.prefetcher is not None:
             self.prefetcher.before_read(key)
+        self.await_write(key)
         return self.store.get(key)
+
+    def await_write(self, key: str) -> None:
+        """Wait (up to ``WRITE_WAIT_S``) for this process's write of ``key`` handed to the
+        background thread by :meth:`save_later`, if one is under way. Never on that thread:
+        it would wait for itself."""
+        with self._writing_lock:
+            writing = self._writing.get(key)
+        if writing is not None and not self.background.on_its_thread():
+            writing.wait(WRITE_WAIT_S)
 
     def load(self, framework: str, key: str) -> Entry | None:
         """The verified entry stored under ``key``, or ``None`` (counted as a miss)."""
@@ -286,6 +303,7 @@ class Cache:
             # The read and, on a miss, the lease claim: one round trip where the store can.
             if self.prefetcher is not None:
                 self.prefetcher.before_read(k)
+            self.await_write(k)
             found, claims[0] = get_or_claim(self.store, k, flight.lease_ttl)
             return found[0] if found is not None else None
 
@@ -320,20 +338,29 @@ class Cache:
         if self._flight is not None:
             self._flight.finish(key, later=self.background.add)
 
-    def save_later(self, key: str, write: Callable[[], object]) -> None:
+    def save_later(self, key: str, write: Callable[[], object], *, awaited: bool = False) -> None:
         """Run ``write`` (which saves ``key``'s entry) on the background thread, then end the
         lease that :meth:`load_or_lead` handed this process for ``key``: the compile returns
         without waiting for the disk, and waiting processes find the entry when the lease ends.
         The write is never dropped: a full queue, or the deadline at exit, runs it on the
-        caller's thread instead. ``write`` must not raise."""
+        caller's thread instead. ``write`` must not raise. ``awaited``: a lookup of ``key`` in
+        this process waits for the write (for a framework that does not keep what it handed)."""
         flight = self._flight
         if flight is not None:
             flight.hand_off(key)
+        written = threading.Event()
+        if awaited:
+            with self._writing_lock:
+                self._writing[key] = written
 
         def work() -> None:
             try:
                 write()
             finally:
+                with self._writing_lock:
+                    if self._writing.get(key) is written:
+                        del self._writing[key]
+                written.set()
                 if flight is not None:
                     flight.finish(key)
 

@@ -177,6 +177,7 @@ class StoreLayers:
 
     def _stored(self, key: str) -> bool:
         try:
+            self.cache.await_write(key)  # an FX graph this process compiled, being written
             return self.cache.store.stat(key) is not None
         except Exception:
             return True
@@ -192,13 +193,19 @@ class StoreLayers:
 
     def put(self, layer: str, remote_key: str, data: bytes) -> None:
         key = store_key(layer, remote_key)
+        handed = False
         try:
             if not self.switches.layer_off(layer):
                 self._put(layer, key, remote_key, data)
+                handed = True
         finally:
-            self.cache.finish_lead(key)
+            if not handed:  # a handed write ends the lease once written
+                self.cache.finish_lead(key)
 
     def _put(self, layer: str, key: str, remote_key: str, data: bytes) -> None:
+        """Make the entry of torch's ``data`` here (its key's debug lines and compile time are
+        this thread's) and hand its encoding and write to the background thread: torch's
+        compile goes on without waiting for the store, as JAX's does."""
         payload, extra, taken_s = unwrap(data, pickled=layer in ("fx", "aot"))
         torch_key = torch_key_of(remote_key)
         lines = self.pending.pop(torch_key) if layer in ("fx", "aot") else None
@@ -221,11 +228,23 @@ class StoreLayers:
             components=components,
             extra=extra,
         )
-        stored = self.cache.save(header, payload)
+        # Marked written now, as torch's own put is: a lookup after a clear() in this process
+        # is served (it waits for the write, see Cache.await_write).
         self.switches.wrote(layer, key)
-        if layer in LEAD_LAYERS:
-            # torch writes only after its own lookup missed: every put here is a miss of ours.
-            self._explain(header, readable, stored)
+        self.cache.save_later(
+            key, functools.partial(self._write, header, payload, readable), awaited=True
+        )
+
+    def _write(self, header: EntryHeader, payload: bytes, readable: dict[str, str]) -> None:
+        """Store one entry of :meth:`_put` (on the background thread). Never raises."""
+        try:
+            stored = self.cache.save(header, payload)
+            if header.extra.get("layer") in LEAD_LAYERS:
+                # torch writes only after its own lookup missed: every put here is a miss of ours.
+                self._explain(header, readable, stored)
+        except Exception as exc:
+            self.cache.stats.add("errors", framework=FRAMEWORK)
+            self.cache.warn_once("torch:put", f"write failed: {exc}")
 
     def _explain(self, header: EntryHeader, readable: dict[str, str], stored: bool) -> None:
         """Record why this graph missed: the nearest stored entry of the same name and layer,

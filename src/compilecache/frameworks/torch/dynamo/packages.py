@@ -549,10 +549,12 @@ class DynamoPackages:
         key, components = self.keys[package]
         if self.off() or not self.writers.get(key, True):
             return  # another process that missed at once writes it
+        handed = False
         try:
-            self._write_package(package, backends, fn, key, components)
+            handed = self._write_package(package, backends, fn, key, components)
         finally:
-            self.cache.finish_lead(key)
+            if not handed:  # a handed write ends the lease once written
+                self.cache.finish_lead(key)
 
     def _write_package(
         self,
@@ -561,14 +563,16 @@ class DynamoPackages:
         fn: Any,
         key: str,
         components: dict[str, str],
-    ) -> None:
+    ) -> bool:
+        """Check ``package`` and make its entry here (torch's objects are this thread's), then
+        hand the entry's encoding and write to the background thread; whether it was handed."""
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
         problem = problem or unprovided_global(package) or self._unloadable(package)
         if problem:
             self._not_stored(fn, problem)
-            return
+            return False
         dynamo = package.cache_entry()
         modules = {code.python_module for code in dynamo.codes}
         modules |= {source.module for source in dynamo.source_info.inlined_sources}
@@ -576,14 +580,14 @@ class DynamoPackages:
             sources = {name: source_digest(name, self.files) for name in sorted(modules)}
         except Exception as exc:
             self._not_stored(fn, str(exc))
-            return
+            return False
         guards = {scope: dict(named) for scope, named in self.loaded.get(key, {}).items()}
         problem = merge_dropped(guards, self.dropped.get(package, {}))
         if problem:
             # A frame loaded for one object and a frame traced for another: one entry cannot
             # say which is which.
             self._not_stored(fn, problem)
-            return
+            return False
         entry = self.package_module.PrecompileCacheEntry(dynamo=dynamo, backends=backends)
         aot_keys = self.backends.keys_of(backends)
         payload = pickle.dumps(
@@ -610,29 +614,44 @@ class DynamoPackages:
                 "cpu": cpu_target(),
             },
         )
-        stored = self.cache.save(header, payload, any_time=True)
-        if stored:
-            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.writes")
-            self.switches.wrote(LAYER, key)
         with self.lock:
             stale = self.stale.pop(key, "")
-        # Written after a lookup that found nothing usable: a miss, explained as torch's graphs
-        # are (the nearest stored package and what differs), or by why its own was not used.
-        explain.record_miss(
-            self.cache,
-            framework=FRAMEWORK,
-            name=fn.__qualname__,
-            key=key,
-            components=components,
-            readable=readable(components),
-            prefix=f"{PREFIX}{fn.__qualname__}-",
-            # The frames' own compile time: the function's row counts it, as its hits save it.
-            compile_time_s=header.compile_time_s,
-            stored=stored,
-            reason="" if stored else self.cache.skip_reason(header.compile_time_s, key),
-            background=True,
-            why=f"Dynamo's stored package was not used ({stale}); traced again" if stale else "",
-        )
+        why = f"Dynamo's stored package was not used ({stale}); traced again" if stale else ""
+        store = functools.partial(self._store_package, header, payload, components, why)
+        self.cache.save_later(key, store, awaited=True)
+        return True
+
+    def _store_package(
+        self, header: EntryHeader, payload: bytes, components: dict[str, str], why: str
+    ) -> None:
+        """Write a package's entry made by :meth:`_write_package` (on the background thread)
+        and explain the miss it follows. Never raises."""
+        try:
+            stored = self.cache.save(header, payload, any_time=True)
+            if stored:
+                self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.writes")
+                self.switches.wrote(LAYER, header.key)
+            # Written after a lookup that found nothing usable: a miss, explained as torch's
+            # graphs are (the nearest stored package and what differs), or by why its own was
+            # not used.
+            explain.record_miss(
+                self.cache,
+                framework=FRAMEWORK,
+                name=header.name,
+                key=header.key,
+                components=components,
+                readable=readable(components),
+                prefix=f"{PREFIX}{header.name}-",
+                # The frames' own compile time: the function's row counts it, as its hits save it.
+                compile_time_s=header.compile_time_s,
+                stored=stored,
+                reason="" if stored else self.cache.skip_reason(header.compile_time_s, header.key),
+                background=True,
+                why=why,
+            )
+        except Exception as exc:
+            self.cache.stats.add("errors", framework=FRAMEWORK)
+            self.cache.warn_once("torch:dynamo:write", f"Dynamo package not stored: {exc}")
 
     def _not_stored(self, fn: Any, problem: str) -> None:
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
@@ -686,6 +705,7 @@ class DynamoPackages:
         if compile_call is None:
             return None  # not Inductor: traced as without the store, never stored
         key, _ = self.key_of(inner, compile_call)
+        self.cache.await_write(key)  # this process's own package of it, being written
         if not self.switches.serves_package(key):
             return None  # a clear() in this process: traced, and written again
         found = self.cache.load(FRAMEWORK, key)
