@@ -288,7 +288,8 @@ class Integration:
     def _remembering(self, original: Any) -> Any:
         pending = self.pending
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # Wraps compiled_fx_graph_hash or autograd_cache_key: both return (key, debug lines).
+        def cache_key(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
             try:
                 key, lines = result
@@ -297,12 +298,12 @@ class Integration:
                 log.debug("compilecache: torch key components not recorded: %s", exc)
             return result
 
-        return wrapper
+        return cache_key
 
     def _debug_lines(self, original: Any) -> Any:
         pending = self.pending
 
-        def wrapper(pickler: Any, details: Any, key: str) -> Any:
+        def _get_debug_lines_for_cache_key(pickler: Any, details: Any, key: str) -> Any:
             lines = original(pickler, details, key)
             try:
                 computed = lines or pickler.debug_lines(details)
@@ -311,7 +312,7 @@ class Integration:
                 log.debug("compilecache: AOTAutograd key components not recorded: %s", exc)
             return lines
 
-        return wrapper
+        return _get_debug_lines_for_cache_key
 
     def _hook_dynamo(self, module: Any) -> None:
         if self.dynamo is not None:
@@ -503,8 +504,9 @@ class Integration:
         cache = self.cache
         local = threading.local()
 
+        # Wraps compile_fx and _compile_fx_inner.
         @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def compile_fx(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(local, "depth", 0)
             local.depth = depth + 1
             try:
@@ -517,7 +519,7 @@ class Integration:
                     except Exception as exc:  # never raise into torch; leases expire anyway
                         log.debug("compilecache: could not end torch leases: %s", exc)
 
-        return wrapper
+        return compile_fx
 
     def _kernel_built(self, seconds: float) -> None:
         """A kernel binary took ``seconds`` to build: its own entry's time, not also its FX

@@ -434,16 +434,16 @@ class ProbeHooks:
                 log.debug("compilecache: no cpp_builder.%s in this torch; left alone", check)
                 continue
 
-            def wrapper(*args: Any, _check: str = check, _original: Any = original) -> Any:
+            def compiler_check(*args: Any, _check: str = check, _original: Any = original) -> Any:
                 return probes.compiler_check(_check, _original, args)
 
             def cache_clear(_check: str = check, _original: Any = original) -> None:
                 probes.forget_checks(_check)
                 getattr(_original, "cache_clear", lambda: None)()
 
-            wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-            wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
-            self.patches.replace(module, check, wrapper, label=f"probes.{check}")
+            compiler_check.__wrapped__ = original  # type: ignore[attr-defined]
+            compiler_check.cache_clear = cache_clear  # type: ignore[attr-defined]
+            self.patches.replace(module, check, compiler_check, label=f"probes.{check}")
 
     def uninstall(self) -> None:
         self.patches.undo()
