@@ -34,7 +34,7 @@ produce the same output and gradients (SHA-256 digest).
     python benchmarks/bench_torch.py --warm-start # issue 12's rows only (bench_torch-warm-start)
     python benchmarks/bench_torch.py --real       # transformers models (bench_torch-real)
 
-``--real`` (issue 23) runs transformers' GPT-2 and Llama (random init from a small config, see
+``--real`` runs transformers' GPT-2, Llama and Qwen2 (random init from a small config, see
 ``torch_step``) in rounds of five interleaved variants: eager (no compile), torch's own cold
 compile, compilecache's cold compile (an empty store), torch's warm local cache, and compilecache
 on a new machine (empty Inductor and temporary directories, the store of the first cold run).
@@ -65,6 +65,7 @@ MODELS = {"mlp": "MLP 256-1024-256", "block": "transformer block d=128 h=4"}
 REAL_MODELS = {
     "gpt2": "transformers GPT2LMHeadModel, 2 layers, 4 heads, width 128, vocabulary 512",
     "llama": "transformers LlamaForCausalLM, 2 layers, 4 heads (2 KV), width 128, vocabulary 512",
+    "qwen2": "transformers Qwen2ForCausalLM, Llama's shape, biases on the attention projections",
 }
 # A cold compile under compilecache <= 1.05x torch's own; on a new machine the compile overhead
 # (time to first step minus eager) <= 0.35x that of torch's warm local cache (0.5x before Dynamo's
@@ -798,12 +799,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--real",
         action="store_true",
-        help="transformers models (gpt2, llama): eager, cold and warm, interleaved "
+        help="transformers models (gpt2, llama, qwen2): eager, cold and warm, interleaved "
         "(results/bench_torch-real.*)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --real (default 3)")
     parser.add_argument(
-        "--real-models", nargs="+", choices=list(REAL_MODELS), help="default: gpt2 llama"
+        "--real-models", nargs="+", choices=list(REAL_MODELS), help="default: gpt2 llama qwen2"
     )
     parser.add_argument("--no-write", action="store_true", help="do not write results/")
     parser.add_argument(

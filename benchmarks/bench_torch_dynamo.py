@@ -41,6 +41,7 @@ MODELS = {
     "block": "transformer block d=128 h=4",
     "gpt2": "transformers GPT2LMHeadModel, 2 layers, 4 heads, width 128, vocabulary 512",
     "llama": "transformers LlamaForCausalLM, 2 layers, 4 heads (2 KV), width 128, vocabulary 512",
+    "qwen2": "transformers Qwen2ForCausalLM, Llama's shape, biases on the attention projections",
 }
 TARGET = 0.35  # compile overhead on a new machine / torch's own warm local start
 VARIANTS = {

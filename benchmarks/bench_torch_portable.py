@@ -25,7 +25,11 @@ hits and misses) say what each run was served; a run under compilecache whose Dy
 installed from the store traces nothing, so torch's caches see no lookup at all.
 
     python benchmarks/bench_torch_portable.py                    # mlp and block, 5 rounds
-    python benchmarks/bench_torch_portable.py --models llama --rounds 3
+    python benchmarks/bench_torch_portable.py --models gpt2 llama qwen2 --rounds 3
+    python benchmarks/bench_torch_portable.py --models qwen2 --layers 8 --rounds 3
+
+Results go to ``results/bench_torch_portable.*`` for the default models, else to a name that
+says the models (and the layers, when not 2).
 """
 
 from __future__ import annotations
@@ -48,7 +52,10 @@ MODELS = {
     "block": "transformer block d=128 h=4",
     "gpt2": "transformers GPT2LMHeadModel, 2 layers, 4 heads, width 128, vocabulary 512",
     "llama": "transformers LlamaForCausalLM, 2 layers, 4 heads (2 KV), width 128, vocabulary 512",
+    "qwen2": "transformers Qwen2ForCausalLM, Llama's shape, biases on the attention projections",
 }
+HF_MODELS = ("gpt2", "llama", "qwen2")
+DEFAULT_MODELS = ["mlp", "block"]
 VARIANTS = {
     "eager": "eager (no torch.compile)",
     "torch_warm_local": "torch warm local disk (same dirs)",
@@ -62,8 +69,9 @@ VARIANTS = {
 class Model:
     """The directories, artifacts and store of one model's runs."""
 
-    def __init__(self, model: str, root: Path) -> None:
+    def __init__(self, model: str, root: Path, layers: int = 2) -> None:
         self.model = model
+        self.layers = layers
         self.root = root / model
         self.root.mkdir(parents=True)
         self.salt = f"bench-{uuid.uuid4().hex}"
@@ -74,7 +82,8 @@ class Model:
 
     def _args(self, extra: list[str]) -> list[str]:
         module = "compilecache.workloads.torch_step"
-        return [sys.executable, "-m", module, "--model", self.model, "--salt", self.salt, *extra]
+        model = ["--model", self.model, "--layers", str(self.layers)]
+        return [sys.executable, "-m", module, *model, "--salt", self.salt, *extra]
 
     def _plain(self, dirs: dict[str, str], extra: list[str]) -> common.ProcessResult:
         env = common.clean_env(**dirs, PYTHONPATH=str(SRC))
@@ -139,6 +148,7 @@ def served(record: dict[str, Any]) -> str:
 def summarize(model: str, runs: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
     compiled = [v for v in VARIANTS if v != "eager"]
     overhead, ratios = common.overhead_against(runs, compiled, "torch_warm_local")
+    _, step_ratios = common.overhead_against(runs, compiled, "torch_warm_local", "first_step_s")
     last = {r["variant"]: r for r in runs}
     return {
         "model": model,
@@ -152,12 +162,15 @@ def summarize(model: str, runs: list[dict[str, Any]], rounds: int) -> dict[str, 
         },
         "overhead_s": {k: common.median(v) for k, v in overhead.items()},
         "ratio_to_torch_warm_local": {k: common.median(v) for k, v in ratios.items()},
+        "first_step_ratio": {k: common.median(v) for k, v in step_ratios.items()},
         "served": {v: served(last[v]) for v in compiled},
         "identical": len({r["digest"] for r in runs if r["variant"] != "eager"}) == 1,
     }
 
 
-def markdown(info: dict[str, Any], summaries: list[dict[str, Any]], seeds: dict[str, Any]) -> str:
+def markdown(
+    info: dict[str, Any], summaries: list[dict[str, Any]], seeds: dict[str, Any], layers: int = 2
+) -> str:
     lines = [
         "# A new machine warm from torch's portable artifacts, compilecache's store, or both",
         "",
@@ -167,12 +180,14 @@ def markdown(info: dict[str, Any], summaries: list[dict[str, Any]], seeds: dict[
         "",
         "Each round runs every variant once, each a fresh process, in rotating order. The compile "
         "overhead is a run's wall time minus the eager run's of the same round; its ratio is the "
-        "median over rounds of the per-round ratios against torch's own warm local start. "
+        "median over rounds of the per-round ratios against torch's own warm local start; the "
+        "first step's ratio is the same of the first step alone (compile or load, and one run). "
         "`served`: torch's own counters in the variant's last run.",
     ]
     for summary in summaries:
         model = summary["model"]
-        lines += ["", f"## {MODELS[model]}", ""]
+        shape = f" ({layers} layers, not 2)" if layers != 2 and model in HF_MODELS else ""
+        lines += ["", f"## {MODELS[model]}{shape}", ""]
         rows = []
         for variant, label in VARIANTS.items():
             rows.append(
@@ -182,10 +197,12 @@ def markdown(info: dict[str, Any], summaries: list[dict[str, Any]], seeds: dict[
                     summary["first_step_s"][variant],
                     summary["overhead_s"].get(variant, float("nan")),
                     summary["ratio_to_torch_warm_local"].get(variant, float("nan")),
+                    summary["first_step_ratio"].get(variant, float("nan")),
                     summary["served"].get(variant, ""),
                 ]
             )
         headers = ["variant", "wall_s", "first_step_s", "overhead_s", "/ torch warm local"]
+        headers += ["first step / torch's"]
         lines.append(common.markdown_table([*headers, "served"], rows))
         walls = ", ".join(f"{k} {v['wall_s']:.1f} s ({served(v)})" for k, v in seeds[model].items())
         lines += [
@@ -198,23 +215,29 @@ def markdown(info: dict[str, Any], summaries: list[dict[str, Any]], seeds: dict[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=["mlp", "block"])
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=DEFAULT_MODELS)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--layers", type=int, default=2, help="of the transformers models")
     common.add_no_write(parser)
     args = parser.parse_args()
     info = common.machine_info()
     summaries, seeds, all_runs = [], {}, []
     with tempfile.TemporaryDirectory(prefix="bench-torch-portable-") as tmp:
         for model in args.models:
-            bench = Model(model, Path(tmp))
+            bench = Model(model, Path(tmp), args.layers)
             common.progress(f"{model}: seeding")
             seeds[model] = bench.seed()
             runs = common.interleaved(bench.run, list(VARIANTS), args.rounds)
             summaries.append(summarize(model, runs, args.rounds))
             all_runs += [{"model": model, **r} for r in runs]
-    text = markdown(info, summaries, seeds)
-    data = common.results_record(NAME, info, False, summaries=summaries, seeds=seeds, runs=all_runs)
-    common.publish(NAME, text, not args.no_write, data)
+    text = markdown(info, summaries, seeds, args.layers)
+    data = common.results_record(
+        NAME, info, False, summaries=summaries, seeds=seeds, runs=all_runs, layers=args.layers
+    )
+    # Other models or shapes than the default run's are written beside its results, not over.
+    name = NAME if args.models == DEFAULT_MODELS else f"{NAME}-{'-'.join(args.models)}"
+    name += f"-{args.layers}-layers" if args.layers != 2 else ""
+    common.publish(name, text, not args.no_write, data)
     return 0
 
 

@@ -273,21 +273,22 @@ def interleaved(
 
 
 def overhead_against(
-    runs: Sequence[Mapping[str, Any]], variants: Sequence[str], base: str
+    runs: Sequence[Mapping[str, Any]], variants: Sequence[str], base: str, field: str = "wall_s"
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Per round, each variant's compile overhead (its ``wall_s`` minus the ``eager`` run's of
-    the round) and its ratio to ``base``'s overhead: two lists per variant."""
+    """Per round, each variant's compile overhead (its ``field``, the whole process's wall time
+    unless told, minus the ``eager`` run's of the round) and its ratio to ``base``'s overhead:
+    two lists per variant."""
     by_round: dict[int, dict[str, Mapping[str, Any]]] = {}
     for run in runs:
         by_round.setdefault(run["round"], {})[run["variant"]] = run
     overhead: dict[str, list[float]] = {v: [] for v in variants}
     ratios: dict[str, list[float]] = {v: [] for v in variants}
     for of_round in by_round.values():
-        eager = of_round["eager"]["wall_s"]
-        reference = of_round[base]["wall_s"] - eager
+        eager = of_round["eager"][field]
+        reference = of_round[base][field] - eager
         for name in variants:
             if name in of_round:
-                extra = of_round[name]["wall_s"] - eager
+                extra = of_round[name][field] - eager
                 overhead[name].append(extra)
                 ratios[name].append(ratio(extra, reference))
     return overhead, ratios

@@ -10,10 +10,12 @@ One model (``compilecache.workloads.torch_step``), fresh processes:
    compilecache's own work (enabling, store reads, entry decoding and checks, the package's
    lookup and its checks, the FX and AOTAutograd lookups), torch's package install and guard
    building, and the first run; and compilecache's own time by module (time in its own
-   functions, not in what they call), with the calls that read the store counted.
+   functions, not in what they call), with the calls that read the store counted;
+4. torch's import floor: in plain fresh processes, the modules any warm first step imports
+   (Inductor's output code needs its lowering and IR), timed after those the workload imports.
 
     python benchmarks/profile_torch_first_step.py                    # block, 3 rounds
-    python benchmarks/profile_torch_first_step.py --model gpt2 --rounds 2 --top 25
+    python benchmarks/profile_torch_first_step.py --model qwen2 --rounds 3 --top 25
 
 Writes ``results/profile_torch_first_step.{json,md}`` unless ``--no-write``.
 """
@@ -24,6 +26,7 @@ import argparse
 import pstats
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -82,6 +85,26 @@ PHASES: tuple[tuple[str, str, str], ...] = (
         "_compile",
     ),
 )
+# torch's import floor: what a warm first step imports whatever the cache, timed in plain fresh
+# processes after the modules the workload imports itself. Inductor's output code (what a hit
+# loads) imports ``extern_kernels`` from select_algorithm, which imports its lowering and IR;
+# torch.compile() imports the rest of the list on its first call.
+FLOOR_SCRIPT = """
+import json, time, importlib
+import torch, torch._dynamo, torch._inductor.config
+out = {}
+for label, names in (
+    ("output code's imports (select_algorithm: lowering, IR)", ["torch._inductor.select_algorithm"]),
+    ("the rest torch.compile() imports (compile_fx, after_dynamo, cpp_extension)",
+     ["torch._inductor.compile_fx", "torch._dynamo.repro.after_dynamo", "torch.utils.cpp_extension"]),
+):
+    start = time.perf_counter()
+    for name in names:
+        importlib.import_module(name)
+    out[label] = time.perf_counter() - start
+print(json.dumps(out))
+"""
+
 # Store methods whose calls are counted (reads one by one show here).
 STORE_CALLS = ("get", "get_many", "peek", "stat", "put")
 
@@ -155,6 +178,13 @@ def markdown(data: dict[str, Any]) -> str:
             ],
         ),
         "",
+        "## torch's import floor (plain torch, fresh processes, medians over the rounds)",
+        "",
+        common.markdown_table(
+            ["imported after torch, torch._dynamo and Inductor's config", "seconds"],
+            [[label, seconds] for label, seconds in data["import_floor"].items()],
+        ),
+        "",
         "## One new-machine run under cProfile (a split: cProfile slows Python code)",
         "",
         f"Profiled process: import torch {common.fmt(profile['import_s'])} s, first step "
@@ -172,9 +202,7 @@ def markdown(data: dict[str, Any]) -> str:
             [[m["module"], m["seconds"]] for m in profile["compilecache_by_module"]],
         ),
         "",
-        common.markdown_table(
-            ["store call", "calls"], sorted(profile["store_calls"].items(), key=lambda i: i[0])
-        ),
+        common.markdown_table(["store call", "calls"], sorted(profile["store_calls"].items())),
     ]
     return "\n".join(parts)
 
@@ -209,6 +237,13 @@ def main() -> int:
                     "summary": summary_line(result.stderr),
                 }
             )
+        floor: dict[str, list[float]] = {}
+        for number in range(args.rounds):
+            common.progress(f"torch's import floor, round {number + 1}")
+            env = common.clean_env(**common.fresh_torch_dirs(root))
+            timed = common.run_json([sys.executable, "-c", FLOOR_SCRIPT], env).record
+            for label, seconds in timed.items():
+                floor.setdefault(label, []).append(float(seconds))
         common.progress(f"{args.model}: new machine under cProfile")
         profile_path = root / "first_step.prof"
         env = common.clean_env(**common.fresh_torch_dirs(root))
@@ -222,7 +257,13 @@ def main() -> int:
         profile["import_s"] = result.record.get("import_s", float("nan"))
         profile["first_step_s"] = result.record.get("first_step_s", float("nan"))
     data = common.results_record(
-        NAME, common.machine_info(), False, model=args.model, runs=runs, profile=profile
+        NAME,
+        common.machine_info(),
+        False,
+        model=args.model,
+        runs=runs,
+        profile=profile,
+        import_floor={label: statistics.median(times) for label, times in floor.items()},
     )
     common.publish(NAME, markdown(data), not args.no_write, data)
     return 0
