@@ -299,6 +299,31 @@ def test_a_write_handed_to_the_background_keeps_the_lease_until_written(tmp_path
     assert not any((tmp_path / "leases").iterdir())
 
 
+def test_an_awaited_write_is_waited_for_by_a_lookup_of_this_process(tmp_path: Path) -> None:
+    """torch keeps nothing of what it handed (unlike JAX's adapter): a lookup of the key in
+    the same process waits for the handed write and hits, where it would miss and compile
+    again; a read inside the write itself (on the background thread) does not wait for itself."""
+    leader, _ = two_caches(tmp_path)
+    assert leader.load_or_lead("torch", "torch/fx/k") is None
+    gate = threading.Event()
+    inside: list[Any] = []
+
+    def write() -> None:
+        gate.wait()
+        inside.append(leader.probe("torch", "torch/fx/k"))  # on the background thread
+        leader.save(EntryHeader("torch", "torch/fx/k", "k", compile_time_s=1.0), b"graph")
+
+    leader.save_later("torch/fx/k", write, awaited=True)
+    threading.Timer(0.3, gate.set).start()
+    start = time.monotonic()
+    found = leader.load_or_lead("torch", "torch/fx/k")
+    assert found is not None and found.payload == b"graph"
+    assert time.monotonic() - start >= 0.25  # it waited for the write
+    assert inside == [None]  # the write's own read went on: nothing stored yet
+    assert leader.wait_writes() and leader._writing == {}
+    assert leader.stats.snapshot()["hits"] == 1
+
+
 def test_a_handed_write_that_fails_marks_the_key_unwritten(tmp_path: Path) -> None:
     leader, _ = two_caches(tmp_path)
     assert leader.load_or_lead("jax", "jax/k") is None
