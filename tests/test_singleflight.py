@@ -324,6 +324,25 @@ def test_an_awaited_write_is_waited_for_by_a_lookup_of_this_process(tmp_path: Pa
     assert leader.stats.snapshot()["hits"] == 1
 
 
+def test_a_forked_child_does_not_wait_for_its_parents_writes(tmp_path: Path) -> None:
+    """A child forked while a write is queued (a DataLoader's workers, a forking launcher) has
+    no background thread to write it: its lookup of that key reads the store at once."""
+    leader, _ = two_caches(tmp_path)
+    gate = threading.Event()
+    leader.save_later("torch/fx/k", lambda: gate.wait(10), awaited=True)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a lookup, timed, then out without the parent's exit hooks
+        start = time.monotonic()
+        found = leader.probe("torch", "torch/fx/k")
+        os.write(write, f"{found is None} {time.monotonic() - start:.3f}".encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    gate.set()
+    missed, seconds = os.read(read, 100).decode().split()
+    assert missed == "True" and float(seconds) < 2
+
+
 def test_a_handed_write_that_fails_marks_the_key_unwritten(tmp_path: Path) -> None:
     leader, _ = two_caches(tmp_path)
     assert leader.load_or_lead("jax", "jax/k") is None

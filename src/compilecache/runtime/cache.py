@@ -24,6 +24,7 @@ where the principles are enforced for every backend alike:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -125,6 +126,7 @@ class Cache:
         # of one in this process waits for its write (it would otherwise miss, and compile again).
         self._writing: dict[str, threading.Event] = {}
         self._writing_lock = threading.Lock()
+        self._writing_pid = os.getpid()
         # Run by the session before its exit writes (integrations publish what they kept
         # locally, e.g. XLA's autotune directory); each must never raise.
         self.finishers: list[Callable[[], None]] = []
@@ -185,6 +187,10 @@ class Cache:
         background thread by :meth:`save_later`, if one is under way. Never on that thread:
         it would wait for itself."""
         with self._writing_lock:
+            if os.getpid() != self._writing_pid:
+                # A forked child: the parent's writes are the parent's (its queue is not here).
+                self._writing.clear()
+                self._writing_pid = os.getpid()
             writing = self._writing.get(key)
         if writing is not None and not self.background.on_its_thread():
             writing.wait(WRITE_WAIT_S)
