@@ -54,6 +54,12 @@ class Config:
 def test_values_are_compared_by_value() -> None:
     assert digest(1) != digest(True) != digest(1.0)
     assert digest(0.0) != digest(-0.0)
+    nan = float("nan")  # a NaN's sign, which math.copysign reads, by its bytes
+    assert digest(nan) != digest(-nan)
+    assert digest(complex(nan, 0.0)) != digest(complex(-nan, 0.0))
+    assert digest(complex(0.0, nan)) != digest(complex(0.0, -nan))
+    assert guards._plain(complex(nan, 1.0), 0) != guards._plain(complex(-nan, 1.0), 0)
+    assert guards._plain(-nan, 0) != guards._plain(nan, 0)
     assert digest(MyInt(2)) != digest(MyInt(3)) and digest(MyInt(2)) != digest(2)
     assert digest(Colour.RED) != digest(Colour.BLUE)
     assert digest(Config(1)) == digest(Config(1)) != digest(Config(2))

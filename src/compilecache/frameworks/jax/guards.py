@@ -155,14 +155,32 @@ _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _OWN_GLOBALS = ("jax", "jaxlib", "compilecache")
 
 
+# Where installed packages live: a file under one of these is an installed package's.
+_INSTALLED = ("/site-packages/", "/dist-packages/")
+
+
+def installed_rest(filename: str) -> str | None:
+    """``filename`` below the installed packages' directory it is in (``"numpy/core/x.py"``),
+    ``None`` for a file outside them (the program's, the standard library's)."""
+    for marker in _INSTALLED:
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return None
+
+
+def float_text(value: float) -> str:
+    """A float by value: its hex form (-0.0 apart from 0.0), and a NaN by its bytes (every
+    NaN's hex form is ``nan``, and ``math.copysign`` reads its sign)."""
+    return value.hex() if value == value else struct.pack("<d", value).hex()
+
+
 def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
     """The installed packages' modules (outside JAX) whose code ran (code -> the globals it
     ran with). The standard library's are left out: trusted by Python's version, and some keep
     a value of their process (``logging._startTime``). So is code of no module's namespace."""
     names: set[str] = set()
     for code, namespace in ran.items():
-        filename = code.co_filename
-        if "/site-packages/" not in filename and "/dist-packages/" not in filename:
+        if installed_rest(code.co_filename) is None:
             continue
         name = namespace.get("__name__")
         if not isinstance(name, str) or name.split(".", 1)[0] in _OWN_GLOBALS:
@@ -235,8 +253,10 @@ def _plain_class_attributes(cls: type) -> list[str]:
 
 def _plain(value: Any, depth: int) -> str | None:
     kind = type(value)
-    if kind is float:  # -0.0 apart from 0.0, and a NaN's sign by its bytes
-        return "f" + (float.hex(value) if value == value else struct.pack("<d", value).hex())
+    if kind is float:
+        return "f" + float_text(value)
+    if kind is complex:
+        return f"c{float_text(value.real)},{float_text(value.imag)}"
     if kind in _PLAIN:
         return f"{kind.__name__}{value!r}"
     if kind is tuple and depth < 2:
@@ -774,11 +794,10 @@ class _Digest:
             self.put(t.__name__, v)
             return
         if t is float:
-            # A NaN's sign (which copysign reads) is not in its hex form: its bytes are.
-            self.put("float", v.hex() if v == v else struct.pack("<d", v).hex())
+            self.put("float", float_text(v))
             return
         if t is complex:
-            self.put("complex", v.real.hex(), v.imag.hex())
+            self.put("complex", float_text(v.real), float_text(v.imag))
             return
         if t is bytes:
             self.put("bytes", hashlib.sha256(v).hexdigest())

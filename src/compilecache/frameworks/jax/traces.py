@@ -939,12 +939,12 @@ def _libraries(ran: dict[Any, Any]) -> dict[str, str]:
 
 
 def _package_of(filename: str) -> str:
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in filename:
-            rest = filename.split(marker, 1)[1]
-            top = rest.split("/", 1)[0]
-            return top.removesuffix(".py") if "." not in top.removesuffix(".py") else ""
-    return ""
+    """The top-level name of the installed package ``filename`` belongs to, ``""`` if none."""
+    rest = jax_guards.installed_rest(filename)
+    if rest is None:
+        return ""
+    top = rest.split("/", 1)[0].removesuffix(".py")
+    return top if "." not in top else ""
 
 
 _VERSIONS: dict[str, str] = {}
