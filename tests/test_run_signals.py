@@ -440,6 +440,25 @@ raise KeyboardInterrupt
 """
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before it runs: SIGINT unblocked and at its default, as a shell starts a
+    program (a pytest worker's own signal state is not a user's)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signals(pid: int) -> str:
+    """A process's blocked, ignored and caught signals and where it waits, for a failure."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            lines = [line.strip() for line in f if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+        with open(f"/proc/{pid}/wchan") as f:
+            lines.append(f"wchan {f.read()}")
+        return "; ".join(lines)
+    except OSError as exc:
+        return f"(no /proc: {exc})"
+
+
 def _interrupted_by_the_group(argv: list[str], env: dict[str, str]) -> int:
     """Start ``argv`` in a process group of its own, wait for its "ready", then send SIGINT to
     the whole group, as a terminal does, again every 10 s until it ends, as a user presses
@@ -453,6 +472,7 @@ def _interrupted_by_the_group(argv: list[str], env: dict[str, str]) -> int:
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -462,7 +482,7 @@ def _interrupted_by_the_group(argv: list[str], env: dict[str, str]) -> int:
                 return proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 continue
-        raise AssertionError(f"{argv[:3]} did not end after 12 interrupts in 120 s")
+        raise AssertionError(f"{argv[:3]} did not end after 12 interrupts: {_signals(proc.pid)}")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
