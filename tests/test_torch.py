@@ -586,8 +586,8 @@ class _GatedStore(MemoryStore):
 
 def test_a_write_is_off_the_compile_and_a_lookup_here_waits_for_it() -> None:
     """torch's put returns before the store has the entry (it is encoded and written on the
-    background thread, as JAX's are), a lookup of it in this process waits for the write, and
-    the lease of its compile ends only once it is written."""
+    background thread, as JAX's are), and a lookup of it in this process waits for the write
+    (test_singleflight holds the lease of a handed write until it is written)."""
     import torch._inductor.config
     import torch._inductor.remote_cache  # noqa: F401
 
