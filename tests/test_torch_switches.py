@@ -460,6 +460,7 @@ session = compilecache.enable(store, frameworks=("torch",))
 # strict in both runs: functorch hashes its whole config into the AOTAutograd key.
 torch._functorch.config.strict_autograd_cache = True
 machine("a"); first = step()
+session.stats()  # waits for the compile's writes (the background thread's)
 # A bounded store evicted the FX graphs; the AOTAutograd entry that names them is still there.
 evicted = [i.key for i in session.store.scan() if i.key.startswith("torch/fx/")]
 for key in evicted:
