@@ -30,6 +30,7 @@ from compilecache.stores.objectstore import ObjectStore
 from compilecache.stores.obstorefs import ObstoreFS
 from compilecache.stores.registry import open_url
 from compilecache.stores.tiers import Tiered
+from compilecache.stores.tiers.held import Held
 from compilecache.stores.tiers.writebehind import WriteBehind
 from tests import servers
 from tests.conftest import TESTS, clean_env, cli_json, last_json, run_python
@@ -272,6 +273,82 @@ def test_a_failing_remote_makes_prefetch_a_no_op() -> None:
     start = time.monotonic()
     assert reader.get("jax/a") is None
     assert time.monotonic() - start < 1.0
+
+
+# -- read together: what a framework is about to look up, in one read ------------------------------
+
+
+def test_a_remote_level_alone_reads_a_batch_once_and_counts_each_entry_at_its_lookup() -> None:
+    remote = Slow(mem(), delay=0.05)
+    for i in range(5):
+        remote.inner.put(f"torch/fx/k{i}", bytes([i]) * 100, EntryMeta("torch", f"g{i}", 2.0))
+    tiers = Tiered([remote], remote=[True])
+    reader = Lookups(tiers)
+    reader.prefetcher.read_together([f"torch/fx/k{i}" for i in range(5)] + ["torch/fx/absent"])
+    assert [c[0] for c in remote.calls] == ["get_many"]
+    assert tiers.level_stats()[remote.url]["hits"] == 0  # nothing looked up yet
+    assert tiers.stat("torch/fx/k0") is not None  # answered from the batch
+    for i in range(4):
+        assert reader.get(f"torch/fx/k{i}") == bytes([i]) * 100
+    assert [c[0] for c in remote.calls] == ["get_many"]  # no read of its own
+    assert reader.get("torch/fx/absent") is None  # not held: read (and missed) as usual
+    assert reader.get("torch/fx/k0") == bytes([0]) * 100  # served once: read again as usual
+    stats = tiers.level_stats()[remote.url]
+    # Four lookups answered from the batch, two reads of their own; k4 was never looked up.
+    assert (stats["hits"], stats["prefetched"], stats["misses"]) == (5, 4, 1)
+    assert stats["saved_s"] > 0
+    assert [c for c in remote.calls if c[0] == "get"] == [
+        ("get", "torch/fx/absent"),
+        ("get", "torch/fx/k0"),
+    ]
+
+
+def test_a_held_entry_gives_way_to_a_write_and_to_time() -> None:
+    remote = Slow(mem(), delay=0.0)
+    remote.inner.put("torch/fx/a", b"old")
+    remote.inner.put("torch/fx/b", b"old")
+    tiers = Tiered([remote], remote=[True])
+    tiers.hold(["torch/fx/a", "torch/fx/b"])
+    tiers.put("torch/fx/a", b"new")  # this process wrote it since: the held copy is dropped
+    assert tiers.get("torch/fx/a") == b"new"
+    tiers.delete("torch/fx/b")
+    assert tiers.get("torch/fx/b") is None and tiers.stat("torch/fx/b") is None
+    held = Held(hold_s=0.05, max_bytes=10)
+    assert held.add({"a": (b"12345", None), "b": (b"123456", None)}, 0.01) == 1  # room for a
+    assert "a" in held and "b" not in held
+    time.sleep(0.1)
+    assert held.take("a") is None  # not looked up in time: dropped
+
+
+def test_a_local_level_alone_reads_nothing_ahead_and_a_failing_remote_reads_as_usual() -> None:
+    local = mem()
+    local.put("torch/fx/a", b"x")
+    tiers = Tiered([local])
+    assert not tiers.holds and tiers.hold(["torch/fx/a"]) == 0
+
+    class Down(StoreWrapper):
+        def get_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, EntryMeta | None]]:
+            raise StoreUnavailable("down")
+
+    down = Down(mem())
+    down.inner.put("torch/fx/a", b"x")
+    tiers = Tiered([down], remote=[True])
+    Prefetcher(tiers).read_together(["torch/fx/a"])
+    assert tiers.get("torch/fx/a") == b"x"
+    assert tiers.level_stats()[down.url]["prefetched"] == 0
+
+
+def test_tiers_with_a_local_level_copy_what_is_read_together_into_it() -> None:
+    local, remote = mem(), Slow(mem(), delay=0.05)
+    for i in range(3):
+        remote.inner.put(f"torch/fx/k{i}", b"v" * 10, EntryMeta("torch", f"g{i}", 1.0))
+    tiers = Tiered([local, remote])
+    reader = Lookups(tiers)
+    reader.prefetcher.read_together([f"torch/fx/k{i}" for i in range(3)])
+    for i in range(3):
+        assert reader.get(f"torch/fx/k{i}") == b"v" * 10
+    assert [c[0] for c in remote.calls] == ["get_many"]
+    assert tiers.level_stats()[local.url]["backfills"] == 3
 
 
 def test_the_manifest_lists_the_run_and_skips_rewriting_an_unchanged_one() -> None:

@@ -62,6 +62,27 @@ def test_urls_open_guarded_remote_levels(tmp_path: Path, redis_server: RedisServ
     store.close()
 
 
+def test_a_remote_level_alone_reads_ahead_in_one_batch(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """One Redis level reads what is about to be looked up in one batch and counts each entry
+    at its lookup; a local directory alone, or tiers, read nothing into memory."""
+    store = compilecache.open_store(f"{redis_server.url}/{namespace()}")
+    assert store.holds
+    for i in range(3):
+        store.put(f"torch/fx/k{i}", bytes([i]) * 2000, EntryMeta("torch", f"g{i}", 1.0))
+    assert store.hold([f"torch/fx/k{i}" for i in range(3)] + ["torch/fx/absent"]) == 3
+    for i in range(3):  # evicted from the server since: what is held is what was read
+        assert store.levels[0].delete(f"torch/fx/k{i}")
+    assert [store.get(f"torch/fx/k{i}") for i in range(3)] == [bytes([i]) * 2000 for i in range(3)]
+    assert store.get("torch/fx/k0") is None  # handed out once; then read as usual
+    (stats,) = store.level_stats().values()
+    assert (stats["hits"], stats["prefetched"], stats["misses"]) == (3, 3, 1)
+    store.close()
+    assert not compilecache.open_store(str(tmp_path / "local")).holds
+    assert not compilecache.open_store(f"{tmp_path / 'l'},{redis_server.url}/{namespace()}").holds
+
+
 def test_backfill_copies_hits_into_faster_levels() -> None:
     fast, slow = mem(), mem()
     tiers = Tiered([fast, slow])

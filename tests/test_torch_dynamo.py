@@ -106,6 +106,37 @@ def test_a_new_machine_runs_the_stored_package_as_torch_own_warm_start(tmp_path:
 
 
 @pytest.mark.slow
+def test_a_remote_store_alone_serves_a_package_install_from_one_read(tmp_path: Path) -> None:
+    """With one Redis and no local level, what a served package's install looks up (its
+    AOTAutograd entry, FX graphs, kernels, compiler probes) is read in one batch with it, not one
+    round trip per lookup: every hit after the package's own is one read ahead, counted once, as
+    a hit of that level, and the results are torch's bit for bit. A local store alone reads nothing
+    ahead (its lookups are no round trips)."""
+    from tests.servers import running_redis
+
+    where = program_dir(tmp_path)
+    with running_redis(tmp_path / "redis") as server:
+        url = server.url
+        (cold,) = run(where, "a", url)
+        assert cold["frames"] == 1 and cold["ours"] == {"misses": 1.0, "writes": 1.0}
+        (warm,) = run(where, "b", url)
+    assert warm["frames"] == 0 and warm["ours"] == {"hits": 1.0}
+    assert (warm["loss"], warm["grads"]) == (cold["loss"], cold["grads"])
+    ((level,),) = [list(warm["levels"].values())]
+    assert level["misses"] == 0
+    # Read on their own: Inductor's template bundle (at torch.compile's import of Inductor,
+    # before the package is looked up) and the package; read ahead with it: everything else.
+    assert level["hits"] >= 6
+    assert level["prefetched"] == level["hits"] - 2
+    local = str(tmp_path / "store")
+    run(where, "c", local)
+    (warm_local,) = run(where, "d", local)
+    assert warm_local["frames"] == 0 and warm_local["loss"] == cold["loss"]
+    ((level,),) = [list(warm_local["levels"].values())]
+    assert level["hits"] >= 6 and level["prefetched"] == 0
+
+
+@pytest.mark.slow
 def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None:
     """A global bound to another function at import, an Inductor setting changed in code or
     passed to torch.compile, another backend, and one line edited in a helper module the model

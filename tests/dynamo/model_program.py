@@ -3,11 +3,11 @@
 Run under ``compilecache run`` (or plain) with this directory as the working directory. For each
 batch size in ``PRECOMPILE_SHAPES`` (default ``8``) it runs one forward and backward, and prints
 one JSON line: the bytes of the loss and of the gradients (hex digests), whether the compiled
-loss matches eager, torch's Dynamo counters (frames traced, its own Dynamo cache) and
-compilecache's ``torch.dynamo.*`` counters. ``PRECOMPILE_EPILOGUE=0`` changes an Inductor
-setting in code; ``PRECOMPILE_LOCAL_CLASS=1`` compiles a model whose class is defined in a
-function; ``PRECOMPILE_COMPILE`` (JSON) holds more arguments of ``torch.compile`` (``backend``,
-``options``, ``dynamic``).
+loss matches eager, torch's Dynamo counters (frames traced, its own Dynamo cache),
+compilecache's ``torch.dynamo.*`` counters and its store levels' counters (since the start).
+``PRECOMPILE_EPILOGUE=0`` changes an Inductor setting in code; ``PRECOMPILE_LOCAL_CLASS=1``
+compiles a model whose class is defined in a function; ``PRECOMPILE_COMPILE`` (JSON) holds more
+arguments of ``torch.compile`` (``backend``, ``options``, ``dynamic``).
 """
 
 import hashlib
@@ -76,6 +76,8 @@ def main() -> None:
                     "matches_eager": bool(torch.allclose(loss, eager, rtol=1e-4, atol=1e-4)),
                     "frames": int(counters["frames"]["total"]),
                     "torch_dynamo_cache": dict(counters["dynamo_cache"]),
+                    # The store's levels: lookups answered from a batch read ahead (prefetched).
+                    "levels": session.store.level_stats() if session is not None else {},
                     "ours": {
                         k.removeprefix("torch.dynamo."): v - before.get(k, 0.0)
                         for k, v in stats.items()

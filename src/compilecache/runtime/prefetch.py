@@ -61,6 +61,30 @@ class Prefetcher:
         """The keys this process looked up, in first-lookup order."""
         return list(self._looked_up)
 
+    def mark(self) -> int:
+        """Where the record of lookups stands now: :meth:`lookups_since` lists those after it."""
+        return len(self._looked_up)
+
+    def lookups_since(self, mark: int) -> list[str]:
+        """The keys first looked up after ``mark`` (a :meth:`mark`), in order."""
+        return list(self._looked_up)[mark:]  # list() first: other threads add keys meanwhile
+
+    def read_together(self, keys: Sequence[str]) -> None:
+        """``keys`` are about to be looked up (a Dynamo package's graphs and kernels, once the
+        package is served): fetch them at once rather than one round trip per lookup. Tiers
+        with a faster level get them copied into it in the background (:meth:`start`; their
+        lookups wait for them); a remote level alone reads them in one batch and holds them for
+        their lookups (:meth:`Tiered.hold`). Never raises."""
+        try:
+            if self.tiers.holds:
+                self.tiers.hold(keys)
+                return
+            # list() first: a prefetch under way adds keys meanwhile.
+            coming = {k for k, event in list(self._prefetching.items()) if not event.is_set()}
+            self.start([k for k in keys if k not in coming])
+        except Exception as exc:  # the lookups read one by one, as without it
+            log.debug("compilecache: read-together failed: %s", exc)
+
     def set_job_keys(self, keys: Sequence[str]) -> None:
         """The job's manifest has been read: ``keys``, in the order its last runs asked."""
         self._job_keys = list(keys)

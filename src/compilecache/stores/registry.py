@@ -395,10 +395,11 @@ def open_store(
     read_only = plan.levels_read_only if plan is not None else False
     shared_read_only = plan.shared_read_only if plan is not None else False
     if len(urls) == 1:
-        level = _level(
-            urls[0], max_size, read_only=read_only, create=create, command=command, alone=True
-        )
-        return Tiered([level], writes=tier_writes, cold_streak=cold_streak)
+        parsed = parse_url(urls[0], max_size, create=create)
+        level = _level(parsed, read_only=read_only, command=command, alone=True)
+        # A remote level alone reads ahead what a framework is about to look up (Tiered.hold).
+        remote = [not is_local(parsed)]
+        return Tiered([level], writes=tier_writes, cold_streak=cold_streak, remote=remote)
     # Read-only reaches every level (no backfill either), and so the tiers as a whole.
     return from_urls(
         urls,

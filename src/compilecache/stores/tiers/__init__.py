@@ -30,7 +30,9 @@ Each capability is placed once, when the tiers are built: counters and history o
 level, leases on the slowest written level that coordinates (:class:`TierCounters`,
 :class:`_TierLeases`). Prefetching from a job's manifest, and the record of what a run looked
 up, live beside the manifest (:mod:`compilecache.runtime.prefetch`): the tiers only serve and
-backfill what it fetches (:meth:`Tiered.fetched`).
+backfill what it fetches (:meth:`Tiered.fetched`). A remote level alone has no faster level to
+prefetch into: what a framework is about to look up is read in one batch and held in memory for
+its lookups (:meth:`Tiered.hold`, :mod:`~compilecache.stores.tiers.held`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from compilecache.stores.base import EntryInfo, EntryMeta, Store, get_or_claim
 from compilecache.stores.capabilities import Claim, Found, History, Leases
 from compilecache.stores.tiers.coldstreak import ColdStreak
 from compilecache.stores.tiers.counters import TierCounters
+from compilecache.stores.tiers.held import Held
 from compilecache.stores.tiers.writebehind import WriteBehind
 from compilecache.units import DEFAULT_COLD_STREAK
 
@@ -87,6 +90,7 @@ class Tiered(Store):
         writes: WritePolicy = "all",
         write_behind: Sequence[bool] | None = None,
         cold_streak: int = DEFAULT_COLD_STREAK,
+        remote: Sequence[bool] | None = None,
     ) -> None:
         if not levels:
             raise ConfigError("a tiered store needs at least one level")
@@ -120,6 +124,9 @@ class Tiered(Store):
         ]
         # Lookups that stop waiting on a run of new keys, and their queued claims by token.
         self._streak = ColdStreak(cold_streak)
+        # Entries read ahead in one batch where the only level is remote (:meth:`hold`).
+        self.holds = len(self.levels) == 1 and bool(remote and remote[0])
+        self._held = Held()
         self._queued: dict[str, _QueuedClaim] = {}
         self._queued_ids = itertools.count()
         self._tier_counters: TierCounters | None = None
@@ -171,6 +178,12 @@ class Tiered(Store):
     def _get(self, key: str, *, claim_ttl: float | None) -> tuple[Found | None, Claim | None]:
         """The lookup through the levels. With ``claim_ttl``, the lease level, when it is read
         last, claims the lease in the same round trip as its read."""
+        held = self._held.take(key)
+        if held is not None:  # read ahead with others: counted now, as the read it stands for
+            if not is_record(key):
+                self._count(0, "prefetched")
+            self._served(0, key, held[0], held[1], held[2])
+            return (held[0], held[1]), None
         # The claim rides on the read of the lease level when that level is read last.
         claim_depth = self.lease_depth if claim_ttl is not None else None
         last = len(self.levels) - 1
@@ -302,6 +315,25 @@ class Tiered(Store):
             self._count(depth, "prefetched", sum(1 for key, _, _ in items if not is_record(key)))
             self._served_many(depth, items, elapsed)
 
+    def hold(self, keys: Sequence[str]) -> int:
+        """Read ``keys`` in one batch ahead of their lookups and hold them in memory, where the
+        only level is remote (:attr:`holds`; tiers with a faster level prefetch into it
+        instead): each held entry is served once to its lookup and counted then
+        (:mod:`~compilecache.stores.tiers.held`), as a hit and as prefetched. How many are
+        held. Never raises."""
+        if not self.holds:
+            return 0
+        wanted = [k for k in dict.fromkeys(keys) if k not in self._held]
+        if not wanted:
+            return 0
+        start = time.perf_counter()
+        try:
+            found = self.levels[0].get_many(wanted)
+        except Exception as exc:  # the lookups read one by one, as without it
+            self.failed(0, exc, "read ahead")
+            return 0
+        return self._held.add(found, (time.perf_counter() - start) / max(len(found), 1))
+
     def report_served(self) -> None:
         """Send the shared levels what they served this process so far (after a prefetch)."""
         if self._tier_counters is not None:
@@ -331,6 +363,7 @@ class Tiered(Store):
         return None
 
     def put(self, key: str, value: bytes, meta: EntryMeta | None = None) -> None:
+        self._held.drop(key)
         if meta is not None:
             self._streak.compiled(key, meta.compile_time_s)
         first_error: Exception | None = None
@@ -361,6 +394,7 @@ class Tiered(Store):
             raise first_error or ReadOnlyStore(f"no level of {self.url} is writable")
 
     def delete(self, key: str) -> bool:
+        self._held.drop(key)
         removed = False
         first_error: Exception | None = None
         tried = False
@@ -383,6 +417,9 @@ class Tiered(Store):
         return removed
 
     def stat(self, key: str) -> EntryInfo | None:
+        held = self._held.info(key)
+        if held is not None:
+            return held
         first_error: Exception | None = None
         for depth, level in enumerate(self.levels):
             try:

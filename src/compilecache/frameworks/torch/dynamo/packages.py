@@ -81,6 +81,11 @@ from compilecache.runtime.cache import Cache
 log = logging.getLogger("compilecache")
 
 _FORMAT = 1
+# What a package's install looks up, by key prefix: read together with the package (its
+# AOTAutograd entries, FX graphs, kernel binaries and the compiler probes they are checked
+# against; never the precompiled header, which only a compile reads), at most MAX_READS of them.
+READ_WITH = tuple(f"torch/{layer}/" for layer in ("aot", "fx", "kernel", "probe", "autotune"))
+MAX_READS = 512
 
 
 def _install_reason(exc: Exception) -> str:
@@ -223,6 +228,9 @@ class DynamoPackages:
         # Recent kernel builds, (when each ended, how long it took): those within a frame's
         # compile are not its package's time.
         self._kernel_builds: deque[tuple[float, float]] = deque(maxlen=1000)
+        # Where the record of lookups stood at each key's first lookup here: those after it,
+        # up to the package's write, are what its install reads (stored with it as "reads").
+        self.marks: dict[str, int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -597,6 +605,7 @@ class DynamoPackages:
                 "sources": sources,
                 "guards": guards,
                 "aot_keys": aot_keys,
+                "reads": self._reads(key),
             }
         )
         header = EntryHeader(
@@ -653,6 +662,18 @@ class DynamoPackages:
             self.cache.stats.add("errors", framework=FRAMEWORK)
             self.cache.warn_once("torch:dynamo:write", f"Dynamo package not stored: {exc}")
 
+    def _reads(self, key: str) -> list[str]:
+        """The store keys looked up since ``key``'s package was first looked up here (its
+        frames' graphs, kernels and probes: what its install reads in another process), read
+        together with it there. Keys of another package compiled meanwhile may come along:
+        a read of more than is needed, never a wrong one (each is checked when it is used)."""
+        prefetcher = self.cache.prefetcher
+        mark = self.marks.get(key)
+        if prefetcher is None or mark is None:
+            return []
+        reads = [k for k in prefetcher.lookups_since(mark) if k.startswith(READ_WITH)]
+        return reads[:MAX_READS]
+
     def _not_stored(self, fn: Any, problem: str) -> None:
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
         log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
@@ -705,6 +726,10 @@ class DynamoPackages:
         if compile_call is None:
             return None  # not Inductor: traced as without the store, never stored
         key, _ = self.key_of(inner, compile_call)
+        prefetcher = self.cache.prefetcher
+        if prefetcher is not None:
+            with self.lock:
+                self.marks.setdefault(key, prefetcher.mark())
         self.cache.await_write(key)  # this process's own package of it, being written
         if not self.switches.serves_package(key):
             return None  # a clear() in this process: traced, and written again
@@ -733,6 +758,8 @@ class DynamoPackages:
             context.PrecompileContext.record_artifact(backend)
         record_portable(entry.backends, stored.get("aot_keys", {}))
         advance_unique_ids(found.payload)
+        if prefetcher is not None:  # what the install looks up next: one read, not one each
+            prefetcher.read_together(stored.get("reads", []))
         # torch installs the package next, in this thread: its guard managers get the check.
         self.local.restoring = restoring
         with self.lock:
