@@ -110,7 +110,8 @@ def test_a_remote_store_alone_serves_a_package_install_from_one_read(tmp_path: P
     """With one Redis and no local level, what a served package's install looks up (its
     AOTAutograd entry, FX graphs, kernels, compiler probes) is read in one batch with it, not one
     round trip per lookup: every hit after the package's own is one read ahead, counted once, as
-    a hit of that level, and the results are torch's bit for bit. A local store alone reads nothing
+    a hit of that level, and the results are torch's bit for bit; nor is the store asked again
+    about the kernels it served. A local store alone reads nothing
     ahead (its lookups are no round trips)."""
     from tests.servers import running_redis
 
@@ -128,6 +129,8 @@ def test_a_remote_store_alone_serves_a_package_install_from_one_read(tmp_path: P
     # before the package is looked up) and the package; read ahead with it: everything else.
     assert level["hits"] >= 6
     assert level["prefetched"] == level["hits"] - 2
+    # The kernels it fetched are not asked about again (each was a round trip at exit).
+    assert cold["kernels_asked"] == 0 and warm["kernels_asked"] == 0
     local = str(tmp_path / "store")
     run(where, "c", local)
     (warm_local,) = run(where, "d", local)

@@ -4,7 +4,8 @@ Run under ``compilecache run`` (or plain) with this directory as the working dir
 batch size in ``PRECOMPILE_SHAPES`` (default ``8``) it runs one forward and backward, and prints
 one JSON line: the bytes of the loss and of the gradients (hex digests), whether the compiled
 loss matches eager, torch's Dynamo counters (frames traced, its own Dynamo cache),
-compilecache's ``torch.dynamo.*`` counters and its store levels' counters (since the start).
+compilecache's ``torch.dynamo.*`` counters, its store levels' counters (since the start) and how
+many kernel keys the store was asked whether it holds (``stat``).
 ``PRECOMPILE_EPILOGUE=0`` changes an Inductor setting in code; ``PRECOMPILE_LOCAL_CLASS=1``
 compiles a model whose class is defined in a function; ``PRECOMPILE_COMPILE`` (JSON) holds more
 arguments of ``torch.compile`` (``backend``, ``options``, ``dynamic``).
@@ -55,6 +56,16 @@ def main() -> None:
         model = LocalBlock()
     session = compilecache.active()
     before = session.stats() if session is not None else {}
+    asked: list[str] = []  # the kernel keys whose presence the store was asked about
+    if session is not None:
+        stat = session.store.stat
+
+        def counted_stat(key: str) -> object:
+            if key.startswith("torch/kernel/"):
+                asked.append(key)
+            return stat(key)
+
+        session.store.stat = counted_stat  # type: ignore[method-assign]
     counters.clear()
     # With a Dynamo package stored for Block.forward, it is loaded here, before any call.
     compiled = torch.compile(model, **json.loads(os.environ.get("PRECOMPILE_COMPILE", "{}")))
@@ -66,6 +77,8 @@ def main() -> None:
         grads = [p.grad for p in model.parameters()]
         with torch.no_grad():
             eager = model(x)
+        if session is not None:
+            session.cache.settle()  # the background's work for this step, done
         stats = session.stats() if session is not None else {}
         print(
             json.dumps(
@@ -78,6 +91,7 @@ def main() -> None:
                     "torch_dynamo_cache": dict(counters["dynamo_cache"]),
                     # The store's levels: lookups answered from a batch read ahead (prefetched).
                     "levels": session.store.level_stats() if session is not None else {},
+                    "kernels_asked": len(asked),
                     "ours": {
                         k.removeprefix("torch.dynamo."): v - before.get(k, 0.0)
                         for k, v in stats.items()

@@ -81,7 +81,8 @@ class Prefetcher:
                 return
             # list() first: a prefetch under way adds keys meanwhile.
             coming = {k for k, event in list(self._prefetching.items()) if not event.is_set()}
-            self.start([k for k in keys if k not in coming])
+            # Not start(): that would end the wait of lookups for a manifest still being read.
+            self._start([k for k in keys if k not in coming], PREFETCH_DEADLINE, None)
         except Exception as exc:  # the lookups read one by one, as without it
             log.debug("compilecache: read-together failed: %s", exc)
 

@@ -235,6 +235,9 @@ class KernelCache:
         # torch integration (switches.py). A builder carries the answer of the thread that
         # made it (see BuildHook), since torch's configuration values are per thread.
         self.off: Callable[[], str] = lambda: ""
+        # Store keys this process fetched or stored: built_before need not ask the store about
+        # them (a round trip each on a remote store, which the exit waited for).
+        self.in_store: set[str] = set()
 
     def off_for(self, builder: Any) -> str:
         off = getattr(builder, OFF_ATTRIBUTE, None)
@@ -292,6 +295,7 @@ class KernelCache:
             self.cache.warn_once("torch:kernel-key", f"kernel key failed, not cached: {exc}")
             key, target = None, ""
         if key is not None and self._fetch(key, target):
+            self.in_store.add(key.store_key)
             return
         if self.before_compile is not None and not getattr(builder, "_precompiling", False):
             try:
@@ -312,6 +316,7 @@ class KernelCache:
             self.cache.save_later(
                 key.store_key, functools.partial(self._save, key, target, elapsed), awaited=True
             )
+            self.in_store.add(key.store_key)
 
     def built_before(self, builders: list[Any]) -> None:
         """Store the binaries of ``builders`` that torch found already built in its own
@@ -324,11 +329,14 @@ class KernelCache:
                 if not os.path.exists(str(builder.get_target_file_path())):
                     continue
                 key, target = self.key_for(builder)
+                if key.store_key in self.in_store:
+                    continue  # fetched or stored by this process: nothing to ask the store
                 if (
                     self.cache.writes(key.store_key)
                     and self.cache.store.stat(key.store_key) is None
                 ):
                     self._save(key, target, 0.0)
+                self.in_store.add(key.store_key)
             except Exception as exc:
                 log.debug("compilecache: torch's own kernel binary not stored: %s", exc)
 
