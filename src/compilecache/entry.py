@@ -63,6 +63,11 @@ _ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 _MIN_COMPRESS_SIZE = 512
 # Compressed payloads are kept only when they are at least this much smaller.
 _MIN_SAVING = 0.05
+# zstd's level: 3, its default, but 1 from this size up (a torch precompiled header, 156 MB:
+# 0.24 s instead of 0.36 s of a cold compile's CPU for a 4% larger entry).
+_LEVEL = 3
+_LARGE_LEVEL = 1
+_LARGE_SIZE = 16 * 1024 * 1024
 # JSON headers stay small; a huge length field means corruption, not a real header.
 _MAX_HEADER_LEN = 16 * 1024 * 1024
 # Decompression trusts a frame's declared size only up to this much (one-shot is about twice as
@@ -139,14 +144,17 @@ def encode(
     *,
     compress: bool | None = None,
     signing: Signing | None = None,
-    level: int = 3,
+    level: int | None = None,
 ) -> bytes:
     """Serialise ``payload`` with ``header``.
 
     ``compress=None`` compresses unless the payload is small or already zstd, and keeps the
     compressed form only when it saves at least ``_MIN_SAVING`` (incompressible data, such as an
     executable the framework compressed itself, would only cost a decompression on every hit).
+    ``level`` (zstd's) defaults to a faster one for large payloads.
     """
+    if level is None:
+        level = _LARGE_LEVEL if len(payload) >= _LARGE_SIZE else _LEVEL
     if compress is None:
         attempt = len(payload) >= _MIN_COMPRESS_SIZE and not payload.startswith(_ZSTD_FRAME_MAGIC)
     else:
