@@ -184,6 +184,43 @@ def test_what_the_guards_do_not_see_makes_it_trace_again(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_again(
+    tmp_path: Path,
+) -> None:
+    """torch saves a package's guards with the objects they read, but a module or a class by
+    name, so a guard on a value reached through one is built again at load from today's value
+    and always holds. A module constant, a base class's attribute and a dataclass default, each
+    set from the environment at import (one source, another value), an edit of the module that
+    defines them, and a function body compiled from another file under the program's name: each
+    traces on a new machine, and computes what eager computes."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    program = "values_program.py"
+    (cold,) = run(where, "a", store, program=program)
+    assert cold["frames"] == 1 and cold["matches_eager"]
+    (warm,) = run(where, "b", store, program=program)
+    assert warm["frames"] == 0 and warm["matches_eager"] and warm["ours"] == {"hits": 1.0}
+    for variable in ("VALUES_SCALE", "VALUES_GAIN", "VALUES_DEFAULT"):
+        (changed,) = run(where, variable, store, program=program, **{variable: "5.0"})
+        assert changed["frames"] == 1 and changed["matches_eager"], variable
+        assert changed["ours"] == {"stale": 1.0, "writes": 1.0}, variable
+    (back,) = run(where, "back", store, program=program)
+    assert back["frames"] == 1 and back["matches_eager"]
+    settings = where / "values_settings.py"
+    settings.write_text(settings.read_text() + "\n# edited\n")
+    (edited,) = run(where, "edited", store, program=program)
+    assert edited["frames"] == 1 and edited["ours"] == {"stale": 1.0, "writes": 1.0}
+    (body,) = run(where, "body", store, program=program, VALUES_BODY="body_b.txt")
+    assert body["frames"] == 1 and body["matches_eager"]
+    (again,) = run(where, "again", store, program=program, VALUES_BODY="body_b.txt")
+    assert again["frames"] == 0 and again["matches_eager"] and again["ours"] == {"hits": 1.0}
+    # Dynamo reads os.environ without a guard on what it read: not stored, traced every time.
+    for k in ("1", "3"):
+        (env,) = run(where, f"env{k}", store, program=program, VALUES_READ_ENV="1", VALUES_K=k)
+        assert env["frames"] == 1 and env["matches_eager"] and env["ours"].get("unverifiable")
+
+
+@pytest.mark.slow
 def test_a_damaged_entry_or_a_store_that_is_down_falls_back_to_tracing(tmp_path: Path) -> None:
     where = program_dir(tmp_path)
     store = tmp_path / "store"

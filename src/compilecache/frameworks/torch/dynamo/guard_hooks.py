@@ -7,6 +7,14 @@ the mode is compilecache's (``enabled``); a program's own mode is torch's, untou
 compile dropped is kept per thread (``local.dropped``, ``local.frames``, ``local.problem``) until
 its package is recorded; a loaded package's check (``local.restoring``) goes into the guard
 managers its install builds.
+
+The values a frame's guards are built from are fingerprinted too (``local.values``), with the
+frame's code: torch saves a package's guards with the objects they read, but a module, a class
+or a function is saved by name, so a guard reaching a value through one (``settings.SCALE``, a
+class attribute, a dataclass default) is built again at load from today's value and always
+holds. A load compares each value its install's guards are built from with the one recorded
+where the frame was traced (``local.expected``); one that differs makes the package stale
+(``local.stale``), and Dynamo traces.
 """
 
 from __future__ import annotations
@@ -21,9 +29,14 @@ from collections.abc import Callable
 from typing import Any
 
 from compilecache.frameworks.torch.dynamo.guards import (
+    CODE,
     DERIVED,
     DROPPED,
     Unverifiable,
+    code_digest,
+    defining_module,
+    fingerprint,
+    frame_key,
     identity,
 )
 from compilecache.frameworks.torch.dynamo.repairs import (
@@ -42,6 +55,11 @@ _FULL = "_compilecache_full_build"
 _USER_KEPT = "_compilecache_user_kept"
 # What Dynamo logs for each guard caching_precompile drops (torch/_dynamo/guards.py).
 _DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
+
+
+def _short(fingerprint: str | None) -> str:
+    text = str(fingerprint)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class _QuietDroppedGuards(logging.Filter):
@@ -103,6 +121,56 @@ class GuardHooks:
         self.patches.replace(logger, "filters", quiet, label="dynamo.guard_warnings")
         guard = importlib.import_module("torch._guards").Guard
         self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
+        self.patches.wrap(module.GuardBuilder, "get", self._reading, label="dynamo.guard_values")
+
+    # -- the values guards are built from ------------------------------------------------------
+
+    def _reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def get(builder: Any, guard_or_source: Any, *args: Any, **kwargs: Any) -> Any:
+            value = original(builder, guard_or_source, *args, **kwargs)
+            if self.enabled:
+                try:
+                    self._note_value(builder, guard_or_source, value)
+                except Exception as exc:  # a value not noted: the package is not stored
+                    earlier = getattr(self.local, "problem", "")
+                    self.local.problem = earlier or f"a guard's value not read ({exc})"
+            return value
+
+        return get
+
+    def _note_value(self, builder: Any, guard_or_source: Any, value: Any) -> None:
+        source = getattr(guard_or_source, "originating_source", guard_or_source)
+        name = str(source.name() if callable(source.name) else source.name)
+        code = builder.f_code
+        frame = frame_key(code)
+        found = fingerprint(value)
+        expected = getattr(self.local, "expected", None)
+        if expected is not None:  # a loaded package's guards, built again here
+            recorded = expected.get(frame, {})
+            for key, now in ((CODE, code_digest(code)), (name, found)):
+                then = recorded.get(key)
+                if then is None or then == now or getattr(self.local, "stale", ""):
+                    continue
+                # torch saves a tensor argument as a fake tensor, whose dynamic sizes are symbols:
+                # its guards check the tensor on every call. Anything else must compare.
+                if now is not None or not then.startswith("tensor "):
+                    what = "its code" if key == CODE else key
+                    self.local.stale = (
+                        f"{what} is not what it was where the frame was traced "
+                        f"({_short(then)}, now {_short(now)})"
+                    )
+            return
+        if type(value).__name__ == "_Environ":
+            # Dynamo reads os.environ without guarding what it read: such a frame is traced
+            # in every process, as without the store.
+            earlier = getattr(self.local, "problem", "")
+            self.local.problem = earlier or "it reads os.environ while traced"
+        values = getattr(self.local, "values", None)
+        if values is None:
+            values = self.local.values = {}
+        named = values.setdefault(frame, {CODE: code_digest(code)})
+        if found is not None:
+            named[name] = found
 
     def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A guard whose object cannot be compared with itself (a NumPy array read as a new
@@ -177,6 +245,14 @@ class GuardHooks:
             if not entry.has_value:
                 raise Unverifiable("no value")
             seen[entry.name] = identity(entry.value)
+            # An object known by name is the one its module's source defines: that source is
+            # checked too (a constant, a class attribute, a default edited there).
+            module = defining_module(entry.value)
+            if module is not None:
+                modules = getattr(self.local, "modules", None)
+                if modules is None:
+                    modules = self.local.modules = set()
+                modules.add(module)
         except Unverifiable as exc:
             earlier = getattr(self.local, "problem", "")
             self.local.problem = earlier or f"{entry.guard_type} on {entry.name}: {exc}"

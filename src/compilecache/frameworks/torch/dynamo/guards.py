@@ -15,6 +15,7 @@ import contextlib
 import enum
 import hashlib
 import re
+import struct
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -59,10 +60,10 @@ def identity(value: object) -> str:
     if isinstance(value, types.ModuleType):
         return f"module {value.__name__}"
     if isinstance(value, types.FunctionType):
-        digest = _code_digest(value.__code__)
+        digest = code_digest(value.__code__)
         return f"function {value.__module__}.{value.__qualname__} {digest}"
     if isinstance(value, types.CodeType):
-        return f"code {value.co_qualname} {_code_digest(value)}"
+        return f"code {value.co_qualname} {code_digest(value)}"
     if isinstance(value, enum.Enum):
         kind = type(value)
         return f"enum {kind.__module__}.{kind.__qualname__}.{value.name}"
@@ -70,7 +71,7 @@ def identity(value: object) -> str:
         cls = value.__objclass__
         return f"method {cls.__module__}.{cls.__qualname__}.{value.__name__}"
     if isinstance(value, type):
-        return f"type {value.__module__}.{value.__qualname__}"
+        return f"type {value.__module__}.{value.__qualname__}{_class_state(value)}"
     if isinstance(value, types.BuiltinFunctionType):
         # A module's builtin (len, torch._C._nn.gelu), not a method bound to some object.
         owner = getattr(value, "__self__", None)
@@ -79,11 +80,42 @@ def identity(value: object) -> str:
     raise Unverifiable(f"{type(value).__name__} object")
 
 
-def _code_digest(code: types.CodeType) -> str:
+def _class_state(cls: type) -> str:
+    """What a class holds that Dynamo reads without a guard: a dataclass's field defaults
+    (baked into a trace that builds one; they can differ between processes with one source,
+    set from the environment at import or changed by the program)."""
+    fields = vars(cls).get("__dataclass_fields__")
+    if not isinstance(fields, dict):
+        return ""
+    parts = []
+    for name, field in sorted(fields.items()):
+        default = getattr(field, "default", None)
+        factory = getattr(field, "default_factory", None)
+        found = fingerprint(default)
+        if found is None:
+            found = f"~{type(default).__qualname__}"
+        if callable(factory):
+            found += f" factory {getattr(factory, '__qualname__', type(factory).__qualname__)}"
+        parts.append(f"{name}={found}")
+    return f" defaults {digest(';'.join(parts).encode())[:16]}"
+
+
+def defining_module(value: object) -> str | None:
+    """The module whose source defines ``value`` (a module itself, a class, a function, an enum
+    member), or ``None``."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    if isinstance(value, enum.Enum):
+        value = type(value)
+    name = getattr(value, "__module__", None)
+    return name if isinstance(name, str) else None
+
+
+def code_digest(code: types.CodeType) -> str:
     """A digest of what ``code`` does: its bytecode, names and constants, the same in every
     process (a nested function's code by its own digest, not its address; sets sorted)."""
     consts = [
-        f"code {_code_digest(c)}" if isinstance(c, types.CodeType) else canonical(c)
+        f"code {code_digest(c)}" if isinstance(c, types.CodeType) else canonical(c)
         for c in code.co_consts
     ]
     body = code.co_code + repr(code.co_names).encode() + canonical(consts).encode()
@@ -222,6 +254,43 @@ def global_roots(guards: Iterable[str]) -> Iterable[str]:
         root = GLOBAL_ROOT.match(name)
         if root is not None:
             yield root.group(1)
+
+
+# What a frame's guards read, by source name: a fingerprint of each value (see fingerprint).
+Values = dict[str, dict[str, str]]
+# The key under which a frame's own code is fingerprinted beside its guards' values.
+CODE = "<code>"
+
+
+def fingerprint(value: object) -> str | None:
+    """What a value a guard was built from is, comparable across processes: constants by type
+    and value (floats by their bits: a NaN's sign, -0.0), sequences of them, tensors by their
+    metadata, and what :func:`identity` names; ``None`` for anything else (not compared)."""
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return f"{type(value).__name__} {value!r}"
+    if isinstance(value, float):
+        return f"float {value!r} {struct.pack('<d', value).hex()}"
+    if isinstance(value, complex):
+        return f"complex {value!r} {struct.pack('<dd', value.real, value.imag).hex()}"
+    if isinstance(value, (tuple, list, frozenset, set)):
+        found = [fingerprint(v) for v in value]
+        parts = [p for p in found if p is not None]
+        if len(parts) < len(found):
+            return None
+        if isinstance(value, (set, frozenset)):
+            parts.sort()
+        return f"{type(value).__name__} [{', '.join(parts)}]"
+    if any(c.__name__ == "TensorBase" for c in type(value).__mro__):
+        # A tensor, a parameter, or the fake tensor torch saves in its place: by its metadata,
+        # where its sizes are numbers (a dynamic size is a symbol: not compared).
+        shape = tuple(getattr(value, "shape", ()))
+        if not all(type(size) is int for size in shape):
+            return None
+        return f"tensor {getattr(value, 'dtype', '')} {shape}"
+    try:
+        return identity(value)
+    except Unverifiable:
+        return None
 
 
 def canonical(value: object) -> str:

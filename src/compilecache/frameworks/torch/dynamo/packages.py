@@ -34,6 +34,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     Dropped,
     DroppedGuards,
     Unverifiable,
+    Values,
     closure_cells,
     frame_key,
     global_roots,
@@ -80,12 +81,20 @@ from compilecache.runtime.cache import Cache
 
 log = logging.getLogger("compilecache")
 
-_FORMAT = 1
+# 2: with the values each frame's guards were built from (older packages are not served).
+_FORMAT = 2
 # What a package's install looks up, by key prefix: read together with the package (its
 # AOTAutograd entries, FX graphs, kernel binaries and the compiler probes they are checked
 # against; never the precompiled header, which only a compile reads), at most MAX_READS of them.
 READ_WITH = tuple(f"torch/{layer}/" for layer in ("aot", "fx", "kernel", "probe", "autotune"))
 MAX_READS = 512
+
+
+def own_source(module: str) -> bool:
+    """Whether ``module``'s source is checked when a guard knows one of its objects by name:
+    not the standard library's, nor torch's (the key holds their versions)."""
+    top = module.partition(".")[0]
+    return top not in sys.stdlib_module_names and top not in ("torch", "builtins")
 
 
 def _install_reason(exc: Exception) -> str:
@@ -200,6 +209,14 @@ class DynamoPackages:
         # The dropped guards of the packages loaded here, by key: a recompile (a new shape)
         # writes the package again, with its loaded frames, whose guards must come along.
         self.loaded: dict[str, Dropped] = {}
+        # The values each package's frames' guards were built from (guard_hooks), and those
+        # of the packages loaded here, by key (a recompile writes them again with its own).
+        self.values: weakref.WeakKeyDictionary[Any, Values] = weakref.WeakKeyDictionary()
+        self.loaded_values: dict[str, Values] = {}
+        # The modules defining what each package's guards know by name (guard_hooks), and the
+        # sources of the packages loaded here, by key: checked as the traced modules are.
+        self.guard_modules: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self.loaded_sources: dict[str, dict[str, str]] = {}
         # Each package's key, computed where Dynamo compiled it: the write comes later (at the
         # first backward call), where torch runs with its configuration patched.
         self.keys: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, str]]] = (
@@ -442,6 +459,10 @@ class DynamoPackages:
                 return original(package, *args, **kwargs)
             try:
                 installed = original(package, *args, **kwargs)
+                stale = getattr(self.local, "stale", "")
+                if stale:  # a value its guards were built from changed since it was traced
+                    self._install_stale(package, stale)
+                    return None
                 install_root_globals(package)
                 with self.lock:
                     self.installed.append(package)
@@ -451,15 +472,36 @@ class DynamoPackages:
                 return None
             finally:
                 self.local.restoring = None
+                self.local.expected, self.local.stale = None, ""
 
         return install
 
-    def _install_failed(self, package: Any, exc: Exception) -> None:
+    def _install_stale(self, package: Any, why: str) -> None:
+        """A loaded package whose guards were built, here, from other values than where it was
+        traced: taken out again, and Dynamo traces (counted as stale, not as a hit)."""
+        fn = self._uninstall(package)
+        self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.hits", -1.0)
+        self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.stale")
+        log.info("compilecache: Dynamo package of %s not used: %s", fn.__qualname__, why)
+        with contextlib.suppress(Exception):
+            key, _ = self.key_of(fn, str(self.compiles[package]))
+            with self.lock:
+                self.stale[key] = why
+                self.loaded.pop(key, None)
+                self.loaded_values.pop(key, None)
+                self.loaded_sources.pop(key, None)
+
+    def _uninstall(self, package: Any) -> Any:
+        """Leave ``package`` fresh (Dynamo then traces its frames); its function."""
         fn = package._innermost_fn
         with contextlib.suppress(Exception):
             package.uninstall()
         package.__init__(None)
         package.initialize(fn, None, ignore_inlined_sources=False)
+        return fn
+
+    def _install_failed(self, package: Any, exc: Exception) -> None:
+        fn = self._uninstall(package)
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.errors")
         self.cache.warn_once(
             "torch:dynamo:install",
@@ -485,7 +527,10 @@ class DynamoPackages:
             dropped = getattr(self.local, "dropped", None) or {}
             frames = getattr(self.local, "frames", None) or {}
             problem = getattr(self.local, "problem", "")
+            values: Values = getattr(self.local, "values", None) or {}
+            modules: set[str] = getattr(self.local, "modules", None) or set()
             self.local.dropped, self.local.frames, self.local.problem = {}, {}, ""
+            self.local.values, self.local.modules = {}, set()
             fn = package._innermost_fn
             compile_call = self.compiles.get(package)
             if compile_call is None:
@@ -510,6 +555,9 @@ class DynamoPackages:
                 self.compile_s[package] = self.compile_s.get(package, 0.0) + own
                 known = self.dropped.setdefault(package, {})
                 problem = problem or merge_dropped(known, found)
+                for frame, named in values.items():
+                    self.values.setdefault(package, {}).setdefault(frame, {}).update(named)
+                self.guard_modules.setdefault(package, set()).update(modules)
                 if problem and package not in self.unverifiable:
                     self.unverifiable[package] = problem
                 self.pending[package.source_id] = package
@@ -584,13 +632,21 @@ class DynamoPackages:
         dynamo = package.cache_entry()
         modules = {code.python_module for code in dynamo.codes}
         modules |= {source.module for source in dynamo.source_info.inlined_sources}
+        modules |= set(self.loaded_sources.get(key, {}))
         try:
             sources = {name: source_digest(name, self.files) for name in sorted(modules)}
         except Exception as exc:
             self._not_stored(fn, str(exc))
             return False
+        for name in sorted(self.guard_modules.get(package, set()) - modules):
+            if own_source(name):
+                with contextlib.suppress(Exception):  # no source file: known by name only
+                    sources[name] = source_digest(name, self.files)
         guards = {scope: dict(named) for scope, named in self.loaded.get(key, {}).items()}
         problem = merge_dropped(guards, self.dropped.get(package, {}))
+        values = {frame: dict(named) for frame, named in self.loaded_values.get(key, {}).items()}
+        for frame, named in self.values.get(package, {}).items():
+            values.setdefault(frame, {}).update(named)
         if problem:
             # A frame loaded for one object and a frame traced for another: one entry cannot
             # say which is which.
@@ -604,6 +660,7 @@ class DynamoPackages:
                 "entry": entry,
                 "sources": sources,
                 "guards": guards,
+                "values": values,
                 "aot_keys": aot_keys,
                 "reads": self._reads(key),
             }
@@ -760,10 +817,14 @@ class DynamoPackages:
         advance_unique_ids(found.payload)
         if prefetcher is not None:  # what the install looks up next: one read, not one each
             prefetcher.read_together(stored.get("reads", []))
-        # torch installs the package next, in this thread: its guard managers get the check.
+        # torch installs the package next, in this thread: its guard managers get the check,
+        # and the values they are built from are compared with those recorded.
         self.local.restoring = restoring
+        self.local.expected, self.local.stale = stored["values"], ""
         with self.lock:
             self.loaded[key] = stored["guards"]
+            self.loaded_values[key] = stored["values"]
+            self.loaded_sources[key] = stored["sources"]
             self.writers[key] = True  # a recompile here (a new shape) writes the whole package
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.hits")
         return entry
