@@ -398,6 +398,57 @@ def test_why_a_package_was_not_installed_is_said_in_words() -> None:
     assert reason(Unprintable()) == "Unprintable"
 
 
+def test_the_values_guards_are_built_from_compare_by_value_and_order() -> None:
+    """What a package records of each value its guards were built from tells apart what a trace
+    can depend on: a float's bits, an enum member's value, a dtype, a set's iteration order, a
+    dataclass's defaults; a tensor by its dtype and sizes, not compared where its sizes are
+    symbols; an object without a name is not compared."""
+    import dataclasses
+    import enum
+
+    fp = guards.fingerprint
+    assert fp(0.0) != fp(-0.0) and fp(float("nan")) != fp(-float("nan")) and fp(2.0) != fp(3.0)
+    assert fp(1) != fp(True) and fp((1, 2.0)) != fp([1, 2.0])
+    assert fp(torch.float32) != fp(torch.float64) and fp(torch.device("cpu")) == "torch.device cpu"
+    assert fp(torch.zeros(2, 3)) == fp(torch.ones(2, 3)) != fp(torch.zeros(3, 2))
+    assert fp(object()) is None and fp([1, object()]) is None
+    ordered = ["a", "b", "c", "d"]
+    first, second = set(), set()
+    for name in ordered:
+        first.add(name)
+    for name in reversed(ordered):
+        second.add(name)
+    assert (fp(first) == fp(second)) == (list(first) == list(second))
+
+    class Heads(enum.IntEnum):
+        SCALE = 1
+
+    class Other(enum.IntEnum):
+        SCALE = 2
+
+    Other.__qualname__ = Heads.__qualname__  # the same class, by name, in another process
+    assert guards.identity(Heads.SCALE) != guards.identity(Other.SCALE)
+
+    def options(k: float) -> type:
+        @dataclasses.dataclass
+        class Options:
+            k: float = 0.0
+
+        Options.__dataclass_fields__["k"].default = k
+        return Options
+
+    assert guards.identity(options(1.5)) == guards.identity(options(1.5))
+    assert guards.identity(options(1.5)) != guards.identity(options(4.5))
+    recorded = {"<code>": "c", "L['x']": fp(torch.zeros(2)), "G['s'].SCALE": fp(2.0)}
+    assert (
+        guards.values_match(recorded, {"<code>": "c", "L['x']": None, "G['s'].SCALE": fp(2.0)})
+        == ""
+    )
+    assert guards.values_match(recorded, {"<code>": "c"}) == ""  # not read at load: not compared
+    assert "SCALE" in guards.values_match(recorded, {"G['s'].SCALE": fp(3.0)})
+    assert "<code>" in guards.values_match(recorded, {"<code>": "other"})
+
+
 def test_globals_are_named_the_same_in_every_process() -> None:
     assert guards.identity(json) == "module json"
     assert guards.identity(len) == "builtin builtins.len"

@@ -38,6 +38,8 @@ from compilecache.frameworks.torch.dynamo.guards import (
     fingerprint,
     frame_key,
     identity,
+    merge_values,
+    values_match,
 )
 from compilecache.frameworks.torch.dynamo.repairs import (
     forget_incomparable_export_ref,
@@ -57,9 +59,9 @@ _USER_KEPT = "_compilecache_user_kept"
 _DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
 
 
-def _short(fingerprint: str | None) -> str:
-    text = str(fingerprint)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _strict_precompile() -> bool:
+    config = importlib.import_module("torch._dynamo.config")
+    return bool(getattr(config, "strict_precompile", False))
 
 
 class _QuietDroppedGuards(logging.Filter):
@@ -139,38 +141,49 @@ class GuardHooks:
         return get
 
     def _note_value(self, builder: Any, guard_or_source: Any, value: Any) -> None:
+        """Fingerprint a value a frame's guards are built from, into the build's set (compared
+        or recorded when the build ends: :meth:`_built`)."""
         source = getattr(guard_or_source, "originating_source", guard_or_source)
         name = str(source.name() if callable(source.name) else source.name)
-        code = builder.f_code
-        frame = frame_key(code)
-        found = fingerprint(value)
-        expected = getattr(self.local, "expected", None)
-        if expected is not None:  # a loaded package's guards, built again here
-            recorded = expected.get(frame, {})
-            for key, now in ((CODE, code_digest(code)), (name, found)):
-                then = recorded.get(key)
-                if then is None or then == now or getattr(self.local, "stale", ""):
-                    continue
-                # torch saves a tensor argument as a fake tensor, whose dynamic sizes are symbols:
-                # its guards check the tensor on every call. Anything else must compare.
-                if now is not None or not then.startswith("tensor "):
-                    what = "its code" if key == CODE else key
-                    self.local.stale = (
-                        f"{what} is not what it was where the frame was traced "
-                        f"({_short(then)}, now {_short(now)})"
-                    )
-            return
-        if type(value).__name__ == "_Environ":
+        if type(value).__name__ == "_Environ" and getattr(self.local, "expected", None) is None:
             # Dynamo reads os.environ without guarding what it read: such a frame is traced
             # in every process, as without the store.
             earlier = getattr(self.local, "problem", "")
             self.local.problem = earlier or "it reads os.environ while traced"
+        building = getattr(self.local, "building", None)
+        if building is None:
+            building = self.local.building = {}
+        code = builder.f_code
+        # One set per frame until its build ends (torch builds a traced frame's guards twice).
+        named = building.setdefault(frame_key(code), {CODE: code_digest(code)})
+        named[name] = fingerprint(value)
+
+    def _built(self, builder: Any) -> None:
+        """A frame's guards are built: a loaded package's are compared with what the frame's
+        builds recorded where it was traced (one of them must match), a traced frame's are
+        recorded."""
+        building = getattr(self.local, "building", None) or {}
+        frame = frame_key(builder.f_code)
+        built = building.pop(frame, None)
+        if built is None:
+            return
+        expected = getattr(self.local, "expected", None)
+        if expected is not None:  # a loaded package's guards, built again here
+            if getattr(self.local, "stale", ""):
+                return
+            recorded = expected.get(frame, [])
+            differences = [values_match(values, built) for values in recorded]
+            if not recorded:  # a frame whose builds were not recorded: nothing to compare with
+                self.local.stale = f"no values were recorded for its frame {frame}"
+            elif all(differences):
+                what = differences[0].replace(CODE, "its code", 1)
+                self.local.stale = f"{what} is not what it was where the frame was traced"
+            return
+        kept = {name: value for name, value in built.items() if value is not None}
         values = getattr(self.local, "values", None)
         if values is None:
             values = self.local.values = {}
-        named = values.setdefault(frame, {CODE: code_digest(code)})
-        if found is not None:
-            named[name] = found
+        merge_values(values, {frame: [kept]})
 
     def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A guard whose object cannot be compared with itself (a NumPy array read as a new
@@ -196,8 +209,10 @@ class GuardHooks:
             try:
                 return bytes(original(manager, *args, **kwargs))
             except Exception as exc:
-                if type(exc).__name__ == "PackageError" or not self.enabled:
-                    raise  # torch's own bypass handles it (or strict_precompile asked for it)
+                if not self.enabled or _strict_precompile():
+                    raise  # the program's own mode, or it asked for the error
+                # torch's own bypass of a PackageError (a method set on an instance) left the
+                # frame without a guards state, which torch 2.13 then asserts it has.
                 self.local.problem = f"its guards cannot be saved ({exc})"
                 return b""
 
@@ -305,6 +320,13 @@ class GuardHooks:
 
         def compile_check_fn(manager: Any, builder: Any, guards: Any, *args: Any) -> Any:
             if self.enabled:
+                try:
+                    self._built(builder)
+                except Exception as exc:  # not compared: not served; not recorded: not stored
+                    if getattr(self.local, "expected", None) is not None:
+                        self.local.stale = f"its guards' values could not be compared ({exc})"
+                    earlier = getattr(self.local, "problem", "")
+                    self.local.problem = earlier or f"its guards' values not kept ({exc})"
                 try:
                     builder, guards = self._restore(manager, builder, guards)
                 except Exception as exc:  # torch's own, filtered guards stay

@@ -65,8 +65,11 @@ def identity(value: object) -> str:
     if isinstance(value, types.CodeType):
         return f"code {value.co_qualname} {code_digest(value)}"
     if isinstance(value, enum.Enum):
+        # With its value: an IntEnum's or a str Enum's member is used as its value, unguarded.
         kind = type(value)
-        return f"enum {kind.__module__}.{kind.__qualname__}.{value.name}"
+        found = fingerprint(value._value_)
+        held = found if found is not None else f"~{type(value._value_).__qualname__}"
+        return f"enum {kind.__module__}.{kind.__qualname__}.{value.name} {held}"
     if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         cls = value.__objclass__
         return f"method {cls.__module__}.{cls.__qualname__}.{value.__name__}"
@@ -236,6 +239,28 @@ def scope_of(name: str, frame: types.CodeType | None) -> str | None:
     return None
 
 
+def merge_values(known: Values, new: Values) -> None:
+    """Add ``new``'s value sets to ``known``'s, each once."""
+    for frame, sets in new.items():
+        kept = known.setdefault(frame, [])
+        kept.extend(values for values in sets if values not in kept)
+
+
+def values_match(recorded: Mapping[str, str], built: Mapping[str, str | None]) -> str:
+    """Which value of ``recorded`` (one build where a frame was traced) ``built`` (a build of
+    its guards at load) differs from (``""`` where none does). A value the load's build did not
+    read is not compared; nor a tensor argument the load sees as a fake tensor with symbolic
+    sizes (its guards check the tensor on every call)."""
+    for name, then in recorded.items():
+        if name not in built:
+            continue
+        now = built[name]
+        if now == then or (now is None and then.startswith("tensor ")):
+            continue
+        return f"{name} ({then[:60]}, now {str(now)[:60]})"
+    return ""
+
+
 def merge_dropped(known: Dropped, new: Dropped) -> str:
     """Add ``new`` to ``known``; a guard seen for two objects (a global rebound between two
     compiles of one package) is said instead, and nothing is added."""
@@ -256,10 +281,13 @@ def global_roots(guards: Iterable[str]) -> Iterable[str]:
             yield root.group(1)
 
 
-# What a frame's guards read, by source name: a fingerprint of each value (see fingerprint).
-Values = dict[str, dict[str, str]]
+# What a frame's guards were built from, per frame: one set per build of its guards (a frame
+# compiled for two shapes has two), each a fingerprint of every value read, by source name.
+Values = dict[str, list[dict[str, str]]]
 # The key under which a frame's own code is fingerprinted beside its guards' values.
 CODE = "<code>"
+# torch's value types, by what they print (a dtype, a device, ...).
+_TORCH_VALUES = frozenset({"dtype", "device", "layout", "memory_format", "qscheme"})
 
 
 def fingerprint(value: object) -> str | None:
@@ -272,14 +300,19 @@ def fingerprint(value: object) -> str | None:
         return f"float {value!r} {struct.pack('<d', value).hex()}"
     if isinstance(value, complex):
         return f"complex {value!r} {struct.pack('<dd', value.real, value.imag).hex()}"
+    if isinstance(value, enum.Enum):
+        return identity(value)
     if isinstance(value, (tuple, list, frozenset, set)):
+        # A set in its iteration order, which a trace that loops over it unrolls (the order of
+        # strings follows the process's hash seed).
         found = [fingerprint(v) for v in value]
         parts = [p for p in found if p is not None]
         if len(parts) < len(found):
             return None
-        if isinstance(value, (set, frozenset)):
-            parts.sort()
         return f"{type(value).__name__} [{', '.join(parts)}]"
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ in _TORCH_VALUES:
+        return f"torch.{kind.__name__} {value}"
     if any(c.__name__ == "TensorBase" for c in type(value).__mro__):
         # A tensor, a parameter, or the fake tensor torch saves in its place: by its metadata,
         # where its sizes are numbers (a dynamic size is a symbol: not compared).

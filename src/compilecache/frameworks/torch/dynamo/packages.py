@@ -40,6 +40,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     global_roots,
     identity,
     merge_dropped,
+    merge_values,
     resolve,
     scope_of,
 )
@@ -555,8 +556,7 @@ class DynamoPackages:
                 self.compile_s[package] = self.compile_s.get(package, 0.0) + own
                 known = self.dropped.setdefault(package, {})
                 problem = problem or merge_dropped(known, found)
-                for frame, named in values.items():
-                    self.values.setdefault(package, {}).setdefault(frame, {}).update(named)
+                merge_values(self.values.setdefault(package, {}), values)
                 self.guard_modules.setdefault(package, set()).update(modules)
                 if problem and package not in self.unverifiable:
                     self.unverifiable[package] = problem
@@ -644,9 +644,9 @@ class DynamoPackages:
                     sources[name] = source_digest(name, self.files)
         guards = {scope: dict(named) for scope, named in self.loaded.get(key, {}).items()}
         problem = merge_dropped(guards, self.dropped.get(package, {}))
-        values = {frame: dict(named) for frame, named in self.loaded_values.get(key, {}).items()}
-        for frame, named in self.values.get(package, {}).items():
-            values.setdefault(frame, {}).update(named)
+        values: Values = {}
+        merge_values(values, self.loaded_values.get(key, {}))
+        merge_values(values, self.values.get(package, {}))
         if problem:
             # A frame loaded for one object and a frame traced for another: one entry cannot
             # say which is which.
@@ -740,7 +740,9 @@ class DynamoPackages:
         each frame's guards are built again from their saved state, as its install does (a
         decorated function torch saved as missing: GPT-2's guards on ``L['func']``)."""
         module = self.package_module
-        saved = {name: getattr(self.local, name, None) for name in ("dropped", "frames", "problem")}
+        # What the guard hooks note meanwhile is not this package's compile: put back after.
+        noted = ("dropped", "frames", "problem", "values", "building", "modules")
+        saved = {name: getattr(self.local, name, None) for name in noted}
         try:
             for code, entry in list(package._codes.items()):
                 target = module._lookup_code(entry) if entry.code_source else code
