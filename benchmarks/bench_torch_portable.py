@@ -221,15 +221,14 @@ def main() -> int:
     common.add_no_write(parser)
     args = parser.parse_args()
     info = common.machine_info()
-    summaries, seeds, all_runs = [], {}, []
     with tempfile.TemporaryDirectory(prefix="bench-torch-portable-") as tmp:
-        for model in args.models:
-            bench = Model(model, Path(tmp), args.layers)
-            common.progress(f"{model}: seeding")
-            seeds[model] = bench.seed()
-            runs = common.interleaved(bench.run, list(VARIANTS), args.rounds)
-            summaries.append(summarize(model, runs, args.rounds))
-            all_runs += [{"model": model, **r} for r in runs]
+        summaries, seeds, all_runs = common.measure_models(
+            args.models,
+            lambda model: Model(model, Path(tmp), args.layers),
+            list(VARIANTS),
+            args.rounds,
+            summarize,
+        )
     text = markdown(info, summaries, seeds, args.layers)
     data = common.results_record(
         NAME, info, False, summaries=summaries, seeds=seeds, runs=all_runs, layers=args.layers

@@ -175,19 +175,18 @@ def main() -> int:
     from tests.servers import DelayProxy, RedisServer
 
     info = common.machine_info()
-    summaries, seeds, all_runs = [], {}, []
     with tempfile.TemporaryDirectory(prefix="bench-torch-remote-") as tmp:
         redis = RedisServer(Path(tmp) / "redis").start()
         proxy = DelayProxy(redis.port, args.delay_ms / 1000)
+
+        def bench_of(model: str) -> Model:
+            url = f"redis://127.0.0.1:{proxy.port}/0/{model}-{uuid.uuid4().hex[:8]}"
+            return Model(model, Path(tmp), url)
+
         try:
-            for model in args.models:
-                url = f"redis://127.0.0.1:{proxy.port}/0/{model}-{uuid.uuid4().hex[:8]}"
-                bench = Model(model, Path(tmp), url)
-                common.progress(f"{model}: seeding")
-                seeds[model] = bench.seed()
-                runs = common.interleaved(bench.run, list(VARIANTS), args.rounds)
-                summaries.append(summarize(model, runs, args.rounds))
-                all_runs += [{"model": model, **r} for r in runs]
+            summaries, seeds, all_runs = common.measure_models(
+                args.models, bench_of, list(VARIANTS), args.rounds, summarize
+            )
         finally:
             proxy.close()
             redis.stop()

@@ -272,6 +272,27 @@ def interleaved(
     return records
 
 
+def measure_models(
+    models: Sequence[str],
+    bench_of: Callable[[str], Any],
+    variants: Sequence[str],
+    rounds: int,
+    summarize: Callable[[str, list[dict[str, Any]], int], dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """Per model, ``bench_of(model)``'s cold seeding runs (its ``seed()``), then ``rounds``
+    interleaved rounds of ``variants`` (its ``run(variant)``): the summaries, the seeds by model
+    and every run, marked with its model."""
+    summaries, seeds, all_runs = [], {}, []
+    for model in models:
+        bench = bench_of(model)
+        progress(f"{model}: seeding")
+        seeds[model] = bench.seed()
+        runs = interleaved(bench.run, variants, rounds)
+        summaries.append(summarize(model, runs, rounds))
+        all_runs += [{"model": model, **r} for r in runs]
+    return summaries, seeds, all_runs
+
+
 def overhead_against(
     runs: Sequence[Mapping[str, Any]], variants: Sequence[str], base: str, field: str = "wall_s"
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
