@@ -133,7 +133,9 @@ class GuardHooks:
             if self.enabled:
                 try:
                     self._note_value(builder, guard_or_source, value)
-                except Exception as exc:  # a value not noted: the package is not stored
+                except Exception as exc:  # not noted: a load's not served, a trace's not stored
+                    if getattr(self.local, "expected", None) is not None:
+                        self.local.stale = f"a guard's value could not be compared ({exc})"
                     earlier = getattr(self.local, "problem", "")
                     self.local.problem = earlier or f"a guard's value not read ({exc})"
             return value
