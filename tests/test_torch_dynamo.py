@@ -214,10 +214,16 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
     assert body["frames"] == 1 and body["matches_eager"]
     (again,) = run(where, "again", store, program=program, VALUES_BODY="body_b.txt")
     assert again["frames"] == 0 and again["matches_eager"] and again["ours"] == {"hits": 1.0}
-    # Dynamo reads os.environ without a guard on what it read: not stored, traced every time.
-    for k in ("1", "3"):
-        (env,) = run(where, f"env{k}", store, program=program, VALUES_READ_ENV="1", VALUES_K=k)
-        assert env["frames"] == 1 and env["matches_eager"] and env["ours"].get("unverifiable")
+    # An environment variable read while traced: its value, or that it is unset, is guarded.
+    reads = {"program": program, "VALUES_READ_ENV": "1"}
+    (unset,) = run(where, "unset", store, **reads)
+    assert unset["frames"] == 1 and unset["matches_eager"] and unset["ours"]["writes"] == 1.0
+    (unset_again,) = run(where, "unset_again", store, **reads)
+    assert unset_again["frames"] == 0 and unset_again["ours"] == {"hits": 1.0}
+    for name, k in (("set", "3"), ("set_again", "3"), ("other", "2")):
+        (env,) = run(where, name, store, **reads, VALUES_K=k)
+        assert env["matches_eager"], name
+        assert env["frames"] == (0 if name == "set_again" else 1), name
 
 
 @pytest.mark.slow
@@ -445,6 +451,9 @@ def test_the_values_guards_are_built_from_compare_by_value_and_order() -> None:
         == ""
     )
     assert guards.values_match(recorded, {"<code>": "c"}) == ""  # not read at load: not compared
+    # Read at load but not in this build: another build's values (another entry of the frame).
+    assert "K" in guards.values_match(recorded, {"<code>": "c", "G['env'][b'K']": fp(b"3")})
+    assert guards.values_match(recorded, {"<code>": "c", "G['f']": None}) == ""
     assert "SCALE" in guards.values_match(recorded, {"G['s'].SCALE": fp(3.0)})
     assert "<code>" in guards.values_match(recorded, {"<code>": "other"})
 

@@ -125,6 +125,15 @@ class GuardHooks:
         self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
         self.patches.wrap(module.GuardBuilder, "get", self._reading, label="dynamo.guard_values")
 
+    def apply_dicts(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.dicts`` (now imported). Raises what fails."""
+        self.patches.wrap(
+            module.ConstDictVariable,
+            "getitem_const_raise_exception_if_absent",
+            self._subscripting,
+            label="dynamo.absent_keys",
+        )
+
     # -- the values guards are built from ------------------------------------------------------
 
     def _reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,25 +142,44 @@ class GuardHooks:
             if self.enabled:
                 try:
                     self._note_value(builder, guard_or_source, value)
-                except Exception as exc:  # not noted: a load's not served, a trace's not stored
-                    if getattr(self.local, "expected", None) is not None:
-                        self.local.stale = f"a guard's value could not be compared ({exc})"
-                    earlier = getattr(self.local, "problem", "")
-                    self.local.problem = earlier or f"a guard's value not read ({exc})"
+                except Exception as exc:
+                    self._unsure(f"a guard's value could not be read ({exc})")
             return value
 
         return get
+
+    def _unsure(self, why: str) -> None:
+        """What a package's guards rest on could not be read: a loaded package is not served
+        (Dynamo traces), a traced frame's package is not stored."""
+        if getattr(self.local, "expected", None) is not None:
+            self.local.stale = why
+        earlier = getattr(self.local, "problem", "")
+        self.local.problem = earlier or why
+
+    def _subscripting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Dynamo traces ``d[key]`` for a key ``d`` lacks (the ``KeyError`` caught, as in
+        ``os.environ.get(name)`` and ``name in os.environ``) without a guard that the key is
+        still absent: the trace would be served where the key is there (an environment
+        variable set on another machine, an entry a module adds from the environment at
+        import). Under compilecache's mode the guard torch's own ``d.get(key)`` installs is
+        installed here too, so it is saved with the package and checked at load and on every
+        call."""
+
+        def getitem_const_raise_exception_if_absent(variable: Any, tx: Any, arg: Any) -> Any:
+            if self.enabled and variable.source is not None and arg not in variable:
+                try:
+                    variable.install_dict_contains_guard(tx, [arg])
+                except Exception as exc:
+                    self._unsure(f"a missing key could not be guarded ({exc})")
+            return original(variable, tx, arg)
+
+        return getitem_const_raise_exception_if_absent
 
     def _note_value(self, builder: Any, guard_or_source: Any, value: Any) -> None:
         """Fingerprint a value a frame's guards are built from, into the build's set (compared
         or recorded when the build ends: :meth:`_built`)."""
         source = getattr(guard_or_source, "originating_source", guard_or_source)
         name = str(source.name() if callable(source.name) else source.name)
-        if type(value).__name__ == "_Environ" and getattr(self.local, "expected", None) is None:
-            # Dynamo reads os.environ without guarding what it read: such a frame is traced
-            # in every process, as without the store.
-            earlier = getattr(self.local, "problem", "")
-            self.local.problem = earlier or "it reads os.environ while traced"
         building = getattr(self.local, "building", None)
         if building is None:
             building = self.local.building = {}
@@ -324,11 +352,8 @@ class GuardHooks:
             if self.enabled:
                 try:
                     self._built(builder)
-                except Exception as exc:  # not compared: not served; not recorded: not stored
-                    if getattr(self.local, "expected", None) is not None:
-                        self.local.stale = f"its guards' values could not be compared ({exc})"
-                    earlier = getattr(self.local, "problem", "")
-                    self.local.problem = earlier or f"its guards' values not kept ({exc})"
+                except Exception as exc:
+                    self._unsure(f"its guards' values could not be compared ({exc})")
                 try:
                     builder, guards = self._restore(manager, builder, guards)
                 except Exception as exc:  # torch's own, filtered guards stay

@@ -250,7 +250,12 @@ def values_match(recorded: Mapping[str, str], built: Mapping[str, str | None]) -
     """Which value of ``recorded`` (one build where a frame was traced) ``built`` (a build of
     its guards at load) differs from (``""`` where none does). A value the load's build did not
     read is not compared; nor a tensor argument the load sees as a fake tensor with symbolic
-    sizes (its guards check the tensor on every call)."""
+    sizes (its guards check the tensor on every call). A value the load's build read that this
+    build did not is a difference: the load's is another build's (a frame compiled twice, once
+    where an environment variable was unset and once where it was set)."""
+    for name, now in built.items():
+        if name not in recorded and now is not None:
+            return f"{name} (not read, now {now[:60]})"
     for name, then in recorded.items():
         if name not in built:
             continue

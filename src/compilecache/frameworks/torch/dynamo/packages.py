@@ -57,6 +57,7 @@ from compilecache.frameworks.torch.dynamo.key import (
 from compilecache.frameworks.torch.dynamo.mode import (
     AUTOGRAD_CACHE,
     CONTEXT,
+    DICTS,
     DYNAMO,
     DYNAMO_CONFIG,
     EVAL_FRAME,
@@ -237,8 +238,10 @@ class DynamoPackages:
         self.writers: dict[str, bool] = {}
         self.package_module: Any = None
         self.context: Any = importlib.import_module(CONTEXT) if CONTEXT in sys.modules else None
-        # Whether the dropped guards are seen: without it no package is written.
+        # Whether the dropped guards are seen, and a missing key read while tracing is guarded:
+        # without both no package is written.
         self.watching = False
+        self.keys_guarded = False
         # Whether caching_precompile was turned on by us (see enabled).
         self.hooked = False
         # What each package's frames took to compile (tracing and backends): what a hit saves.
@@ -274,6 +277,9 @@ class DynamoPackages:
         elif name == GUARDS:
             self.guard_hooks.apply(module)
             self.watching = True
+        elif name == DICTS:
+            self.guard_hooks.apply_dicts(module)
+            self.keys_guarded = True
         elif name == DYNAMO:
             self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
         elif name == STANDALONE:
@@ -625,6 +631,8 @@ class DynamoPackages:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
+        elif not self.keys_guarded:
+            problem = "a missing key read while tracing could not be guarded"
         problem = problem or unprovided_global(package) or self._unloadable(package)
         if problem:
             self._not_stored(fn, problem)
