@@ -185,7 +185,10 @@ class GuardHooks:
             building = self.local.building = {}
         code = builder.f_code
         # One set per frame until its build ends (torch builds a traced frame's guards twice).
-        named = building.setdefault(frame_key(code), {CODE: code_digest(code)})
+        frame = frame_key(code)
+        named = building.get(frame)
+        if named is None:  # the code's digest once per build, not per value
+            named = building[frame] = {CODE: code_digest(code)}
         named[name] = fingerprint(value)
 
     def _built(self, builder: Any) -> None:
