@@ -191,8 +191,10 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
     name, so a guard on a value reached through one is built again at load from today's value
     and always holds. A module constant, a base class's attribute and a dataclass default, each
     set from the environment at import (one source, another value), an edit of the module that
-    defines them, and a function body compiled from another file under the program's name: each
-    traces on a new machine, and computes what eager computes."""
+    defines them, a function body compiled from another file under the program's name, an
+    attribute a module or an object has only where the environment says so, and environment
+    variables read while traced, set or unset: each traces on a new machine where it differs,
+    and computes what eager computes."""
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
     program = "values_program.py"
@@ -214,6 +216,9 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
     assert body["frames"] == 1 and body["matches_eager"]
     (again,) = run(where, "again", store, program=program, VALUES_BODY="body_b.txt")
     assert again["frames"] == 0 and again["matches_eager"] and again["ours"] == {"hits": 1.0}
+    # A module attribute and an object attribute that exist only where the environment says so.
+    (opt,) = run(where, "opt", store, program=program, VALUES_BODY="body_b.txt", VALUES_OPT="1")
+    assert opt["frames"] == 1 and opt["matches_eager"] and opt["ours"]["stale"] == 1.0
     # An environment variable read while traced: its value, or that it is unset, is guarded.
     reads = {"program": program, "VALUES_READ_ENV": "1"}
     (unset,) = run(where, "unset", store, **reads)
@@ -224,6 +229,9 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
         (env,) = run(where, name, store, **reads, VALUES_K=k)
         assert env["matches_eager"], name
         assert env["frames"] == (0 if name == "set_again" else 1), name
+    # Read by the standard library (os.getenv): Dynamo guards none of what its functions read.
+    (getenv,) = run(where, "getenv", store, **reads, VALUES_G="5")
+    assert getenv["frames"] == 1 and getenv["matches_eager"]
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
-"""A model whose forward reads values through a module (``values_settings.SCALE``), a class
-attribute of its base class, a dataclass default, an environment variable (``VALUES_K``, read
-where ``VALUES_READ_ENV=1``) and a function whose body is read from ``VALUES_BODY`` (compiled
-under this file's name), for
+"""A model whose forward reads values through a module (``values_settings.SCALE``, and
+``OPT`` where it has one), a class attribute of its base class, a dataclass default, whether an
+object has an attribute, environment variables (``VALUES_K`` and ``VALUES_G``, read where
+``VALUES_READ_ENV=1``; ``VALUES_G`` through the standard library) and a function whose body is
+read from ``VALUES_BODY`` (compiled under this file's name), for
 ``tests/test_torch_dynamo.py``. One JSON line: whether the compiled output and gradients match
 eager on the same code, the frames Dynamo traced and compilecache's ``torch.dynamo.*`` counters.
 """
@@ -28,8 +29,12 @@ class Model(values_settings.Base):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scale = values_settings.SCALE * self.GAIN * values_settings.Options().k
+        scale = scale * getattr(values_settings, "OPT", 1.0)
+        if "extra" in values_settings.FLAGS.__dict__:
+            scale = scale + 1.0
         if READ_ENV:
             scale = scale * float(os.environ.get("VALUES_K", "1"))
+            scale = scale * float(os.getenv("VALUES_G", "1"))
         return self.l2(torch.relu(self.l1(x)) * scale) + extra(x)  # type: ignore[name-defined]  # noqa: F821
 
 

@@ -1,6 +1,7 @@
-"""Values the values program's model reads through a module, a class and a dataclass, set from
-the environment when this module is imported (the same source, other values per process); the
-tests also edit it. None of its code is traced."""
+"""Values the values program's model reads through a module, a class, a dataclass and an
+object, set from the environment when this module is imported (the same source, other values
+per process; ``OPT`` and ``FLAGS.extra`` only where ``VALUES_OPT`` is set); the tests also edit
+it. None of its code is traced."""
 
 import dataclasses
 import os
@@ -8,6 +9,8 @@ import os
 import torch
 
 SCALE = float(os.environ.get("VALUES_SCALE", "2.0"))
+if os.environ.get("VALUES_OPT"):
+    OPT = 2.0
 
 
 class Base(torch.nn.Module):
@@ -17,3 +20,12 @@ class Base(torch.nn.Module):
 @dataclasses.dataclass
 class Options:
     k: float = float(os.environ.get("VALUES_DEFAULT", "1.5"))
+
+
+class Flags:
+    pass
+
+
+FLAGS = Flags()
+if os.environ.get("VALUES_OPT"):
+    FLAGS.extra = True

@@ -20,23 +20,27 @@ where the frame was traced (``local.expected``); one that differs makes the pack
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import logging
+import os
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from compilecache.frameworks.torch.dynamo.guards import (
     CODE,
     DERIVED,
     DROPPED,
+    PER_PROCESS_GUARDS,
     Unverifiable,
     code_digest,
     defining_module,
     fingerprint,
     frame_key,
+    guard_code_text,
     identity,
     merge_values,
     values_match,
@@ -57,6 +61,10 @@ _FULL = "_compilecache_full_build"
 _USER_KEPT = "_compilecache_user_kept"
 # What Dynamo logs for each guard caching_precompile drops (torch/_dynamo/guards.py).
 _DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
+# The guards Dynamo puts on a whole mapping it iterates (its length, its keys), and the
+# environment's dicts by the end of their source names.
+_WHOLE = ("SEQUENCE_LENGTH", "DICT_KEYS_MATCH")
+_ENVIRONMENT_DICTS = (".environ._data", ".environb._data")
 
 
 def _strict_precompile() -> bool:
@@ -78,6 +86,24 @@ class _QuietDroppedGuards(logging.Filter):
             return True
         with contextlib.suppress(Exception):
             log.debug("compilecache: torch: %s (put back in memory)", record.getMessage())
+        return False
+
+
+class _QuietGuardErrors(logging.Filter):
+    """Keeps torch's error log of a guard that fails to build out of the program's output while
+    compilecache builds a package's guards to check it (before storing it, or to install one it
+    read): the package is then not stored, or not used, and Dynamo traces; compilecache's debug
+    log keeps the lines."""
+
+    def __init__(self, local: threading.local) -> None:
+        super().__init__()
+        self.local = local
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(self.local, "quiet", False):
+            return True
+        with contextlib.suppress(Exception):
+            log.debug("compilecache: torch: %s", record.getMessage())
         return False
 
 
@@ -121,6 +147,9 @@ class GuardHooks:
         logger = logging.getLogger(module.__name__)
         quiet = [*logger.filters, _QuietDroppedGuards(self)]
         self.patches.replace(logger, "filters", quiet, label="dynamo.guard_warnings")
+        guards_log = logging.getLogger("torch._guards")
+        quiet_errors = [*guards_log.filters, _QuietGuardErrors(self.local)]
+        self.patches.replace(guards_log, "filters", quiet_errors, label="dynamo.guard_errors")
         guard = importlib.import_module("torch._guards").Guard
         self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
         self.patches.wrap(module.GuardBuilder, "get", self._reading, label="dynamo.guard_values")
@@ -133,6 +162,41 @@ class GuardHooks:
             self._subscripting,
             label="dynamo.absent_keys",
         )
+        # An object's __dict__ read as a dict: torch guards neither its keys nor what it
+        # contains (it follows the trace's own mutations only).
+        dunder = module.DunderDictVariable
+        for name in ("install_dict_keys_match_guard", "install_dict_contains_guard"):
+            self.patches.wrap(
+                dunder, name, self._guarding_dunder_dict(module), label=f"dynamo.{name}"
+            )
+
+    def apply_inlining(self, module: Any) -> None:
+        """Hook ``torch._dynamo.symbolic_convert`` (now imported). Raises what fails."""
+        self.patches.wrap(
+            module.InliningInstructionTranslator,
+            "get_globals_source_and_value",
+            self._stdlib_globals,
+            label="dynamo.stdlib_environ",
+        )
+
+    def apply_modules(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.misc`` (now imported). Raises what fails."""
+        variable = module.PythonModuleVariable
+        self.patches.wrap(variable, "var_getattr", self._module_reading, label="dynamo.module_attr")
+        self.patches.wrap(
+            variable, "call_obj_hasattr", self._module_asking, label="dynamo.module_hasattr"
+        )
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """While compilecache builds a package's guards itself: torch's log of a guard that
+        fails to build goes to compilecache's debug log (see :class:`_QuietGuardErrors`)."""
+        before = getattr(self.local, "quiet", False)
+        self.local.quiet = True
+        try:
+            yield
+        finally:
+            self.local.quiet = before
 
     # -- the values guards are built from ------------------------------------------------------
 
@@ -175,21 +239,122 @@ class GuardHooks:
 
         return getitem_const_raise_exception_if_absent
 
+    def _module_reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Dynamo traces ``module.NAME`` for a name the module lacks (the ``AttributeError``
+        caught, ``getattr(module, NAME, default)``) without a guard: a module that defines it
+        only when the environment says so would be served the trace made without it. Under
+        compilecache's mode the attribute's absence is guarded (torch's ``HASATTR``)."""
+
+        def var_getattr(variable: Any, tx: Any, name: str) -> Any:
+            if self.enabled and variable.source is not None:
+                try:
+                    if not hasattr(variable.value, name):
+                        self._guard_hasattr(variable, name)
+                except Exception as exc:
+                    self._unsure(f"a module's missing attribute could not be guarded ({exc})")
+            return original(variable, tx, name)
+
+        return var_getattr
+
+    def _module_asking(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``hasattr(module, NAME)``, which Dynamo answers without a guard: guarded as
+        :meth:`_module_reading` guards a missing attribute."""
+
+        def call_obj_hasattr(variable: Any, tx: Any, name: str) -> Any:
+            if self.enabled and variable.source is not None:
+                try:
+                    self._guard_hasattr(variable, name)
+                except Exception as exc:
+                    self._unsure(f"a module's attribute could not be guarded ({exc})")
+            return original(variable, tx, name)
+
+        return call_obj_hasattr
+
+    @staticmethod
+    def _guard_hasattr(variable: Any, name: str) -> None:
+        guards = importlib.import_module("torch._dynamo.guards")
+        check = functools.partial(guards.GuardBuilder.HASATTR, attr=name)
+        guards.install_guard(variable.make_guard(check))
+
+    def _stdlib_globals(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Dynamo guards nothing a standard library function reads from its module's globals
+        (``SkipGuardSource``: "users don't mutate the stdlib"), so ``os.getenv(name)`` or
+        ``os.path.expandvars`` read the environment unguarded. Under compilecache's mode the
+        environment (``os``, ``os.environ``, ``os.environb`` read by such a function) keeps its
+        guards, as where the program reads it itself."""
+        environment = (os, os.environ, getattr(os, "environb", None))
+
+        def get_globals_source_and_value(tx: Any, name: str) -> Any:
+            value, variable, source = original(tx, name)
+            if self.enabled and type(source).__name__ == "SkipGuardSource":
+                try:
+                    held = value.get(name) if isinstance(value, dict) else getattr(value, name)
+                    if any(held is read for read in environment):
+                        source = source.base
+                except Exception as exc:
+                    self._unsure(f"a standard library global could not be read ({exc})")
+            return value, variable, source
+
+        return get_globals_source_and_value
+
+    def _guarding_dunder_dict(self, dicts: Any) -> Callable[..., Callable[..., Any]]:
+        """``"k" in obj.__dict__``, ``obj.__dict__.get(k)``, its keys: torch installs no guard
+        (an object whose attribute is set only where the environment says so would be served
+        the trace made without it). Under compilecache's mode the guard a plain dict gets is
+        installed."""
+
+        def wrapping(original: Callable[..., Any]) -> Callable[..., Any]:
+            plain = getattr(dicts.ConstDictVariable, original.__name__)
+
+            def install(variable: Any, *args: Any) -> Any:
+                if self.enabled and variable.source is not None:
+                    try:
+                        return plain(variable, *args)
+                    except Exception as exc:
+                        self._unsure(f"an object's __dict__ could not be guarded ({exc})")
+                return original(variable, *args)
+
+            return install
+
+        return wrapping
+
     def _note_value(self, builder: Any, guard_or_source: Any, value: Any) -> None:
         """Fingerprint a value a frame's guards are built from, into the build's set (compared
         or recorded when the build ends: :meth:`_built`)."""
         source = getattr(guard_or_source, "originating_source", guard_or_source)
         name = str(source.name() if callable(source.name) else source.name)
+        self._building_set(builder.f_code)[name] = fingerprint(value)
+
+    def _note_guard_code(
+        self, guard: Any, guard_type: Any, guarded_class: Any, code_list: Any
+    ) -> None:
+        """Record a guard's check as Dynamo wrote it, into its frame's build set: a check
+        built from what the guarded object is now (``hasattr(G['cfg'], 'OPT')`` or ``not
+        hasattr(...)``, a dict's keys, a length) is built again at load from the objects of the
+        day, so it must read the same there."""
+        code = getattr(self.local, "guard_code", None)
+        if code is None or guard_type in PER_PROCESS_GUARDS:
+            return
+        if guard_type in _WHOLE and getattr(self.local, "expected", None) is None:
+            name = str(guard.name)
+            if guarded_class is type(os.environ) or name.endswith(_ENVIRONMENT_DICTS):
+                # Dynamo iterates the environment with only its length guarded, not its names.
+                earlier = getattr(self.local, "problem", "")
+                self.local.problem = earlier or "it iterates os.environ while traced"
+        self._building_set(code)[f"{guard.name} {guard_type}"] = guard_code_text(code_list)
+
+    def _building_set(self, code: types.CodeType) -> dict[str, str | None]:
+        """What the current build of ``code``'s guards has read so far: one set per frame
+        until its build ends (torch builds a traced frame's guards twice)."""
         building = getattr(self.local, "building", None)
         if building is None:
             building = self.local.building = {}
-        code = builder.f_code
-        # One set per frame until its build ends (torch builds a traced frame's guards twice).
         frame = frame_key(code)
-        named = building.get(frame)
+        named: dict[str, str | None] | None = building.get(frame)
         if named is None:  # the code's digest once per build, not per value
-            named = building[frame] = {CODE: code_digest(code)}
-        named[name] = fingerprint(value)
+            named = {CODE: code_digest(code)}
+            building[frame] = named
+        return named
 
     def _built(self, builder: Any) -> None:
         """A frame's guards are built: a loaded package's are compared with what the frame's
@@ -219,16 +384,23 @@ class GuardHooks:
         merge_values(values, {frame: [kept]})
 
     def _exporting(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """A guard whose object cannot be compared with itself (a NumPy array read as a new
-        tensor each time) raised into the program the second time Dynamo builds it, which it
-        does in the caching_precompile mode we turn on: see
-        :func:`forget_incomparable_export_ref`."""
+        """Each guard's check is noted (:meth:`_note_guard_code`). And a guard whose object
+        cannot be compared with itself (a NumPy array read as a new tensor each time) raised
+        into the program the second time Dynamo builds it, which it does in the
+        caching_precompile mode we turn on: see :func:`forget_incomparable_export_ref`."""
 
         def set_export_info(guard: Any, *args: Any, **kwargs: Any) -> Any:
             if self.enabled:
                 with contextlib.suppress(Exception):  # the repair must never raise into torch
                     ref = args[3] if len(args) > 3 else kwargs.get("obj_weakref")
                     forget_incomparable_export_ref(guard, ref)
+                try:
+                    guard_type = args[0] if args else kwargs.get("guard_type")
+                    guarded_class = args[1] if len(args) > 1 else kwargs.get("guarded_class")
+                    code_list = args[2] if len(args) > 2 else kwargs.get("code_list")
+                    self._note_guard_code(guard, guard_type, guarded_class, code_list)
+                except Exception as exc:
+                    self._unsure(f"a guard's check could not be read ({exc})")
             return original(guard, *args, **kwargs)
 
         return set_export_info
@@ -337,7 +509,13 @@ class GuardHooks:
         filter, then again without the dropped ones)."""
 
         def build_guards(manager: Any, *args: Any, **kwargs: Any) -> Any:
-            built = original(manager, *args, **kwargs)
+            # The frame whose guards are built, for the checks noted meanwhile.
+            before = getattr(self.local, "guard_code", None)
+            self.local.guard_code = args[2] if len(args) > 2 else kwargs.get("f_code")
+            try:
+                built = original(manager, *args, **kwargs)
+            finally:
+                self.local.guard_code = before
             if self.enabled and kwargs.get("guard_filter_fn") is None and len(args) == 5:
                 sorted_guards, _, _, _, save_guards = args
                 if not save_guards:

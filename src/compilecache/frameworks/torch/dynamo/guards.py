@@ -331,6 +331,21 @@ def fingerprint(value: object) -> str | None:
         return None
 
 
+# Guard kinds whose check is not compared between the trace and a load: one that names a
+# per-process counter (a dict's version), or an object alive in this process, and the tensor
+# guards (built at load from the saved fake tensors, and checked on every call).
+PER_PROCESS_GUARDS = frozenset({"DICT_VERSION", "WEAKREF_ALIVE", "TENSOR_MATCH"})
+# An object's or a type's id in a check (``___check_obj_id(G['os'], 1401...)``): another in
+# every process.
+_ID_IN_CHECK = re.compile(r"\b[0-9]{9,}\b")
+
+
+def guard_code_text(code_list: Iterable[str]) -> str:
+    """A guard's check as Dynamo wrote it, the same in every process that would build the same
+    check: ids masked."""
+    return "check " + " and ".join(_ID_IN_CHECK.sub("#", str(part)) for part in code_list)
+
+
 def canonical(value: object) -> str:
     """A repr that is the same in every process: sets and dicts in sorted order (a set's own
     order follows the per-process string hash seed)."""

@@ -62,10 +62,12 @@ from compilecache.frameworks.torch.dynamo.mode import (
     DYNAMO_CONFIG,
     EVAL_FRAME,
     GUARDS,
+    MISC,
     OURS,
     OUTPUT,
     PACKAGE,
     STANDALONE,
+    SYMBOLIC,
     TESTED,
     mode_is_ours,
 )
@@ -238,10 +240,11 @@ class DynamoPackages:
         self.writers: dict[str, bool] = {}
         self.package_module: Any = None
         self.context: Any = importlib.import_module(CONTEXT) if CONTEXT in sys.modules else None
-        # Whether the dropped guards are seen, and a missing key read while tracing is guarded:
-        # without both no package is written.
+        # Whether the dropped guards are seen, and which of the reads Dynamo leaves unguarded
+        # (a missing key, the environment read by the standard library) are guarded: without
+        # all of them no package is written.
         self.watching = False
-        self.keys_guarded = False
+        self.reads_guarded: set[str] = set()
         # Whether caching_precompile was turned on by us (see enabled).
         self.hooked = False
         # What each package's frames took to compile (tracing and backends): what a hit saves.
@@ -279,7 +282,13 @@ class DynamoPackages:
             self.watching = True
         elif name == DICTS:
             self.guard_hooks.apply_dicts(module)
-            self.keys_guarded = True
+            self.reads_guarded.add(name)
+        elif name == SYMBOLIC:
+            self.guard_hooks.apply_inlining(module)
+            self.reads_guarded.add(name)
+        elif name == MISC:
+            self.guard_hooks.apply_modules(module)
+            self.reads_guarded.add(name)
         elif name == DYNAMO:
             self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
         elif name == STANDALONE:
@@ -465,7 +474,8 @@ class DynamoPackages:
             if not self.enabled:  # the program's own mode: torch's own install
                 return original(package, *args, **kwargs)
             try:
-                installed = original(package, *args, **kwargs)
+                with self.guard_hooks.quiet():
+                    installed = original(package, *args, **kwargs)
                 stale = getattr(self.local, "stale", "")
                 if stale:  # a value its guards were built from changed since it was traced
                     self._install_stale(package, stale)
@@ -492,11 +502,7 @@ class DynamoPackages:
         log.info("compilecache: Dynamo package of %s not used: %s", fn.__qualname__, why)
         with contextlib.suppress(Exception):
             key, _ = self.key_of(fn, str(self.compiles[package]))
-            with self.lock:
-                self.stale[key] = why
-                self.loaded.pop(key, None)
-                self.loaded_values.pop(key, None)
-                self.loaded_sources.pop(key, None)
+            self._forget_loaded(key, why)
 
     def _uninstall(self, package: Any) -> Any:
         """Leave ``package`` fresh (Dynamo then traces its frames); its function."""
@@ -517,8 +523,16 @@ class DynamoPackages:
         )
         with contextlib.suppress(Exception):
             key, _ = self.key_of(fn, str(self.compiles[package]))
-            with self.lock:
-                self.stale[key] = f"torch could not install it ({type(exc).__name__})"
+            self._forget_loaded(key, f"torch could not install it ({type(exc).__name__})")
+
+    def _forget_loaded(self, key: str, why: str) -> None:
+        """A loaded package left fresh: what it was checked against is not part of the package
+        its function's trace makes next (which holds only that trace's frames)."""
+        with self.lock:
+            self.stale[key] = why
+            self.loaded.pop(key, None)
+            self.loaded_values.pop(key, None)
+            self.loaded_sources.pop(key, None)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -631,8 +645,8 @@ class DynamoPackages:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
-        elif not self.keys_guarded:
-            problem = "a missing key read while tracing could not be guarded"
+        elif self.reads_guarded != {DICTS, SYMBOLIC, MISC}:
+            problem = "what Dynamo reads without a guard could not be guarded"
         problem = problem or unprovided_global(package) or self._unloadable(package)
         if problem:
             self._not_stored(fn, problem)
@@ -752,12 +766,13 @@ class DynamoPackages:
         noted = ("dropped", "frames", "problem", "values", "building", "modules")
         saved = {name: getattr(self.local, name, None) for name in noted}
         try:
-            for code, entry in list(package._codes.items()):
-                target = module._lookup_code(entry) if entry.code_source else code
-                scope = sys.modules[entry.python_module].__dict__
-                for guarded in entry.guarded_codes:
-                    state = module.load_guards_state(guarded.guards_state)
-                    module.load_guard_manager(state, target, scope)
+            with self.guard_hooks.quiet():
+                for code, entry in list(package._codes.items()):
+                    target = module._lookup_code(entry) if entry.code_source else code
+                    scope = sys.modules[entry.python_module].__dict__
+                    for guarded in entry.guarded_codes:
+                        state = module.load_guards_state(guarded.guards_state)
+                        module.load_guard_manager(state, target, scope)
         except Exception as exc:
             return f"torch could not load its guards ({type(exc).__name__}: {exc})"
         finally:
