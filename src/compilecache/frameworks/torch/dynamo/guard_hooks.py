@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -335,13 +336,20 @@ class GuardHooks:
         code = getattr(self.local, "guard_code", None)
         if code is None or guard_type in PER_PROCESS_GUARDS:
             return
+        if isinstance(guarded_class, weakref.ref):  # what torch passes: a weak reference
+            guarded_class = guarded_class()
         if guard_type in _WHOLE and getattr(self.local, "expected", None) is None:
             name = str(guard.name)
             if guarded_class is type(os.environ) or name.endswith(_ENVIRONMENT_DICTS):
                 # Dynamo iterates the environment with only its length guarded, not its names.
                 earlier = getattr(self.local, "problem", "")
                 self.local.problem = earlier or "it iterates os.environ while traced"
-        self._building_set(code)[f"{guard.name} {guard_type}"] = guard_code_text(code_list)
+        text = guard_code_text(code_list)
+        if guard_type == "TYPE_MATCH" and isinstance(guarded_class, type):
+            # The type by what it holds: a type match is by id, built again at load from the
+            # class of the day under the same name.
+            text = f"{text} {identity(guarded_class)}"
+        self._building_set(code)[f"{guard.name} {guard_type}"] = text
 
     def _building_set(self, code: types.CodeType) -> dict[str, str | None]:
         """What the current build of ``code``'s guards has read so far: one set per frame

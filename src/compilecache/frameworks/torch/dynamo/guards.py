@@ -16,7 +16,9 @@ import enum
 import hashlib
 import re
 import struct
+import sys
 import types
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -83,13 +85,24 @@ def identity(value: object) -> str:
     raise Unverifiable(f"{type(value).__name__} object")
 
 
+def own_source(module: str) -> bool:
+    """Whether ``module``'s source is checked when a guard knows one of its objects by name:
+    not the standard library's, nor torch's (the key holds their versions)."""
+    top = module.partition(".")[0]
+    return top not in sys.stdlib_module_names and top not in ("torch", "builtins")
+
+
 def _class_state(cls: type) -> str:
-    """What a class holds that Dynamo reads without a guard: a dataclass's field defaults
-    (baked into a trace that builds one; they can differ between processes with one source,
-    set from the environment at import or changed by the program)."""
+    """What a class holds that Dynamo reads without a guard: its body and its bases' (a method
+    bound at import to one of two functions, another class under the same name), for a class
+    of the program's own (outside the standard library and torch); and a dataclass's field
+    defaults (baked into a trace that builds one; they can differ between processes with one
+    source, set from the environment at import or changed by the program)."""
+    bodies = [_class_body(c) for c in cls.__mro__ if own_source(getattr(c, "__module__", ""))]
+    state = f" body {digest(';'.join(bodies).encode())[:16]}" if bodies else ""
     fields = vars(cls).get("__dataclass_fields__")
     if not isinstance(fields, dict):
-        return ""
+        return state
     parts = []
     for name, field in sorted(fields.items()):
         default = getattr(field, "default", None)
@@ -100,7 +113,39 @@ def _class_state(cls: type) -> str:
         if callable(factory):
             found += f" factory {getattr(factory, '__qualname__', type(factory).__qualname__)}"
         parts.append(f"{name}={found}")
-    return f" defaults {digest(';'.join(parts).encode())[:16]}"
+    return f"{state} defaults {digest(';'.join(parts).encode())[:16]}"
+
+
+# A class's body digest, kept while its namespace holds the same objects.
+_BODIES: weakref.WeakKeyDictionary[type, tuple[tuple[int, ...], str]] = weakref.WeakKeyDictionary()
+
+
+def _class_body(cls: type) -> str:
+    """A digest of what ``cls``'s own namespace holds, the same in every process with the same
+    class: functions by their code and defaults, constants by value, anything else by type."""
+    namespace = dict(vars(cls))
+    ids = tuple(id(value) for value in namespace.values())
+    with contextlib.suppress(TypeError):
+        known = _BODIES.get(cls)
+        if known is not None and known[0] == ids:
+            return known[1]
+    parts = [f"{name}={_member(value)}" for name, value in sorted(namespace.items())]
+    body = f"{cls.__qualname__} {digest(';'.join(parts).encode())[:16]}"
+    with contextlib.suppress(TypeError):
+        _BODIES[cls] = (ids, body)
+    return body
+
+
+def _member(value: object) -> str:
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return "property " + ",".join(_member(f) for f in (value.fget, value.fset, value.fdel))
+    if isinstance(value, types.FunctionType):
+        defaults = fingerprint(value.__defaults__)
+        return f"function {code_digest(value.__code__)} {defaults}"
+    found = fingerprint(value)
+    return found if found is not None else f"~{type(value).__qualname__}"
 
 
 def defining_module(value: object) -> str | None:

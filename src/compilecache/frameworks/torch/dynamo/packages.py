@@ -41,6 +41,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     identity,
     merge_dropped,
     merge_values,
+    own_source,
     resolve,
     scope_of,
 )
@@ -92,13 +93,6 @@ _FORMAT = 2
 # against; never the precompiled header, which only a compile reads), at most MAX_READS of them.
 READ_WITH = tuple(f"torch/{layer}/" for layer in ("aot", "fx", "kernel", "probe", "autotune"))
 MAX_READS = 512
-
-
-def own_source(module: str) -> bool:
-    """Whether ``module``'s source is checked when a guard knows one of its objects by name:
-    not the standard library's, nor torch's (the key holds their versions)."""
-    top = module.partition(".")[0]
-    return top not in sys.stdlib_module_names and top not in ("torch", "builtins")
 
 
 def _install_reason(exc: Exception) -> str:
@@ -363,6 +357,12 @@ class DynamoPackages:
             package.CompilePackage, "install", self._installing, label="dynamo.install"
         )
         self.patches.replace(config, "caching_precompile", OURS, label="dynamo.precompile")
+        if getattr(config, "skip_nnmodule_hook_guards", False) is True:
+            # torch's default leaves a module's hooks unguarded ("unsafe", its config says):
+            # a trace made without a hook would be served where a submodule has one.
+            self.patches.replace(
+                config, "skip_nnmodule_hook_guards", False, label="dynamo.hook_guards"
+            )
         self.hooked = True
 
     def _resetting(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -647,6 +647,8 @@ class DynamoPackages:
             problem = "the guards Dynamo drops could not be watched"
         elif self.reads_guarded != {DICTS, SYMBOLIC, MISC}:
             problem = "what Dynamo reads without a guard could not be guarded"
+        elif getattr(sys.modules.get(DYNAMO_CONFIG), "skip_nnmodule_hook_guards", False):
+            problem = "its modules' hooks are not guarded (skip_nnmodule_hook_guards)"
         problem = problem or unprovided_global(package) or self._unloadable(package)
         if problem:
             self._not_stored(fn, problem)
