@@ -192,8 +192,9 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
     and always holds. A module constant, a base class's attribute and a dataclass default, each
     set from the environment at import (one source, another value), an edit of the module that
     defines them, a function body compiled from another file under the program's name, an
-    attribute a module or an object has only where the environment says so, and environment
-    variables read while traced, set or unset: each traces on a new machine where it differs,
+    attribute a module or an object has only where the environment says so, a method bound at
+    import, a submodule's hook, and environment variables read while traced, set or unset: each
+    traces on a new machine where it differs,
     and computes what eager computes."""
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
@@ -219,6 +220,13 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
     # A module attribute and an object attribute that exist only where the environment says so.
     (opt,) = run(where, "opt", store, program=program, VALUES_BODY="body_b.txt", VALUES_OPT="1")
     assert opt["frames"] == 1 and opt["matches_eager"] and opt["ours"]["stale"] == 1.0
+    # A method bound at import to another function; a hook on a submodule (torch's default
+    # leaves modules' hooks unguarded).
+    b = {"program": program, "VALUES_BODY": "body_b.txt"}
+    (method,) = run(where, "method", store, **b, VALUES_METHOD="1")
+    assert method["frames"] == 1 and method["matches_eager"] and method["ours"]["stale"] == 1.0
+    (hook,) = run(where, "hook", store, **b, VALUES_HOOK="1")
+    assert hook["frames"] == 1 and hook["matches_eager"]
     # An environment variable read while traced: its value, or that it is unset, is guarded.
     reads = {"program": program, "VALUES_READ_ENV": "1"}
     (unset,) = run(where, "unset", store, **reads)

@@ -1,6 +1,7 @@
 """A model whose forward reads values through a module (``values_settings.SCALE``, and
 ``OPT`` where it has one), a class attribute of its base class, a dataclass default, whether an
-object has an attribute, environment variables (``VALUES_K`` and ``VALUES_G``, read where
+object has an attribute, a method bound at import (``VALUES_METHOD``), a submodule's hook
+(``VALUES_HOOK``), environment variables (``VALUES_K`` and ``VALUES_G``, read where
 ``VALUES_READ_ENV=1``; ``VALUES_G`` through the standard library) and a function whose body is
 read from ``VALUES_BODY`` (compiled under this file's name), for
 ``tests/test_torch_dynamo.py``. One JSON line: whether the compiled output and gradients match
@@ -35,7 +36,8 @@ class Model(values_settings.Base):
         if READ_ENV:
             scale = scale * float(os.environ.get("VALUES_K", "1"))
             scale = scale * float(os.getenv("VALUES_G", "1"))
-        return self.l2(torch.relu(self.l1(x)) * scale) + extra(x)  # type: ignore[name-defined]  # noqa: F821
+        out = self.l2(torch.relu(self.l1(x)) * scale) + values_settings.HELPER.apply(x)
+        return out + extra(x)  # type: ignore[name-defined]  # noqa: F821
 
 
 def main() -> None:
@@ -43,6 +45,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = Model()
+    if os.environ.get("VALUES_HOOK"):  # a submodule's hook, only where the environment says so
+        model.l2.register_forward_hook(lambda module, args, out: out * 10)
     x = torch.randn(4, 16)
     eager = model(x)
     eager.sum().backward()

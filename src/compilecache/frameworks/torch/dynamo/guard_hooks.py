@@ -199,6 +199,10 @@ class GuardHooks:
         finally:
             self.local.quiet = before
 
+    def apply_builtins(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.builtin`` (now imported). Raises what fails."""
+        self.patches.wrap(module.BuiltinVariable, "call_hash", self._hashing, label="dynamo.hash")
+
     # -- the values guards are built from ------------------------------------------------------
 
     def _reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -276,6 +280,19 @@ class GuardHooks:
         guards = importlib.import_module("torch._dynamo.guards")
         check = functools.partial(guards.GuardBuilder.HASATTR, attr=name)
         guards.install_guard(variable.make_guard(check))
+
+    def _hashing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``hash(...)`` traced: Dynamo bakes the number in, and a string's hash follows the
+        process's hash seed (random unless ``PYTHONHASHSEED`` says otherwise). Such a frame is
+        not stored."""
+
+        def call_hash(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.enabled and getattr(self.local, "expected", None) is None:
+                earlier = getattr(self.local, "problem", "")
+                self.local.problem = earlier or "it calls hash() while traced"
+            return original(variable, tx, *args, **kwargs)
+
+        return call_hash
 
     def _stdlib_globals(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Dynamo guards nothing a standard library function reads from its module's globals

@@ -93,7 +93,7 @@ def own_source(module: str) -> bool:
 
 
 def _class_state(cls: type) -> str:
-    """What a class holds that Dynamo reads without a guard: its body and its bases' (a method
+    """What a class holds that Dynamo reads without a guard: its code and its bases' (a method
     bound at import to one of two functions, another class under the same name), for a class
     of the program's own (outside the standard library and torch); and a dataclass's field
     defaults (baked into a trace that builds one; they can differ between processes with one
@@ -121,31 +121,34 @@ _BODIES: weakref.WeakKeyDictionary[type, tuple[tuple[int, ...], str]] = weakref.
 
 
 def _class_body(cls: type) -> str:
-    """A digest of what ``cls``'s own namespace holds, the same in every process with the same
-    class: functions by their code and defaults, constants by value, anything else by type."""
+    """A digest of the code ``cls``'s own namespace holds (:func:`_member`), the same in every
+    process with the same class."""
     namespace = dict(vars(cls))
     ids = tuple(id(value) for value in namespace.values())
     with contextlib.suppress(TypeError):
         known = _BODIES.get(cls)
         if known is not None and known[0] == ids:
             return known[1]
-    parts = [f"{name}={_member(value)}" for name, value in sorted(namespace.items())]
+    members = ((name, _member(value)) for name, value in sorted(namespace.items()))
+    parts = [f"{name}={member}" for name, member in members if member is not None]
     body = f"{cls.__qualname__} {digest(';'.join(parts).encode())[:16]}"
     with contextlib.suppress(TypeError):
         _BODIES[cls] = (ids, body)
     return body
 
 
-def _member(value: object) -> str:
+def _member(value: object) -> str | None:
+    """A class member's code: a function by its code and defaults (``None`` for a member that
+    is not code: data a class holds is read through guards on its values, and can change while
+    the program runs, as a cache kept on the class does)."""
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     if isinstance(value, property):
-        return "property " + ",".join(_member(f) for f in (value.fget, value.fset, value.fdel))
+        return "property " + ",".join(str(_member(f)) for f in (value.fget, value.fset, value.fdel))
     if isinstance(value, types.FunctionType):
         defaults = fingerprint(value.__defaults__)
         return f"function {code_digest(value.__code__)} {defaults}"
-    found = fingerprint(value)
-    return found if found is not None else f"~{type(value).__qualname__}"
+    return None
 
 
 def defining_module(value: object) -> str | None:

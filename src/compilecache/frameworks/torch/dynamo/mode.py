@@ -12,6 +12,7 @@ OUTPUT = "torch._dynamo.output_graph"
 DICTS = "torch._dynamo.variables.dicts"
 SYMBOLIC = "torch._dynamo.symbolic_convert"
 MISC = "torch._dynamo.variables.misc"
+BUILTIN = "torch._dynamo.variables.builtin"
 # Hooked by the torch integration's own hook of this module (see backends.AotBackends).
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
@@ -21,7 +22,19 @@ DYNAMO = "torch._dynamo"
 DYNAMO_CONFIG = "torch._dynamo.config"
 # The modules hooked, each as it finishes importing (the guards module is still importing when
 # eval_frame is done: they import each other).
-MODULES = (EVAL_FRAME, PACKAGE, GUARDS, DICTS, SYMBOLIC, MISC, CONTEXT, OUTPUT, STANDALONE, DYNAMO)
+MODULES = (
+    EVAL_FRAME,
+    PACKAGE,
+    GUARDS,
+    DICTS,
+    SYMBOLIC,
+    MISC,
+    BUILTIN,
+    CONTEXT,
+    OUTPUT,
+    STANDALONE,
+    DYNAMO,
+)
 # The torch releases whose caching_precompile machinery the tests ran on (tests/
 # test_torch_dynamo.py, on 2.14 and 2.15 by `make compat-torch`); another is left alone.
 TESTED = ("2.13.", "2.14.", "2.15.")

@@ -57,6 +57,7 @@ from compilecache.frameworks.torch.dynamo.key import (
 )
 from compilecache.frameworks.torch.dynamo.mode import (
     AUTOGRAD_CACHE,
+    BUILTIN,
     CONTEXT,
     DICTS,
     DYNAMO,
@@ -282,6 +283,9 @@ class DynamoPackages:
             self.reads_guarded.add(name)
         elif name == MISC:
             self.guard_hooks.apply_modules(module)
+            self.reads_guarded.add(name)
+        elif name == BUILTIN:
+            self.guard_hooks.apply_builtins(module)
             self.reads_guarded.add(name)
         elif name == DYNAMO:
             self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
@@ -645,7 +649,7 @@ class DynamoPackages:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
-        elif self.reads_guarded != {DICTS, SYMBOLIC, MISC}:
+        elif self.reads_guarded != {DICTS, SYMBOLIC, MISC, BUILTIN}:
             problem = "what Dynamo reads without a guard could not be guarded"
         elif getattr(sys.modules.get(DYNAMO_CONFIG), "skip_nnmodule_hook_guards", False):
             problem = "its modules' hooks are not guarded (skip_nnmodule_hook_guards)"
