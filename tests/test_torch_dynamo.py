@@ -217,16 +217,18 @@ def test_a_value_read_through_a_module_or_a_class_that_changed_makes_it_trace_ag
     assert body["frames"] == 1 and body["matches_eager"]
     (again,) = run(where, "again", store, program=program, VALUES_BODY="body_b.txt")
     assert again["frames"] == 0 and again["matches_eager"] and again["ours"] == {"hits": 1.0}
-    # A module attribute and an object attribute that exist only where the environment says so.
-    (opt,) = run(where, "opt", store, program=program, VALUES_BODY="body_b.txt", VALUES_OPT="1")
-    assert opt["frames"] == 1 and opt["matches_eager"] and opt["ours"]["stale"] == 1.0
-    # A method bound at import to another function; a hook on a submodule (torch's default
-    # leaves modules' hooks unguarded).
+    # A method bound at import to another function, and back; a hook on a submodule (torch's
+    # default leaves modules' hooks unguarded); a module attribute and an object attribute that
+    # exist only where the environment says so.
     b = {"program": program, "VALUES_BODY": "body_b.txt"}
     (method,) = run(where, "method", store, **b, VALUES_METHOD="1")
     assert method["frames"] == 1 and method["matches_eager"] and method["ours"]["stale"] == 1.0
+    (unbound,) = run(where, "unbound", store, **b)
+    assert unbound["frames"] == 1 and unbound["ours"]["stale"] == 1.0
     (hook,) = run(where, "hook", store, **b, VALUES_HOOK="1")
     assert hook["frames"] == 1 and hook["matches_eager"]
+    (opt,) = run(where, "opt", store, **b, VALUES_OPT="1")
+    assert opt["frames"] == 1 and opt["matches_eager"]
     # An environment variable read while traced: its value, or that it is unset, is guarded.
     reads = {"program": program, "VALUES_READ_ENV": "1"}
     (unset,) = run(where, "unset", store, **reads)
