@@ -183,10 +183,13 @@ class GuardHooks:
     def apply_modules(self, module: Any) -> None:
         """Hook ``torch._dynamo.variables.misc`` (now imported). Raises what fails."""
         variable = module.PythonModuleVariable
-        self.patches.wrap(variable, "var_getattr", self._module_reading, label="dynamo.module_attr")
-        self.patches.wrap(
-            variable, "call_obj_hasattr", self._module_asking, label="dynamo.module_hasattr"
-        )
+        # torch 2.13's attribute read; 2.15's (whose hasattr() goes through it).
+        read = "var_getattr" if "var_getattr" in vars(variable) else "tp_getattro_impl"
+        self.patches.wrap(variable, read, self._module_reading, label="dynamo.module_attr")
+        if "call_obj_hasattr" in vars(variable):
+            self.patches.wrap(
+                variable, "call_obj_hasattr", self._module_asking, label="dynamo.module_hasattr"
+            )
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -250,7 +253,7 @@ class GuardHooks:
         only when the environment says so would be served the trace made without it. Under
         compilecache's mode the attribute's absence is guarded (torch's ``HASATTR``)."""
 
-        def var_getattr(variable: Any, tx: Any, name: str) -> Any:
+        def getattr_traced(variable: Any, tx: Any, name: str) -> Any:
             if self.enabled and variable.source is not None:
                 try:
                     if not hasattr(variable.value, name):
@@ -259,7 +262,7 @@ class GuardHooks:
                     self._unsure(f"a module's missing attribute could not be guarded ({exc})")
             return original(variable, tx, name)
 
-        return var_getattr
+        return getattr_traced
 
     def _module_asking(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``hasattr(module, NAME)``, which Dynamo answers without a guard: guarded as
