@@ -46,6 +46,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     merge_values,
     values_match,
 )
+from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SYMBOLIC
 from compilecache.frameworks.torch.dynamo.repairs import (
     forget_incomparable_export_ref,
     saved_as_missing,
@@ -119,6 +120,14 @@ class GuardHooks:
         # The compiling thread's state, shared with the packages (see the module docstring).
         self.local = local
         self._enabled = enabled
+        # The hooks of what Dynamo reads without a guard, by the module each goes into: a
+        # package is stored only once all of them are in place.
+        self.read_hooks: dict[str, Callable[[Any], None]] = {
+            DICTS: self.apply_dicts,
+            SYMBOLIC: self.apply_inlining,
+            MISC: self.apply_modules,
+            BUILTIN: self.apply_builtins,
+        }
 
     @property
     def enabled(self) -> bool:
@@ -225,8 +234,11 @@ class GuardHooks:
         (Dynamo traces), a traced frame's package is not stored."""
         if getattr(self.local, "expected", None) is not None:
             self.local.stale = why
-        earlier = getattr(self.local, "problem", "")
-        self.local.problem = earlier or why
+        self._refuse(why)
+
+    def _refuse(self, why: str) -> None:
+        """The package of the frame being compiled is not stored (the first reason is kept)."""
+        self.local.problem = getattr(self.local, "problem", "") or why
 
     def _subscripting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Dynamo traces ``d[key]`` for a key ``d`` lacks (the ``KeyError`` caught, as in
@@ -291,8 +303,7 @@ class GuardHooks:
 
         def call_hash(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
             if self.enabled and getattr(self.local, "expected", None) is None:
-                earlier = getattr(self.local, "problem", "")
-                self.local.problem = earlier or "it calls hash() while traced"
+                self._refuse("it calls hash() while traced")
             return original(variable, tx, *args, **kwargs)
 
         return call_hash
@@ -362,8 +373,7 @@ class GuardHooks:
             name = str(guard.name)
             if guarded_class is type(os.environ) or name.endswith(_ENVIRONMENT_DICTS):
                 # Dynamo iterates the environment with only its length guarded, not its names.
-                earlier = getattr(self.local, "problem", "")
-                self.local.problem = earlier or "it iterates os.environ while traced"
+                self._refuse("it iterates os.environ while traced")
         text = guard_code_text(code_list)
         if guard_type == "TYPE_MATCH" and isinstance(guarded_class, type):
             # The type by what it holds: a type match is by id, built again at load from the
@@ -502,8 +512,7 @@ class GuardHooks:
                     modules = self.local.modules = set()
                 modules.add(module)
         except Unverifiable as exc:
-            earlier = getattr(self.local, "problem", "")
-            self.local.problem = earlier or f"{entry.guard_type} on {entry.name}: {exc}"
+            self._refuse(f"{entry.guard_type} on {entry.name}: {exc}")
 
     # -- the guards Dynamo drops, put back ----------------------------------------------------
 
@@ -519,8 +528,7 @@ class GuardHooks:
             chosen = bound.arguments.get("guard_filter_fn")
             if self.enabled and chosen is not None:
                 # Its guards are the program's choice, not a key's: no package of it is stored.
-                earlier = getattr(self.local, "problem", "")
-                self.local.problem = earlier or "compiled with a guard filter of the program's"
+                self._refuse("compiled with a guard filter of the program's")
 
                 def guard_filter_fn(entries: Any) -> Any:
                     kept = chosen(entries)

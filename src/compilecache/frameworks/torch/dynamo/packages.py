@@ -57,19 +57,15 @@ from compilecache.frameworks.torch.dynamo.key import (
 )
 from compilecache.frameworks.torch.dynamo.mode import (
     AUTOGRAD_CACHE,
-    BUILTIN,
     CONTEXT,
-    DICTS,
     DYNAMO,
     DYNAMO_CONFIG,
     EVAL_FRAME,
     GUARDS,
-    MISC,
     OURS,
     OUTPUT,
     PACKAGE,
     STANDALONE,
-    SYMBOLIC,
     TESTED,
     mode_is_ours,
 )
@@ -275,17 +271,8 @@ class DynamoPackages:
         elif name == GUARDS:
             self.guard_hooks.apply(module)
             self.watching = True
-        elif name == DICTS:
-            self.guard_hooks.apply_dicts(module)
-            self.reads_guarded.add(name)
-        elif name == SYMBOLIC:
-            self.guard_hooks.apply_inlining(module)
-            self.reads_guarded.add(name)
-        elif name == MISC:
-            self.guard_hooks.apply_modules(module)
-            self.reads_guarded.add(name)
-        elif name == BUILTIN:
-            self.guard_hooks.apply_builtins(module)
+        elif name in self.guard_hooks.read_hooks:
+            self.guard_hooks.read_hooks[name](module)
             self.reads_guarded.add(name)
         elif name == DYNAMO:
             self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
@@ -649,7 +636,7 @@ class DynamoPackages:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
-        elif self.reads_guarded != {DICTS, SYMBOLIC, MISC, BUILTIN}:
+        elif self.reads_guarded != set(self.guard_hooks.read_hooks):
             problem = "what Dynamo reads without a guard could not be guarded"
         elif getattr(sys.modules.get(DYNAMO_CONFIG), "skip_nnmodule_hook_guards", False):
             problem = "its modules' hooks are not guarded (skip_nnmodule_hook_guards)"
