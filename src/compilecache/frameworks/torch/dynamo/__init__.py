@@ -52,7 +52,8 @@ Never raises into torch: a failure is a counted miss (torch then traces as usual
 
 The modules: ``mode`` (the torch modules hooked, the releases tested, whose the mode is),
 ``packages`` (:class:`DynamoPackages`: lookups, checks, installs and writes), ``guard_hooks``
-(the guards Dynamo drops, seen, put back and saved), ``backends`` (AOTAutograd's entries as
+(the guards Dynamo drops, seen, put back and saved; the values and checks they are built from,
+recorded and compared), ``unguarded`` (what Dynamo reads without a guard, guarded), ``backends`` (AOTAutograd's entries as
 package backends, in plain torch's form), ``guards`` (dropped guards named and checked), ``key``
 (what the key holds) and ``repairs`` (where torch's own mode fails on real models).
 """

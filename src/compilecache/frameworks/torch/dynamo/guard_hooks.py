@@ -20,7 +20,6 @@ where the frame was traced (``local.expected``); one that differs makes the pack
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import inspect
 import logging
@@ -46,7 +45,6 @@ from compilecache.frameworks.torch.dynamo.guards import (
     merge_values,
     values_match,
 )
-from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SYMBOLIC
 from compilecache.frameworks.torch.dynamo.repairs import (
     forget_incomparable_export_ref,
     saved_as_missing,
@@ -120,19 +118,17 @@ class GuardHooks:
         # The compiling thread's state, shared with the packages (see the module docstring).
         self.local = local
         self._enabled = enabled
-        # The hooks of what Dynamo reads without a guard, by the module each goes into: a
-        # package is stored only once all of them are in place.
-        self.read_hooks: dict[str, Callable[[Any], None]] = {
-            DICTS: self.apply_dicts,
-            SYMBOLIC: self.apply_inlining,
-            MISC: self.apply_modules,
-            BUILTIN: self.apply_builtins,
-        }
 
     @property
     def enabled(self) -> bool:
         """Whether caching_precompile is on because of compilecache now."""
         return self._enabled()
+
+    def _noting(self) -> bool:
+        """:attr:`enabled`, as it was when the guard manager being built began (a build reads
+        thousands of values: the mode is asked once per manager, not once per value)."""
+        noting: bool | None = getattr(self.local, "noting", None)
+        return self.enabled if noting is None else noting
 
     def apply(self, module: Any) -> None:
         """Hook ``torch._dynamo.guards`` (now imported). Raises what fails."""
@@ -164,42 +160,6 @@ class GuardHooks:
         self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
         self.patches.wrap(module.GuardBuilder, "get", self._reading, label="dynamo.guard_values")
 
-    def apply_dicts(self, module: Any) -> None:
-        """Hook ``torch._dynamo.variables.dicts`` (now imported). Raises what fails."""
-        self.patches.wrap(
-            module.ConstDictVariable,
-            "getitem_const_raise_exception_if_absent",
-            self._subscripting,
-            label="dynamo.absent_keys",
-        )
-        # An object's __dict__ read as a dict: torch guards neither its keys nor what it
-        # contains (it follows the trace's own mutations only).
-        dunder = module.DunderDictVariable
-        for name in ("install_dict_keys_match_guard", "install_dict_contains_guard"):
-            self.patches.wrap(
-                dunder, name, self._guarding_dunder_dict(module), label=f"dynamo.{name}"
-            )
-
-    def apply_inlining(self, module: Any) -> None:
-        """Hook ``torch._dynamo.symbolic_convert`` (now imported). Raises what fails."""
-        self.patches.wrap(
-            module.InliningInstructionTranslator,
-            "get_globals_source_and_value",
-            self._stdlib_globals,
-            label="dynamo.stdlib_environ",
-        )
-
-    def apply_modules(self, module: Any) -> None:
-        """Hook ``torch._dynamo.variables.misc`` (now imported). Raises what fails."""
-        variable = module.PythonModuleVariable
-        # torch 2.13's attribute read; 2.15's (whose hasattr() goes through it).
-        read = "var_getattr" if "var_getattr" in vars(variable) else "tp_getattro_impl"
-        self.patches.wrap(variable, read, self._module_reading, label="dynamo.module_attr")
-        if "call_obj_hasattr" in vars(variable):
-            self.patches.wrap(
-                variable, "call_obj_hasattr", self._module_asking, label="dynamo.module_hasattr"
-            )
-
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
         """While compilecache builds a package's guards itself: torch's log of a guard that
@@ -211,151 +171,40 @@ class GuardHooks:
         finally:
             self.local.quiet = before
 
-    def apply_builtins(self, module: Any) -> None:
-        """Hook ``torch._dynamo.variables.builtin`` (now imported). Raises what fails."""
-        self.patches.wrap(module.BuiltinVariable, "call_hash", self._hashing, label="dynamo.hash")
-
     # -- the values guards are built from ------------------------------------------------------
 
     def _reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def get(builder: Any, guard_or_source: Any, *args: Any, **kwargs: Any) -> Any:
             value = original(builder, guard_or_source, *args, **kwargs)
-            if self.enabled:
+            if self._noting():
                 try:
                     self._note_value(builder, guard_or_source, value)
                 except Exception as exc:
-                    self._unsure(f"a guard's value could not be read ({exc})")
+                    self.unsure(f"a guard's value could not be read ({exc})")
             return value
 
         return get
 
-    def _unsure(self, why: str) -> None:
+    def unsure(self, why: str) -> None:
         """What a package's guards rest on could not be read: a loaded package is not served
         (Dynamo traces), a traced frame's package is not stored."""
         if getattr(self.local, "expected", None) is not None:
             self.local.stale = why
-        self._refuse(why)
+        self.refuse(why)
 
-    def _refuse(self, why: str) -> None:
+    def refuse(self, why: str) -> None:
         """The package of the frame being compiled is not stored (the first reason is kept)."""
         self.local.problem = getattr(self.local, "problem", "") or why
-
-    def _subscripting(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """Dynamo traces ``d[key]`` for a key ``d`` lacks (the ``KeyError`` caught, as in
-        ``os.environ.get(name)`` and ``name in os.environ``) without a guard that the key is
-        still absent: the trace would be served where the key is there (an environment
-        variable set on another machine, an entry a module adds from the environment at
-        import). Under compilecache's mode the guard torch's own ``d.get(key)`` installs is
-        installed here too, so it is saved with the package and checked at load and on every
-        call."""
-
-        def getitem_const_raise_exception_if_absent(variable: Any, tx: Any, arg: Any) -> Any:
-            if self.enabled and variable.source is not None and arg not in variable:
-                try:
-                    variable.install_dict_contains_guard(tx, [arg])
-                except Exception as exc:
-                    self._unsure(f"a missing key could not be guarded ({exc})")
-            return original(variable, tx, arg)
-
-        return getitem_const_raise_exception_if_absent
-
-    def _module_reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """Dynamo traces ``module.NAME`` for a name the module lacks (the ``AttributeError``
-        caught, ``getattr(module, NAME, default)``) without a guard: a module that defines it
-        only when the environment says so would be served the trace made without it. Under
-        compilecache's mode the attribute's absence is guarded (torch's ``HASATTR``)."""
-
-        def getattr_traced(variable: Any, tx: Any, name: str) -> Any:
-            if self.enabled and variable.source is not None:
-                try:
-                    if not hasattr(variable.value, name):
-                        self._guard_hasattr(variable, name)
-                except Exception as exc:
-                    self._unsure(f"a module's missing attribute could not be guarded ({exc})")
-            return original(variable, tx, name)
-
-        return getattr_traced
-
-    def _module_asking(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``hasattr(module, NAME)``, which Dynamo answers without a guard: guarded as
-        :meth:`_module_reading` guards a missing attribute."""
-
-        def call_obj_hasattr(variable: Any, tx: Any, name: str) -> Any:
-            if self.enabled and variable.source is not None:
-                try:
-                    self._guard_hasattr(variable, name)
-                except Exception as exc:
-                    self._unsure(f"a module's attribute could not be guarded ({exc})")
-            return original(variable, tx, name)
-
-        return call_obj_hasattr
-
-    @staticmethod
-    def _guard_hasattr(variable: Any, name: str) -> None:
-        guards = importlib.import_module("torch._dynamo.guards")
-        check = functools.partial(guards.GuardBuilder.HASATTR, attr=name)
-        guards.install_guard(variable.make_guard(check))
-
-    def _hashing(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``hash(...)`` traced: Dynamo bakes the number in, and a string's hash follows the
-        process's hash seed (random unless ``PYTHONHASHSEED`` says otherwise). Such a frame is
-        not stored."""
-
-        def call_hash(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.enabled and getattr(self.local, "expected", None) is None:
-                self._refuse("it calls hash() while traced")
-            return original(variable, tx, *args, **kwargs)
-
-        return call_hash
-
-    def _stdlib_globals(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """Dynamo guards nothing a standard library function reads from its module's globals
-        (``SkipGuardSource``: "users don't mutate the stdlib"), so ``os.getenv(name)`` or
-        ``os.path.expandvars`` read the environment unguarded. Under compilecache's mode the
-        environment (``os``, ``os.environ``, ``os.environb`` read by such a function) keeps its
-        guards, as where the program reads it itself."""
-        environment = (os, os.environ, getattr(os, "environb", None))
-
-        def get_globals_source_and_value(tx: Any, name: str) -> Any:
-            value, variable, source = original(tx, name)
-            if self.enabled and type(source).__name__ == "SkipGuardSource":
-                try:
-                    held = value.get(name) if isinstance(value, dict) else getattr(value, name)
-                    if any(held is read for read in environment):
-                        source = source.base
-                except Exception as exc:
-                    self._unsure(f"a standard library global could not be read ({exc})")
-            return value, variable, source
-
-        return get_globals_source_and_value
-
-    def _guarding_dunder_dict(self, dicts: Any) -> Callable[..., Callable[..., Any]]:
-        """``"k" in obj.__dict__``, ``obj.__dict__.get(k)``, its keys: torch installs no guard
-        (an object whose attribute is set only where the environment says so would be served
-        the trace made without it). Under compilecache's mode the guard a plain dict gets is
-        installed."""
-
-        def wrapping(original: Callable[..., Any]) -> Callable[..., Any]:
-            plain = getattr(dicts.ConstDictVariable, original.__name__)
-
-            def install(variable: Any, *args: Any) -> Any:
-                if self.enabled and variable.source is not None:
-                    try:
-                        return plain(variable, *args)
-                    except Exception as exc:
-                        self._unsure(f"an object's __dict__ could not be guarded ({exc})")
-                return original(variable, *args)
-
-            return install
-
-        return wrapping
 
     def _note_value(self, builder: Any, guard_or_source: Any, value: Any) -> None:
         """Fingerprint a value a frame's guards are built from, into the build's set (compared
         or recorded when the build ends: :meth:`_built`)."""
         source = getattr(guard_or_source, "originating_source", guard_or_source)
         name = str(source.name() if callable(source.name) else source.name)
-        self._building_set(builder.f_code)[name] = fingerprint(value)
+        named = self._building_set(builder.f_code)
+        # One build reads a source again for each guard on it; its value is the same object.
+        if name not in named:
+            named[name] = fingerprint(value)
 
     def _note_guard_code(
         self, guard: Any, guard_type: Any, guarded_class: Any, code_list: Any
@@ -373,7 +222,7 @@ class GuardHooks:
             name = str(guard.name)
             if guarded_class is type(os.environ) or name.endswith(_ENVIRONMENT_DICTS):
                 # Dynamo iterates the environment with only its length guarded, not its names.
-                self._refuse("it iterates os.environ while traced")
+                self.refuse("it iterates os.environ while traced")
         text = guard_code_text(code_list)
         if guard_type == "TYPE_MATCH" and isinstance(guarded_class, type):
             # The type by what it holds: a type match is by id, built again at load from the
@@ -428,7 +277,7 @@ class GuardHooks:
         caching_precompile mode we turn on: see :func:`forget_incomparable_export_ref`."""
 
         def set_export_info(guard: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.enabled:
+            if self._noting():
                 with contextlib.suppress(Exception):  # the repair must never raise into torch
                     ref = args[3] if len(args) > 3 else kwargs.get("obj_weakref")
                     forget_incomparable_export_ref(guard, ref)
@@ -438,7 +287,7 @@ class GuardHooks:
                     code_list = args[2] if len(args) > 2 else kwargs.get("code_list")
                     self._note_guard_code(guard, guard_type, guarded_class, code_list)
                 except Exception as exc:
-                    self._unsure(f"a guard's check could not be read ({exc})")
+                    self.unsure(f"a guard's check could not be read ({exc})")
             return original(guard, *args, **kwargs)
 
         return set_export_info
@@ -482,7 +331,7 @@ class GuardHooks:
     def _watching(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def make_guard_filter_entry(guard: Any, builder: Any) -> Any:
             entry = original(guard, builder)
-            if self.enabled:
+            if self._noting():
                 with contextlib.suppress(Exception):
                     self._note_guard(entry, builder)
             return entry
@@ -512,7 +361,7 @@ class GuardHooks:
                     modules = self.local.modules = set()
                 modules.add(module)
         except Unverifiable as exc:
-            self._refuse(f"{entry.guard_type} on {entry.name}: {exc}")
+            self.refuse(f"{entry.guard_type} on {entry.name}: {exc}")
 
     # -- the guards Dynamo drops, put back ----------------------------------------------------
 
@@ -526,9 +375,10 @@ class GuardHooks:
         def __init__(manager: Any, *args: Any, **kwargs: Any) -> None:
             bound = signature.bind(manager, *args, **kwargs)
             chosen = bound.arguments.get("guard_filter_fn")
-            if self.enabled and chosen is not None:
+            enabled = self.enabled
+            if enabled and chosen is not None:
                 # Its guards are the program's choice, not a key's: no package of it is stored.
-                self._refuse("compiled with a guard filter of the program's")
+                self.refuse("compiled with a guard filter of the program's")
 
                 def guard_filter_fn(entries: Any) -> Any:
                     kept = chosen(entries)
@@ -536,7 +386,12 @@ class GuardHooks:
                     return kept
 
                 bound.arguments["guard_filter_fn"] = guard_filter_fn
-            original(*bound.args, **bound.kwargs)
+            before = getattr(self.local, "noting", None)
+            self.local.noting = enabled  # see _noting
+            try:
+                original(*bound.args, **bound.kwargs)
+            finally:
+                self.local.noting = before
 
         return __init__
 
@@ -570,7 +425,7 @@ class GuardHooks:
                 try:
                     self._built(builder)
                 except Exception as exc:
-                    self._unsure(f"its guards' values could not be compared ({exc})")
+                    self.unsure(f"its guards' values could not be compared ({exc})")
                 try:
                     builder, guards = self._restore(manager, builder, guards)
                 except Exception as exc:  # torch's own, filtered guards stay

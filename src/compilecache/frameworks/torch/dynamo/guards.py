@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import hashlib
 import re
 import struct
@@ -162,6 +163,9 @@ def defining_module(value: object) -> str | None:
     return name if isinstance(name, str) else None
 
 
+# Code is immutable and compared by what it does: equal code has one digest (a trace's guards
+# name the same functions thousands of times).
+@functools.lru_cache(maxsize=8192)
 def code_digest(code: types.CodeType) -> str:
     """A digest of what ``code`` does: its bytecode, names and constants, the same in every
     process (a nested function's code by its own digest, not its address; sets sorted)."""

@@ -76,6 +76,7 @@ from compilecache.frameworks.torch.dynamo.repairs import (
     property_accessor,
     unprovided_global,
 )
+from compilecache.frameworks.torch.dynamo.unguarded import UnguardedReads
 from compilecache.host import cpu_target
 from compilecache.patches import Patches
 from compilecache.runtime import explain
@@ -195,6 +196,7 @@ class DynamoPackages:
         # Guards dropped while compiling, per thread, until the package is recorded.
         self.local = threading.local()
         self.guard_hooks = GuardHooks(cache, patches, self.local, lambda: self.enabled)
+        self.unguarded = UnguardedReads(self.guard_hooks)
         self.backends = AotBackends(patches, lambda: self.enabled)
         # The guards dropped per package: a frame's key (frame_key) -> source -> identity().
         self.dropped: weakref.WeakKeyDictionary[Any, Dropped] = weakref.WeakKeyDictionary()
@@ -271,8 +273,8 @@ class DynamoPackages:
         elif name == GUARDS:
             self.guard_hooks.apply(module)
             self.watching = True
-        elif name in self.guard_hooks.read_hooks:
-            self.guard_hooks.read_hooks[name](module)
+        elif name in self.unguarded.hooks:
+            self.unguarded.hooks[name](module)
             self.reads_guarded.add(name)
         elif name == DYNAMO:
             self.patches.wrap(module, "reset_code_caches", self._resetting, label="dynamo.reset")
@@ -636,7 +638,7 @@ class DynamoPackages:
         problem = self.unverifiable.get(package, "")
         if not self.watching:
             problem = "the guards Dynamo drops could not be watched"
-        elif self.reads_guarded != set(self.guard_hooks.read_hooks):
+        elif self.reads_guarded != set(self.unguarded.hooks):
             problem = "what Dynamo reads without a guard could not be guarded"
         elif getattr(sys.modules.get(DYNAMO_CONFIG), "skip_nnmodule_hook_guards", False):
             problem = "its modules' hooks are not guarded (skip_nnmodule_hook_guards)"

@@ -1,0 +1,190 @@
+"""What Dynamo reads while it traces and leaves unguarded, guarded under compilecache's mode.
+
+A stored trace is served wherever its guards hold, so a value the trace depends on must have a
+guard. Dynamo installs none for some reads: a key a dict lacks (``os.environ.get(name)`` for an
+unset variable), what a standard library function reads from its module's globals
+(``os.getenv``), an attribute a module lacks (``getattr(settings, "OPT", default)``), an
+object's ``__dict__``, and ``hash()``'s per-process answer. :class:`UnguardedReads` hooks the
+Dynamo variables that make those reads: under compilecache's mode (never the program's own) each
+installs the guard torch installs for the nearest guarded read, or, where none can say it
+(``hash()``), keeps the frame's package from being stored. A package is stored only where every
+one of these hooks is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from compilecache.frameworks.torch.dynamo.guard_hooks import GuardHooks
+from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SYMBOLIC
+
+
+class UnguardedReads:
+    """The hooks of Dynamo's unguarded reads for one torch integration's Dynamo packages; what
+    they cannot guard goes to the guard hooks' verdicts (``unsure``, ``refuse``)."""
+
+    def __init__(self, guards: GuardHooks) -> None:
+        self.guards = guards
+        self.patches = guards.patches
+        self.local = guards.local
+        # Each hook by the module it goes into, applied as that module finishes importing.
+        self.hooks: dict[str, Callable[[Any], None]] = {
+            DICTS: self.apply_dicts,
+            SYMBOLIC: self.apply_inlining,
+            MISC: self.apply_modules,
+            BUILTIN: self.apply_builtins,
+        }
+
+    def apply_dicts(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.dicts`` (now imported). Raises what fails."""
+        self.patches.wrap(
+            module.ConstDictVariable,
+            "getitem_const_raise_exception_if_absent",
+            self._subscripting,
+            label="dynamo.absent_keys",
+        )
+        # An object's __dict__ read as a dict: torch guards neither its keys nor what it
+        # contains (it follows the trace's own mutations only).
+        dunder = module.DunderDictVariable
+        for name in ("install_dict_keys_match_guard", "install_dict_contains_guard"):
+            self.patches.wrap(
+                dunder, name, self._guarding_dunder_dict(module), label=f"dynamo.{name}"
+            )
+
+    def apply_inlining(self, module: Any) -> None:
+        """Hook ``torch._dynamo.symbolic_convert`` (now imported). Raises what fails."""
+        self.patches.wrap(
+            module.InliningInstructionTranslator,
+            "get_globals_source_and_value",
+            self._stdlib_globals,
+            label="dynamo.stdlib_environ",
+        )
+
+    def apply_modules(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.misc`` (now imported). Raises what fails."""
+        variable = module.PythonModuleVariable
+        # torch 2.13's attribute read; 2.15's (whose hasattr() goes through it).
+        read = "var_getattr" if "var_getattr" in vars(variable) else "tp_getattro_impl"
+        self.patches.wrap(variable, read, self._module_reading, label="dynamo.module_attr")
+        if "call_obj_hasattr" in vars(variable):
+            self.patches.wrap(
+                variable, "call_obj_hasattr", self._module_asking, label="dynamo.module_hasattr"
+            )
+
+    def apply_builtins(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.builtin`` (now imported). Raises what fails."""
+        self.patches.wrap(module.BuiltinVariable, "call_hash", self._hashing, label="dynamo.hash")
+
+    def _subscripting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Dynamo traces ``d[key]`` for a key ``d`` lacks (the ``KeyError`` caught, as in
+        ``os.environ.get(name)`` and ``name in os.environ``) without a guard that the key is
+        still absent: the trace would be served where the key is there (an environment
+        variable set on another machine, an entry a module adds from the environment at
+        import). Under compilecache's mode the guard torch's own ``d.get(key)`` installs is
+        installed here too, so it is saved with the package and checked at load and on every
+        call."""
+
+        def getitem_const_raise_exception_if_absent(variable: Any, tx: Any, arg: Any) -> Any:
+            if self.guards.enabled and variable.source is not None and arg not in variable:
+                try:
+                    variable.install_dict_contains_guard(tx, [arg])
+                except Exception as exc:
+                    self.guards.unsure(f"a missing key could not be guarded ({exc})")
+            return original(variable, tx, arg)
+
+        return getitem_const_raise_exception_if_absent
+
+    def _module_reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Dynamo traces ``module.NAME`` for a name the module lacks (the ``AttributeError``
+        caught, ``getattr(module, NAME, default)``) without a guard: a module that defines it
+        only when the environment says so would be served the trace made without it. Under
+        compilecache's mode the attribute's absence is guarded (torch's ``HASATTR``)."""
+
+        def getattr_traced(variable: Any, tx: Any, name: str) -> Any:
+            if self.guards.enabled and variable.source is not None:
+                try:
+                    if not hasattr(variable.value, name):
+                        self._guard_hasattr(variable, name)
+                except Exception as exc:
+                    self.guards.unsure(f"a module's missing attribute could not be guarded ({exc})")
+            return original(variable, tx, name)
+
+        return getattr_traced
+
+    def _module_asking(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``hasattr(module, NAME)``, which Dynamo answers without a guard: guarded as
+        :meth:`_module_reading` guards a missing attribute."""
+
+        def call_obj_hasattr(variable: Any, tx: Any, name: str) -> Any:
+            if self.guards.enabled and variable.source is not None:
+                try:
+                    self._guard_hasattr(variable, name)
+                except Exception as exc:
+                    self.guards.unsure(f"a module's attribute could not be guarded ({exc})")
+            return original(variable, tx, name)
+
+        return call_obj_hasattr
+
+    @staticmethod
+    def _guard_hasattr(variable: Any, name: str) -> None:
+        guards = importlib.import_module("torch._dynamo.guards")
+        check = functools.partial(guards.GuardBuilder.HASATTR, attr=name)
+        guards.install_guard(variable.make_guard(check))
+
+    def _hashing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``hash(...)`` traced: Dynamo bakes the number in, and a string's hash follows the
+        process's hash seed (random unless ``PYTHONHASHSEED`` says otherwise). Such a frame is
+        not stored."""
+
+        def call_hash(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.guards.enabled and getattr(self.local, "expected", None) is None:
+                self.guards.refuse("it calls hash() while traced")
+            return original(variable, tx, *args, **kwargs)
+
+        return call_hash
+
+    def _stdlib_globals(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Dynamo guards nothing a standard library function reads from its module's globals
+        (``SkipGuardSource``: "users don't mutate the stdlib"), so ``os.getenv(name)`` or
+        ``os.path.expandvars`` read the environment unguarded. Under compilecache's mode the
+        environment (``os``, ``os.environ``, ``os.environb`` read by such a function) keeps its
+        guards, as where the program reads it itself."""
+        environment = (os, os.environ, getattr(os, "environb", None))
+
+        def get_globals_source_and_value(tx: Any, name: str) -> Any:
+            value, variable, source = original(tx, name)
+            if self.guards.enabled and type(source).__name__ == "SkipGuardSource":
+                try:
+                    held = value.get(name) if isinstance(value, dict) else getattr(value, name)
+                    if any(held is read for read in environment):
+                        source = source.base
+                except Exception as exc:
+                    self.guards.unsure(f"a standard library global could not be read ({exc})")
+            return value, variable, source
+
+        return get_globals_source_and_value
+
+    def _guarding_dunder_dict(self, dicts: Any) -> Callable[..., Callable[..., Any]]:
+        """``"k" in obj.__dict__``, ``obj.__dict__.get(k)``, its keys: torch installs no guard
+        (an object whose attribute is set only where the environment says so would be served
+        the trace made without it). Under compilecache's mode the guard a plain dict gets is
+        installed."""
+
+        def wrapping(original: Callable[..., Any]) -> Callable[..., Any]:
+            plain = getattr(dicts.ConstDictVariable, original.__name__)
+
+            def install(variable: Any, *args: Any) -> Any:
+                if self.guards.enabled and variable.source is not None:
+                    try:
+                        return plain(variable, *args)
+                    except Exception as exc:
+                        self.guards.unsure(f"an object's __dict__ could not be guarded ({exc})")
+                return original(variable, *args)
+
+            return install
+
+        return wrapping
