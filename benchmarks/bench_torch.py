@@ -96,15 +96,19 @@ PHASES: dict[str, Any] = {
 }
 
 # compilecache is enabled by the bootstrap (sitecustomize) before this runs; "pch-off" turns
-# Inductor's precompiled headers off, as compilecache did before issue 23.
+# Inductor's precompiled headers off, as compilecache did before issue 23; "torch-local-off"
+# turns torch's FX graph and AOTAutograd caches off as a program would (compilecache follows
+# torch's switches: those layers are then not served from the store either).
 CHILD = r"""
 import runpy, sys
-from compilecache.frameworks.torch import integration
 if sys.argv[1] == "pch-off":
-    integration.INDUCTOR_FLAGS["cpp_cache_precompile_headers"] = False
+    import torch._inductor.config as inductor_config
+    inductor_config.cpp_cache_precompile_headers = False
 if sys.argv[1] == "torch-local-off":
-    integration.INDUCTOR_FLAGS["fx_graph_cache"] = False
-    integration.FUNCTORCH_FLAGS["enable_autograd_cache"] = False
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    inductor_config.fx_graph_cache = False
+    functorch_config.enable_autograd_cache = False
 sys.argv = ["torch_step", *sys.argv[2:]]
 runpy.run_module("compilecache.workloads.torch_step", run_name="__main__")
 """

@@ -358,6 +358,44 @@ def test_a_function_of_numpy_arrays_compiles_as_in_plain_torch(tmp_path: Path) -
 
 
 @pytest.mark.slow
+def test_a_function_without_a_source_file_is_traced_quietly_and_saving_guards_says_nothing(
+    tmp_path: Path,
+) -> None:
+    """Saving a guard on a tensor that is not a leaf reads its ``.grad``, and torch warns of it:
+    the saving is the mode compilecache turns on, so the program's stderr says nothing of it
+    (the package is stored and served). A function of ``python -c`` (a notebook's cell alike)
+    has no source file to key its package by: traced on every machine, with no warning and no
+    error counted."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    said: list[str] = []
+    (cold,) = run(where, "a", store, program="nonleaf_program.py", stderr=said)
+    (warm,) = run(where, "b", store, program="nonleaf_program.py", stderr=said)
+    assert cold["matches_eager"] and warm["matches_eager"]
+    assert cold["frames"] == 1 and warm["frames"] == 0 and warm["ours"]["hits"] == 1.0
+    inline = "exec(open('nonleaf_program.py').read())"
+    for machine in ("c", "d"):
+        env = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(where / "machines" / machine)})
+        env = runner.child_environment({**env, "COMPILECACHE_URL": store})
+        proc = subprocess.run(
+            [sys.executable, "-c", inline],
+            cwd=where,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        said.append(proc.stderr)
+        (line,) = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+        assert line["matches_eager"] and line["frames"] == 1
+        assert line["errors"] == 0.0 and "errors" not in line["ours"]
+        assert "hits" not in line["ours"]
+    for stderr in said:
+        assert "Warning" not in stderr and "Dynamo package" not in stderr, stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> None:
     """An entry whose guards torch fails to build again (here: their saved state unreadable)
     is an error counted once; Dynamo traces, the program computes what it computed."""

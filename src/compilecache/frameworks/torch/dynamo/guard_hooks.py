@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -61,6 +62,9 @@ _FULL = "_compilecache_full_build"
 _USER_KEPT = "_compilecache_user_kept"
 # What Dynamo logs for each guard caching_precompile drops (torch/_dynamo/guards.py).
 _DROPPED_GUARD_WARNING = "guard on %s is dropped with caching_precompile=True"
+# What torch warns of as it saves a guard on a tensor that is not a leaf (it reads its .grad),
+# which only the mode's saving of guards does (transformers' GPT-2).
+_NON_LEAF_GRAD_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor"
 # The guards Dynamo puts on a whole mapping it iterates (its length, its keys), and the
 # environment's dicts by the end of their source names.
 _WHOLE = ("SEQUENCE_LENGTH", "DICT_KEYS_MATCH")
@@ -299,7 +303,13 @@ class GuardHooks:
 
         def serialize_guards(manager: Any, *args: Any, **kwargs: Any) -> bytes:
             try:
-                return bytes(original(manager, *args, **kwargs))
+                if not self.enabled:
+                    return bytes(original(manager, *args, **kwargs))
+                with warnings.catch_warnings():
+                    # Saving the guards is the mode's, not the program's: torch's warning
+                    # that this reads a non-leaf tensor's .grad is not the program's either.
+                    warnings.filterwarnings("ignore", message=_NON_LEAF_GRAD_WARNING)
+                    return bytes(original(manager, *args, **kwargs))
             except Exception as exc:
                 if not self.enabled or _strict_precompile():
                     raise  # the program's own mode, or it asked for the error

@@ -35,7 +35,10 @@ def source_digest(module_name: str, files: dict[str, str]) -> str:
     module = sys.modules.get(module_name)
     if module is None:
         module = importlib.import_module(module_name)
-    path = inspect.getsourcefile(module) or getattr(module, "__file__", None)
+    try:
+        path = inspect.getsourcefile(module) or getattr(module, "__file__", None)
+    except TypeError:  # a module without a file: ``python -c``'s __main__, a notebook's
+        path = None
     if not path:
         raise Unverifiable(f"module {module_name} has no source file")
     with open(path, "rb") as f:

@@ -551,7 +551,11 @@ class DynamoPackages:
                 # Another backend than Inductor (or a package not made by torch.compile's
                 # lookup): torch's own mode would serve it to any backend; we keep none.
                 return
-            key = self.key_of(fn, compile_call)
+            try:
+                key = self.key_of(fn, compile_call)
+            except Unverifiable as exc:  # counted where its lookup found no key
+                log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, exc)
+                return
             found: Dropped = {}
             for name, named in dropped.items():
                 scope = scope_of(name, frames.get(name))
@@ -802,7 +806,12 @@ class DynamoPackages:
                 self.compiles[context._package] = compile_call
         if compile_call is None:
             return None  # not Inductor: traced as without the store, never stored
-        key, _ = self.key_of(inner, compile_call)
+        try:
+            key, _ = self.key_of(inner, compile_call)
+        except Unverifiable as exc:  # no source file to key it by: traced, never stored
+            self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
+            log.info("compilecache: no Dynamo package for %s: %s", inner.__qualname__, exc)
+            return None
         prefetcher = self.cache.prefetcher
         if prefetcher is not None:
             with self.lock:
