@@ -48,10 +48,11 @@ def run(
     precompile: bool | None = True,
     program: str = "model_program.py",
     stderr: list[str] | None = None,
+    inline: str | None = None,
     **env: str,
 ) -> list[dict[str, Any]]:
-    """One process on a new machine; the JSON line printed per batch size (what it wrote to
-    stderr goes into ``stderr`` when given)."""
+    """One process on a new machine (``program``, or ``python -c inline``); the JSON line
+    printed per batch size (what it wrote to stderr goes into ``stderr`` when given)."""
     base = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(where / "machines" / machine), **env})
     if store is not None:
         base["COMPILECACHE_URL"] = store
@@ -59,7 +60,7 @@ def run(
             base["COMPILECACHE_TORCH_PRECOMPILE"] = "1" if precompile else "0"
         base = runner.child_environment(base)
     proc = subprocess.run(
-        [sys.executable, program],
+        [sys.executable, program] if inline is None else [sys.executable, "-c", inline],
         cwd=where,
         env=base,
         capture_output=True,
@@ -375,19 +376,7 @@ def test_a_function_without_a_source_file_is_traced_quietly_and_saving_guards_sa
     assert cold["frames"] == 1 and warm["frames"] == 0 and warm["ours"]["hits"] == 1.0
     inline = "exec(open('nonleaf_program.py').read())"
     for machine in ("c", "d"):
-        env = clean_env({"TORCHINDUCTOR_CACHE_DIR": str(where / "machines" / machine)})
-        env = runner.child_environment({**env, "COMPILECACHE_URL": store})
-        proc = subprocess.run(
-            [sys.executable, "-c", inline],
-            cwd=where,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        said.append(proc.stderr)
-        (line,) = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+        (line,) = run(where, machine, store, inline=inline, stderr=said)
         assert line["matches_eager"] and line["frames"] == 1
         assert line["errors"] == 0.0 and "errors" not in line["ours"]
         assert "hits" not in line["ours"]
