@@ -76,6 +76,17 @@ def _strict_precompile() -> bool:
     return bool(getattr(config, "strict_precompile", False))
 
 
+def _holds_float_zero(value: object) -> bool:
+    """Whether ``value`` is a float zero, or a sequence or set holding one (at any depth)."""
+    if isinstance(value, float):
+        return value == 0.0
+    if isinstance(value, complex):
+        return value.real == 0.0 or value.imag == 0.0
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return any(_holds_float_zero(v) for v in value)
+    return False
+
+
 class _QuietDroppedGuards(logging.Filter):
     """Keeps Dynamo's warnings about guards that package mode drops out of the program's
     output while the mode is compilecache's (the program did not ask for it, and the guards are
@@ -163,6 +174,9 @@ class GuardHooks:
         guard = importlib.import_module("torch._guards").Guard
         self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
         self.patches.wrap(module.GuardBuilder, "get", self._reading, label="dynamo.guard_values")
+        self.patches.wrap(
+            module.GuardBuilder, "EQUALS_MATCH", self._signed_zeros, label="dynamo.signed_zeros"
+        )
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -179,7 +193,15 @@ class GuardHooks:
 
     def _reading(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def get(builder: Any, guard_or_source: Any, *args: Any, **kwargs: Any) -> Any:
-            value = original(builder, guard_or_source, *args, **kwargs)
+            try:
+                value = original(builder, guard_or_source, *args, **kwargs)
+            except Exception as exc:
+                if getattr(self.local, "expected", None) is not None and self._noting():
+                    # A loaded package's guard reads what this process lacks (an environment
+                    # variable, an attribute): its trace is not this process's.
+                    why = f"a value its guards read is not here ({type(exc).__name__}: {exc})"
+                    self.local.stale = getattr(self.local, "stale", "") or why
+                raise
             if self._noting():
                 try:
                     self._note_value(builder, guard_or_source, value)
@@ -188,6 +210,33 @@ class GuardHooks:
             return value
 
         return get
+
+    def _signed_zeros(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """torch's ``EQUALS_MATCH`` checks a constant with ``==``, which holds for ``0.0``
+        against ``-0.0`` (and a tuple holding either): a trace that divides by it, or copies
+        its sign, would be served to the other. Under compilecache's mode a constant holding a
+        float zero is also checked by its fingerprint (a float's bits), on every call; a loaded
+        package builds that check from the value saved with it."""
+
+        def EQUALS_MATCH(builder: Any, guard: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(builder, guard, *args, **kwargs)
+            if self._noting():
+                try:
+                    value = builder.get(guard)
+                    if _holds_float_zero(value):
+                        expected = fingerprint(value)
+
+                        def same_zeros(now: Any) -> bool:
+                            return fingerprint(now) == expected
+
+                        builder.get_guard_manager(guard).add_lambda_guard(
+                            same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
+                        )
+                except Exception as exc:
+                    self.unsure(f"a float zero's sign could not be guarded ({exc})")
+            return result
+
+        return EQUALS_MATCH
 
     def unsure(self, why: str) -> None:
         """What a package's guards rest on could not be read: a loaded package is not served

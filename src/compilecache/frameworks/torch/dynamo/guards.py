@@ -112,9 +112,28 @@ def _class_state(cls: type) -> str:
         if found is None:
             found = f"~{type(default).__qualname__}"
         if callable(factory):
-            found += f" factory {getattr(factory, '__qualname__', type(factory).__qualname__)}"
+            found += f" factory {_factory_state(factory)}"
         parts.append(f"{name}={found}")
     return f"{state} defaults {digest(';'.join(parts).encode())[:16]}"
+
+
+def _factory_state(factory: Callable[..., Any]) -> str:
+    """A dataclass field's default factory as Dynamo inlines it, none of it guarded: its code
+    (two lambdas differ by it) and what a function holds, its defaults and closure cells (one
+    factory function made for two values)."""
+    found = fingerprint(factory)
+    if found is None:
+        found = f"~{getattr(factory, '__qualname__', type(factory).__qualname__)}"
+    if isinstance(factory, types.FunctionType):
+        held: list[object] = [factory.__defaults__]
+        for cell in factory.__closure__ or ():
+            try:
+                held.append(cell.cell_contents)
+            except ValueError:  # a cell not yet set
+                held.append(None)
+        parts = [fingerprint(value) or f"~{type(value).__qualname__}" for value in held]
+        found += f" holding [{'; '.join(parts)}]"
+    return found
 
 
 # A class's body digest, kept while its namespace holds the same objects.

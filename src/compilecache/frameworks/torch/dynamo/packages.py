@@ -478,7 +478,11 @@ class DynamoPackages:
                     self.installed.append(package)
                 return installed
             except Exception as exc:
-                self._install_failed(package, exc)
+                stale = getattr(self.local, "stale", "")
+                if stale:  # it failed on a value its guards read, missing here
+                    self._install_stale(package, stale)
+                else:
+                    self._install_failed(package, exc)
                 return None
             finally:
                 self.local.restoring = None
@@ -500,8 +504,17 @@ class DynamoPackages:
     def _uninstall(self, package: Any) -> Any:
         """Leave ``package`` fresh (Dynamo then traces its frames); its function."""
         fn = package._innermost_fn
+        # torch's uninstall takes out the globals the install added and the entries of the
+        # function's own code, not those it loaded onto the code of a resume function (after a
+        # graph break), which would then call a compiled graph no longer there.
+        codes = list(getattr(package, "_codes", {}).items())
         with contextlib.suppress(Exception):
             package.uninstall()
+        eval_frame = importlib.import_module("torch._C._dynamo.eval_frame")
+        for code, entry in codes:
+            with contextlib.suppress(Exception):
+                lookup = self.package_module._lookup_code
+                eval_frame._reset_precompile_entries(lookup(entry) if entry.code_source else code)
         package.__init__(None)
         package.initialize(fn, None, ignore_inlined_sources=False)
         return fn

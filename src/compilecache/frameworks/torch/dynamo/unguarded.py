@@ -22,6 +22,10 @@ from typing import Any
 from compilecache.frameworks.torch.dynamo.guard_hooks import GuardHooks
 from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SYMBOLIC
 
+# Python's own builtins that are not code, the same object in every process.
+_CONSTANT_BUILTINS: dict[str, object] = {"Ellipsis": Ellipsis, "NotImplemented": NotImplemented}
+_ABSENT = object()
+
 
 class UnguardedReads:
     """The hooks of Dynamo's unguarded reads for one torch integration's Dynamo packages; what
@@ -62,6 +66,12 @@ class UnguardedReads:
             "get_globals_source_and_value",
             self._stdlib_globals,
             label="dynamo.stdlib_environ",
+        )
+        self.patches.wrap(
+            module.InstructionTranslatorBase,
+            "load_builtin_from_argval",
+            self._builtins,
+            label="dynamo.builtin_values",
         )
 
     def apply_modules(self, module: Any) -> None:
@@ -146,6 +156,21 @@ class UnguardedReads:
             return original(variable, tx, *args, **kwargs)
 
         return call_hash
+
+    def _builtins(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A name found in builtins that is not code (``builtins.SCALE = 2.0``, set by a program
+        from its environment): Dynamo bakes its value in with no guard. Such a frame is not
+        stored (Python's own non-callable builtins, ``Ellipsis`` and ``NotImplemented``, are
+        the same in every process)."""
+
+        def load_builtin_from_argval(tx: Any, argval: Any) -> Any:
+            if self.guards.enabled and getattr(self.local, "expected", None) is None:
+                value = tx.f_builtins.get(argval, _ABSENT)
+                if not callable(value) and _CONSTANT_BUILTINS.get(argval, _ABSENT) is not value:
+                    self.guards.refuse(f"it reads {argval!r} from builtins, which has no guard")
+            return original(tx, argval)
+
+        return load_builtin_from_argval
 
     def _stdlib_globals(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Dynamo guards nothing a standard library function reads from its module's globals
