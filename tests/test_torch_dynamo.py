@@ -385,6 +385,29 @@ def test_a_function_without_a_source_file_is_traced_quietly_and_saving_guards_sa
 
 
 @pytest.mark.slow
+def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_again(
+    tmp_path: Path,
+) -> None:
+    """A name a program put into builtins (read with no guard), a float zero's sign (torch
+    checks ``== 0.0``), a dataclass default factory made for a value, an optional module
+    imported or not (``"m" in sys.modules``): each set at import from the environment. Another
+    machine with the other values computes what eager computes; the same values again are
+    served where they can be checked (the zero's sign, the factory)."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    program = "unguarded_program.py"
+    (first,) = run(where, "a", store, program=program)
+    (same,) = run(where, "b", store, program=program)
+    (other,) = run(where, "c", store, program=program, UNGUARDED="1")
+    (back,) = run(where, "d", store, program=program)
+    for line in (first, same, other, back):
+        assert all(fn["matches_eager"] for fn in line.values()), line
+    assert same["signed_zero"]["frames"] == same["default_factory"]["frames"] == 0, same
+    assert same["from_builtins"]["frames"] == same["imported"]["frames"] == 1, same
+    assert all(fn["frames"] == 1 for fn in other.values()), other
+
+
+@pytest.mark.slow
 def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> None:
     """An entry whose guards torch fails to build again (here: their saved state unreadable)
     is an error counted once; Dynamo traces, the program computes what it computed."""

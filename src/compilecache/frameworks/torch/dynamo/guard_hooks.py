@@ -24,6 +24,7 @@ import importlib
 import inspect
 import logging
 import os
+import sys
 import threading
 import types
 import warnings
@@ -252,6 +253,10 @@ class GuardHooks:
     def _note_value(self, builder: Any, guard_or_source: Any, value: Any) -> None:
         """Fingerprint a value a frame's guards are built from, into the build's set (compared
         or recorded when the build ends: :meth:`_built`)."""
+        if value is sys.modules and getattr(self.local, "expected", None) is None:
+            # Which modules a process imported differs between processes (an optional
+            # dependency); a check of it was served where it no longer held.
+            self.refuse("it reads sys.modules while traced")
         source = getattr(guard_or_source, "originating_source", guard_or_source)
         name = str(source.name() if callable(source.name) else source.name)
         named = self._building_set(builder.f_code)

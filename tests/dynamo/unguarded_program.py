@@ -1,0 +1,65 @@
+"""Values Dynamo reads with no guard, or a guard too weak to tell two processes apart, for
+``tests/test_torch_dynamo.py``; each set at import from ``UNGUARDED``: a name put into builtins,
+a float zero's sign, a dataclass field's default factory made by a function for a value, and
+whether an optional module was imported. Prints one JSON line: for each function, whether its
+compiled result matches eager and how many frames Dynamo traced for it."""
+
+import builtins
+import dataclasses
+import json
+import os
+import sys
+
+import torch
+from torch._dynamo.utils import counters
+
+OTHER = os.environ.get("UNGUARDED") == "1"
+builtins.UNGUARDED_SCALE = 3.0 if OTHER else 2.0  # type: ignore[attr-defined]
+OFFSET = -0.0 if OTHER else 0.0
+if not OTHER:
+    import optional_module  # noqa: F401
+
+
+def factory_of(value: float):  # type: ignore[no-untyped-def]
+    def factory() -> list[float]:
+        return [value]
+
+    return factory
+
+
+@dataclasses.dataclass
+class Settings:
+    scales: list = dataclasses.field(default_factory=factory_of(3.0 if OTHER else 2.0))
+
+
+def from_builtins(x: torch.Tensor) -> torch.Tensor:
+    return x * UNGUARDED_SCALE  # type: ignore[name-defined]  # noqa: F821
+
+
+def signed_zero(x: torch.Tensor) -> torch.Tensor:
+    return 1.0 / (x * OFFSET)
+
+
+def default_factory(x: torch.Tensor) -> torch.Tensor:
+    return x * Settings().scales[0]
+
+
+def imported(x: torch.Tensor) -> torch.Tensor:
+    return x * 3 if "optional_module" in sys.modules else x * 2
+
+
+def main() -> None:
+    x = torch.arange(1.0, 5.0)
+    line = {}
+    for fn in (from_builtins, signed_zero, default_factory, imported):
+        counters.clear()
+        compiled = torch.compile(fn)(x)
+        line[fn.__name__] = {
+            "matches_eager": bool(torch.equal(compiled, fn(x))),
+            "frames": int(counters["frames"]["total"]),
+        }
+    print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
