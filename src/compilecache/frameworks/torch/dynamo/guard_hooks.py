@@ -77,6 +77,10 @@ def _strict_precompile() -> bool:
     return bool(getattr(config, "strict_precompile", False))
 
 
+# The guards that check a constant with ==.
+_EQUALITY_GUARDS = frozenset({"EQUALS_MATCH", "CONSTANT_MATCH"})
+
+
 def _holds_float_zero(value: object) -> bool:
     """Whether ``value`` is a float zero, or a sequence or set holding one (at any depth)."""
     if isinstance(value, float):
@@ -175,9 +179,6 @@ class GuardHooks:
         guard = importlib.import_module("torch._guards").Guard
         self.patches.wrap(guard, "set_export_info", self._exporting, label="dynamo.guard_export")
         self.patches.wrap(module.GuardBuilder, "get", self._reading, label="dynamo.guard_values")
-        self.patches.wrap(
-            module.GuardBuilder, "EQUALS_MATCH", self._signed_zeros, label="dynamo.signed_zeros"
-        )
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -212,32 +213,27 @@ class GuardHooks:
 
         return get
 
-    def _signed_zeros(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _guard_signed_zeros(self, builder: Any, guards: list[Any]) -> None:
         """torch's ``EQUALS_MATCH`` checks a constant with ``==``, which holds for ``0.0``
         against ``-0.0`` (and a tuple holding either): a trace that divides by it, or copies
         its sign, would be served to the other. Under compilecache's mode a constant holding a
         float zero is also checked by its fingerprint (a float's bits), on every call; a loaded
-        package builds that check from the value saved with it."""
+        package builds that check from the value saved with it. (Added to the guards built,
+        not by wrapping ``EQUALS_MATCH``: torch saves each guard with its builder method.)"""
+        for guard in guards:
+            if guard.create_fn_name() not in _EQUALITY_GUARDS:
+                continue
+            value = builder.get(guard)
+            if not _holds_float_zero(value):
+                continue
+            expected = fingerprint(value)
 
-        def EQUALS_MATCH(builder: Any, guard: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(builder, guard, *args, **kwargs)
-            if self._noting():
-                try:
-                    value = builder.get(guard)
-                    if _holds_float_zero(value):
-                        expected = fingerprint(value)
+            def same_zeros(now: Any, expected: str | None = expected) -> bool:
+                return fingerprint(now) == expected
 
-                        def same_zeros(now: Any) -> bool:
-                            return fingerprint(now) == expected
-
-                        builder.get_guard_manager(guard).add_lambda_guard(
-                            same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
-                        )
-                except Exception as exc:
-                    self.unsure(f"a float zero's sign could not be guarded ({exc})")
-            return result
-
-        return EQUALS_MATCH
+            builder.get_guard_manager(guard).add_lambda_guard(
+                same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
+            )
 
     def unsure(self, why: str) -> None:
         """What a package's guards rest on could not be read: a loaded package is not served
@@ -494,6 +490,10 @@ class GuardHooks:
                     builder, guards = self._restore(manager, builder, guards)
                 except Exception as exc:  # torch's own, filtered guards stay
                     self.cache.warn_once("torch:dynamo:guards", f"guards not restored: {exc}")
+                try:
+                    self._guard_signed_zeros(builder, guards)
+                except Exception as exc:
+                    self.unsure(f"a float zero's sign could not be guarded ({exc})")
             return original(manager, builder, guards, *args)
 
         return compile_check_fn
