@@ -389,7 +389,7 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     tmp_path: Path,
 ) -> None:
     """A name a program put into builtins (read with no guard), a float zero's sign (torch
-    checks ``== 0.0``), a dataclass default factory made for a value, an optional module
+    checks ``== 0.0``; a global's, a module attribute's), a dataclass default factory made for a value, an optional module
     imported or not (``"m" in sys.modules``): each set at import from the environment. Another
     machine with the other values computes what eager computes; the same values again are
     served where they can be checked (the zero's sign, the factory)."""
@@ -402,7 +402,8 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     (back,) = run(where, "d", store, program=program)
     for line in (first, same, other, back):
         assert all(fn["matches_eager"] for fn in line.values()), line
-    assert same["signed_zero"]["frames"] == same["default_factory"]["frames"] == 0, same
+    assert same["signed_zero"]["frames"] == same["module_zero"]["frames"] == 0, same
+    assert same["default_factory"]["frames"] == 0, same
     assert same["from_builtins"]["frames"] == same["imported"]["frames"] == 1, same
     assert all(fn["frames"] == 1 for fn in other.values()), other
 

@@ -1,6 +1,6 @@
 """Values Dynamo reads with no guard, or a guard too weak to tell two processes apart, for
 ``tests/test_torch_dynamo.py``; each set at import from ``UNGUARDED``: a name put into builtins,
-a float zero's sign, a dataclass field's default factory made by a function for a value, and
+a float zero's sign (a global's, a module attribute's), a dataclass field's default factory made by a function for a value, and
 whether an optional module was imported. Prints one JSON line: for each function, whether its
 compiled result matches eager and how many frames Dynamo traced for it."""
 
@@ -32,6 +32,20 @@ class Settings:
     scales: list = dataclasses.field(default_factory=factory_of(3.0 if OTHER else 2.0))
 
 
+class Shifted(torch.nn.Module):
+    """A module holding a float zero, as transformers' attention holds its dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = OFFSET
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 1.0 / (x * self.shift)
+
+
+MODULE = Shifted()
+
+
 def from_builtins(x: torch.Tensor) -> torch.Tensor:
     return x * UNGUARDED_SCALE  # type: ignore[name-defined]  # noqa: F821
 
@@ -48,10 +62,14 @@ def imported(x: torch.Tensor) -> torch.Tensor:
     return x * 3 if "optional_module" in sys.modules else x * 2
 
 
+def module_zero(x: torch.Tensor) -> torch.Tensor:
+    return MODULE(x)
+
+
 def main() -> None:
     x = torch.arange(1.0, 5.0)
     line = {}
-    for fn in (from_builtins, signed_zero, default_factory, imported):
+    for fn in (from_builtins, signed_zero, module_zero, default_factory, imported):
         counters.clear()
         compiled = torch.compile(fn)(x)
         line[fn.__name__] = {
