@@ -4,10 +4,11 @@ A stored trace is served wherever its guards hold, so a value the trace depends 
 guard. Dynamo installs none for some reads: a key a dict lacks (``os.environ.get(name)`` for an
 unset variable), what a standard library function reads from its module's globals
 (``os.getenv``), an attribute a module lacks (``getattr(settings, "OPT", default)``), an
-object's ``__dict__``, and ``hash()``'s per-process answer. :class:`UnguardedReads` hooks the
-Dynamo variables that make those reads: under compilecache's mode (never the program's own) each
-installs the guard torch installs for the nearest guarded read, or, where none can say it
-(``hash()``), keeps the frame's package from being stored. A package is stored only where every
+object's ``__dict__``, ``hash()``'s per-process answer, and a value a program put into
+``builtins``. :class:`UnguardedReads` hooks the Dynamo code that makes those reads: under
+compilecache's mode (never the program's own) each installs the guard torch installs for the
+nearest guarded read, or, where none can say it (``hash()``, a builtins value), keeps the
+frame's package from being stored. A package is stored only where every
 one of these hooks is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
 """
 
