@@ -511,6 +511,76 @@ def test_a_release_handed_to_a_queue_that_never_ran_is_done_at_close(tmp_path: P
     assert store.leases.acquire("jax/b", 1) is None
 
 
+def test_release_all_at_exit_waits_for_a_release_the_queue_has_begun(tmp_path: Path) -> None:
+    """A release runs in two steps (the lease is moved aside, then removed). When the queue is
+    between them at exit, release_all returns only after the second: else the process ends and
+    leaves the moved file behind."""
+    store = LocalStore(tmp_path)
+    leases = store.leases
+    assert isinstance(leases, LeaseFiles)
+    moved = threading.Event()
+    go_on = threading.Event()
+    real_release = leases.release
+
+    def slow_release(key: str, token: str) -> None:
+        moved.set()
+        go_on.wait(5)
+        real_release(key, token)
+
+    leases.release = slow_release  # type: ignore[method-assign]
+    flight = quiet_flight(leases)
+    queued: list[Any] = []
+    assert flight.after_miss("jax", "jax/a", lambda: (None, True)) is None
+    flight.wrote("jax/a")
+    flight.finish("jax/a", later=queued.append)
+    background = threading.Thread(target=queued[0])
+    background.start()
+    assert moved.wait(5)  # the queue is inside the release
+    ended = threading.Event()
+    at_exit = threading.Thread(target=lambda: (flight.release_all(), ended.set()))
+    at_exit.start()
+    time.sleep(0.2)
+    assert not ended.is_set(), "release_all returned while the queue's release was unfinished"
+    go_on.set()
+    at_exit.join(5)
+    background.join(5)
+    assert ended.is_set()
+    assert not any((tmp_path / "leases").iterdir())
+
+
+def test_what_a_killed_process_set_aside_is_swept_with_its_leases(tmp_path: Path) -> None:
+    """A process killed between moving a lease aside and removing it leaves the moved file; the
+    next process that takes over a dead holder's lease removes those too. What a running
+    process set aside, and a lease whose holder runs, are left alone."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    dead_pid = int(dead.stdout)
+    store = LocalStore(tmp_path)
+    leases = store.leases
+    assert isinstance(leases, LeaseFiles)
+    assert leases.acquire("jax/live", 30)
+    assert leases.acquire("jax/dead", 30)
+    directory = tmp_path / "leases"
+    live_path = leases.path_of("jax/live")
+    dead_path = leases.path_of("jax/dead")
+    body = json.loads(dead_path.read_bytes())
+    dead_path.write_text(json.dumps({**body, "pid": dead_pid}))
+    cut_short = directory / f"{'e' * 32}.lease.{uuid.uuid4().hex}.release"
+    cut_short.write_text(json.dumps({**body, "pid": dead_pid}))
+    broken = directory / f"{'f' * 32}.lease.{uuid.uuid4().hex}.stale"
+    broken.write_text(json.dumps({**body, "pid": dead_pid}))
+    ours = directory / f"{'d' * 32}.lease.{uuid.uuid4().hex}.release"
+    ours.write_bytes(live_path.read_bytes())  # a running process's, about to remove it
+    other = LocalStore(tmp_path).leases
+    assert other.acquire("jax/dead", 30)  # taken over at once: its holder is gone
+    left = sorted(p.name for p in directory.iterdir())
+    assert left == sorted([live_path.name, dead_path.name, ours.name])
+
+
 def test_a_renewal_racing_the_release_does_not_write_the_lease_again(tmp_path: Path) -> None:
     """The heartbeat renews outside the flight's lock: a renewal that read the lease just before
     its release must not publish it again after (a lease file left behind until it expires)."""

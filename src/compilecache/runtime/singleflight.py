@@ -336,8 +336,12 @@ class SingleFlight:
         with self._lock:
             if self._ending.get(lead.key) is not lead:
                 return
-            del self._ending[lead.key]
+        # Left in ``_ending`` until it is done: a release_all() at exit meanwhile waits for it
+        # (on the lead's guard) instead of letting the process end between its two steps.
         self._end(lead)
+        with self._lock:
+            if self._ending.get(lead.key) is lead:
+                del self._ending[lead.key]
 
     def finish_thread(self, defer: Callable[[str], bool] | None = None, grace: float = 0.0) -> None:
         """Release the leases taken by this thread (its compile ended, written or not).
@@ -378,16 +382,16 @@ class SingleFlight:
 
     def _end(self, lead: _Lead) -> None:
         """Give a lead's lease up; mark the key unwritten first when no entry was written."""
-        with lead.guard:
+        with lead.guard:  # held to the end: a second _end returns once the first is done
             if lead.ended:
                 return
             lead.ended = True
-        if not lead.written:
-            try:
-                self.leases.acquire(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
-            except Exception as exc:  # then the others may compile one after another: slower
-                log.debug("compilecache: could not mark %s unwritten: %s", lead.key, exc)
-        self._release(lead.key, lead.token)
+            if not lead.written:
+                try:
+                    self.leases.acquire(lead.key + UNWRITTEN_SUFFIX, UNWRITTEN_TTL)
+                except Exception as exc:  # then the others may compile one after another
+                    log.debug("compilecache: could not mark %s unwritten: %s", lead.key, exc)
+            self._release(lead.key, lead.token)
 
     def _marked_unwritten(self, key: str) -> bool:
         """Whether the last compile of ``key`` ended without an entry (its mark is held)."""

@@ -228,17 +228,24 @@ class LeaseFiles(Leases):
 
     def clean_dead(self) -> int:
         """Remove every lease of this directory whose holder ran on this host and is no longer
-        running (a killed process's, which would otherwise stall others until they expire).
-        Returns how many were removed."""
+        running (a killed process's, which would otherwise stall others until they expire), and
+        what such a process had set aside and not yet removed. Returns how many were removed."""
         removed = 0
         try:
-            names = [p for p in self.directory.iterdir() if p.suffix == ".lease"]
+            names = list(self.directory.iterdir())
         except OSError:
             return 0
         for path in names:
-            if _lease_state(path)[2] and self._break_expired(path, sweep=False):
-                self._taken_from_dead.add(path)
-                removed += 1
+            if path.suffix == ".lease":
+                if _lease_state(path)[2] and self._break_expired(path, sweep=False):
+                    self._taken_from_dead.add(path)
+                    removed += 1
+            elif path.name.endswith(_ASIDE_SUFFIXES) and _lease_state(path)[2]:
+                # Set aside by a release or a break that a SIGKILL cut short before its unlink:
+                # the lease inside names a dead holder, so nothing will link it back.
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
         return removed
 
     def clean_stale(self, older_than: float) -> int:
