@@ -389,10 +389,12 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     tmp_path: Path,
 ) -> None:
     """A name a program put into builtins (read with no guard), a float zero's sign (torch
-    checks ``== 0.0``; a global's, a module attribute's), a dataclass default factory made for a value, an optional module
-    imported or not (``"m" in sys.modules``): each set at import from the environment. Another
-    machine with the other values computes what eager computes; the same values again are
-    served where they can be checked (the zero's sign, the factory)."""
+    checks ``== 0.0``; a global's, a module attribute's), a dataclass default factory made for a
+    value, an optional module imported or not (``"m" in sys.modules``), an environment variable
+    read after a graph break: each set at import from the environment. Another machine with the
+    other values computes what eager computes (the variable missing there: the package's
+    install is taken out, its resume function's entry too, not left to call a graph that is
+    gone); the same values again are served where they can be checked."""
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
     program = "unguarded_program.py"
@@ -405,6 +407,9 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     assert same["signed_zero"]["frames"] == same["module_zero"]["frames"] == 0, same
     assert same["default_factory"]["frames"] == 0, same
     assert same["from_builtins"]["frames"] == same["imported"]["frames"] == 1, same
+    assert same["after_a_break"]["frames"] == 0, same
+    # Traced again: the function's frame, and after the break its resume function's.
+    assert other.pop("after_a_break")["frames"] == 2, other
     assert all(fn["frames"] == 1 for fn in other.values()), other
 
 

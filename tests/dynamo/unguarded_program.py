@@ -1,7 +1,8 @@
 """Values Dynamo reads with no guard, or a guard too weak to tell two processes apart, for
 ``tests/test_torch_dynamo.py``; each set at import from ``UNGUARDED``: a name put into builtins,
 a float zero's sign (a global's, a module attribute's), a dataclass field's default factory made by a function for a value, and
-whether an optional module was imported. Prints one JSON line: for each function, whether its
+whether an optional module was imported, and an environment variable read after a graph break
+(set where traced, missing where loaded). Prints one JSON line: for each function, whether its
 compiled result matches eager and how many frames Dynamo traced for it."""
 
 import builtins
@@ -18,6 +19,10 @@ builtins.UNGUARDED_SCALE = 3.0 if OTHER else 2.0  # type: ignore[attr-defined]
 OFFSET = -0.0 if OTHER else 0.0
 if not OTHER:
     import optional_module  # noqa: F401
+if OTHER:  # set where the trace is made, missing where it is loaded
+    os.environ.pop("UNGUARDED_RESUME", None)
+else:
+    os.environ["UNGUARDED_RESUME"] = "3"
 
 
 def factory_of(value: float):  # type: ignore[no-untyped-def]
@@ -66,10 +71,17 @@ def module_zero(x: torch.Tensor) -> torch.Tensor:
     return MODULE(x)
 
 
+def after_a_break(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1
+    torch._dynamo.graph_break()  # the rest is a resume function's frame, in the same package
+    return y * float(os.environ.get("UNGUARDED_RESUME", "2"))
+
+
 def main() -> None:
     x = torch.arange(1.0, 5.0)
     line = {}
-    for fn in (from_builtins, signed_zero, module_zero, default_factory, imported):
+    functions = (from_builtins, signed_zero, module_zero, default_factory, imported, after_a_break)
+    for fn in functions:
         counters.clear()
         compiled = torch.compile(fn)(x)
         line[fn.__name__] = {

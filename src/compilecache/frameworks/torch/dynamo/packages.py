@@ -512,9 +512,10 @@ class DynamoPackages:
             package.uninstall()
         eval_frame = importlib.import_module("torch._C._dynamo.eval_frame")
         for code, entry in codes:
-            with contextlib.suppress(Exception):
-                lookup = self.package_module._lookup_code
-                eval_frame._reset_precompile_entries(lookup(entry) if entry.code_source else code)
+            try:
+                eval_frame._reset_precompile_entries(self._installed_code(code, entry))
+            except Exception as exc:  # a code that was never installed onto: nothing to take out
+                log.debug("compilecache: could not reset %r: %s", code, exc)
         package.__init__(None)
         package.initialize(fn, None, ignore_inlined_sources=False)
         return fn
@@ -765,6 +766,12 @@ class DynamoPackages:
         reads = [k for k in prefetcher.lookups_since(mark) if k.startswith(READ_WITH)]
         return reads[:MAX_READS]
 
+    def _installed_code(self, code: Any, entry: Any) -> Any:
+        """The code object a package's ``entry`` for ``code`` is installed onto in this process:
+        for a frame with its own source (a resume function after a graph break, an inlined
+        method), the code torch finds from that source, else ``code`` itself."""
+        return self.package_module._lookup_code(entry) if entry.code_source else code
+
     def _not_stored(self, fn: Any, problem: str) -> None:
         self.cache.stats.add(f"{FRAMEWORK}.{LAYER}.unverifiable")
         log.info("compilecache: Dynamo package of %s not stored: %s", fn.__qualname__, problem)
@@ -780,7 +787,7 @@ class DynamoPackages:
         try:
             with self.guard_hooks.quiet():
                 for code, entry in list(package._codes.items()):
-                    target = module._lookup_code(entry) if entry.code_source else code
+                    target = self._installed_code(code, entry)
                     scope = sys.modules[entry.python_module].__dict__
                     for guarded in entry.guarded_codes:
                         state = module.load_guards_state(guarded.guards_state)
