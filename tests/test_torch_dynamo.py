@@ -391,23 +391,31 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     """A name a program put into builtins (read with no guard), a float zero's sign (torch
     checks ``== 0.0``; a global's, a module attribute's), a dataclass default factory made for a
     value, an optional module imported or not (``"m" in sys.modules``), an environment variable
-    read after a graph break: each set at import from the environment. Another machine with the
-    other values computes what eager computes (the variable missing there: the package's
-    install is taken out, its resume function's entry too, not left to call a graph that is
-    gone); the same values again are served where they can be checked."""
+    read after a graph break, a set of strings looped over (its order: the hash seed's): each
+    set at import from the environment. Another machine with the other values computes what
+    eager computes (the variable missing there: the package's install is taken out, its resume
+    function's entry too, not left to call a graph that is gone); the same values again are
+    served where they can be checked."""
     where = program_dir(tmp_path)
     store = str(tmp_path / "store")
     program = "unguarded_program.py"
-    (first,) = run(where, "a", store, program=program)
-    (same,) = run(where, "b", store, program=program)
-    (other,) = run(where, "c", store, program=program, UNGUARDED="1")
-    (back,) = run(where, "d", store, program=program)
-    for line in (first, same, other, back):
+    seeded = {"PYTHONHASHSEED": "random"}  # Python's default, whatever the suite's is
+    (first,) = run(where, "a", store, program=program, **seeded)
+    (same,) = run(where, "b", store, program=program, **seeded)
+    (other,) = run(where, "c", store, program=program, UNGUARDED="1", **seeded)
+    # Python hashing strings without a seed: a set's order is the same in every such process.
+    (unseeded,) = run(where, "e", store, program=program, PYTHONHASHSEED="0")
+    (unseeded_again,) = run(where, "f", store, program=program, PYTHONHASHSEED="0")
+    (back,) = run(where, "d", store, program=program, **seeded)
+    for line in (first, same, other, unseeded, unseeded_again, back):
         assert all(fn["matches_eager"] for fn in line.values()), line
     assert same["signed_zero"]["frames"] == same["module_zero"]["frames"] == 0, same
     assert same["default_factory"]["frames"] == 0, same
     assert same["from_builtins"]["frames"] == same["imported"]["frames"] == 1, same
     assert same["after_a_break"]["frames"] == 0, same
+    assert same["set_order"]["frames"] == 1, same  # each process its own order: not stored
+    assert unseeded_again["set_order"]["frames"] == 0, unseeded_again
+    assert back["set_order"]["frames"] == 1, back  # not served what PYTHONHASHSEED=0 stored
     # Traced again: the function's frame, and after the break its resume function's.
     assert other.pop("after_a_break")["frames"] == 2, other
     assert all(fn["frames"] == 1 for fn in other.values()), other

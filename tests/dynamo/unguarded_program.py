@@ -2,7 +2,8 @@
 ``tests/test_torch_dynamo.py``; each set at import from ``UNGUARDED``: a name put into builtins,
 a float zero's sign (a global's, a module attribute's), a dataclass field's default factory made by a function for a value, and
 whether an optional module was imported, and an environment variable read after a graph break
-(set where traced, missing where loaded). Prints one JSON line: for each function, whether its
+(set where traced, missing where loaded), and the order of a set of strings (the process's
+hash seed). Prints one JSON line: for each function, whether its
 compiled result matches eager and how many frames Dynamo traced for it."""
 
 import builtins
@@ -77,10 +78,24 @@ def after_a_break(x: torch.Tensor) -> torch.Tensor:
     return y * float(os.environ.get("UNGUARDED_RESUME", "2"))
 
 
+def set_order(x: torch.Tensor) -> torch.Tensor:
+    for name in {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}:  # a constant frozenset
+        x = x * 2 + len(name)
+    return x
+
+
 def main() -> None:
     x = torch.arange(1.0, 5.0)
     line = {}
-    functions = (from_builtins, signed_zero, module_zero, default_factory, imported, after_a_break)
+    functions = (
+        from_builtins,
+        signed_zero,
+        module_zero,
+        default_factory,
+        imported,
+        after_a_break,
+        set_order,
+    )
     for fn in functions:
         counters.clear()
         compiled = torch.compile(fn)(x)

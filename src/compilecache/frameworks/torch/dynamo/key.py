@@ -4,7 +4,8 @@ The function (module, qualified name, first line) and the digest of its module's
 ``torch.compile`` call asked for (:func:`compile_options`), the versions, Dynamo's, Inductor's,
 functorch's and ``torch.compiler``'s configuration (its ``cache_key_tag`` shown apart), the
 thread count, grad mode, the default dtype and device, deterministic algorithms and the CUDA
-device (``torch_dynamo`` says how the key is used).
+device, and whether Python hashes strings without a seed (``torch_dynamo`` says how the key is
+used).
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def package_key(fn: Any, compile_call: str, files: dict[str, str]) -> tuple[str,
         "deterministic": str(torch.are_deterministic_algorithms_enabled()),
         "cuda": _cuda_facts(torch),
     }
+    if not sys.flags.hash_randomization:
+        # PYTHONHASHSEED=0: a trace may rest on the order of a set of strings, which is then
+        # the same in every such process only (see unguarded.UnguardedReads._ordering).
+        components["string_hashing"] = "unseeded"
     return f"{PREFIX}{fn.__qualname__}-{keys.chain(_KEY_RECIPE, components)[:32]}", components
 
 

@@ -13,6 +13,7 @@ DICTS = "torch._dynamo.variables.dicts"
 SYMBOLIC = "torch._dynamo.symbolic_convert"
 MISC = "torch._dynamo.variables.misc"
 BUILTIN = "torch._dynamo.variables.builtin"
+SETS = "torch._dynamo.variables.sets"
 # Hooked by the torch integration's own hook of this module (see backends.AotBackends).
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
@@ -30,6 +31,7 @@ MODULES = (
     SYMBOLIC,
     MISC,
     BUILTIN,
+    SETS,
     CONTEXT,
     OUTPUT,
     STANDALONE,

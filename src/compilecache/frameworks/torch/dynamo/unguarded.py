@@ -4,8 +4,9 @@ A stored trace is served wherever its guards hold, so a value the trace depends 
 guard. Dynamo installs none for some reads: a key a dict lacks (``os.environ.get(name)`` for an
 unset variable), what a standard library function reads from its module's globals
 (``os.getenv``), an attribute a module lacks (``getattr(settings, "OPT", default)``), an
-object's ``__dict__``, ``hash()``'s per-process answer, and a value a program put into
-``builtins``. :class:`UnguardedReads` hooks the Dynamo code that makes those reads: under
+object's ``__dict__``, ``hash()``'s per-process answer, a value a program put into
+``builtins``, and the order of a set (Python's, which follows the per-process string hash seed
+and the objects' addresses). :class:`UnguardedReads` hooks the Dynamo code that makes those reads: under
 compilecache's mode (never the program's own) each installs the guard torch installs for the
 nearest guarded read, or, where none can say it (``hash()``, a builtins value), keeps the
 frame's package from being stored. A package is stored only where every
@@ -17,15 +18,21 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from compilecache.frameworks.torch.dynamo.guard_hooks import GuardHooks
-from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SYMBOLIC
+from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SETS, SYMBOLIC
 
 # Python's own builtins that are not code, the same object in every process.
 _CONSTANT_BUILTINS: dict[str, object] = {"Ellipsis": Ellipsis, "NotImplemented": NotImplemented}
 _ABSENT = object()
+# Values whose hash, and so whose place in a set's order, is the same in every process (strings
+# and bytes too where Python hashes them without a seed: PYTHONHASHSEED=0).
+_ORDER_FREE: tuple[type, ...] = (int, bool, float, type(None))
+if not sys.flags.hash_randomization:
+    _ORDER_FREE += (str, bytes)
 
 
 class UnguardedReads:
@@ -42,6 +49,7 @@ class UnguardedReads:
             SYMBOLIC: self.apply_inlining,
             MISC: self.apply_modules,
             BUILTIN: self.apply_builtins,
+            SETS: self.apply_sets,
         }
 
     def apply_dicts(self, module: Any) -> None:
@@ -89,6 +97,45 @@ class UnguardedReads:
     def apply_builtins(self, module: Any) -> None:
         """Hook ``torch._dynamo.variables.builtin`` (now imported). Raises what fails."""
         self.patches.wrap(module.BuiltinVariable, "call_hash", self._hashing, label="dynamo.hash")
+
+    def apply_sets(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.sets`` (now imported). Raises what fails."""
+        # torch 2.15 has a base class; 2.13's subclasses take these from SetVariable.
+        base = getattr(module, "BaseSetVariable", None) or module.SetVariable
+        ordered = (module.OrderedSetVariable, module.DictKeySetVariable)
+        for name in ("unpack_var_sequence", "tp_iter_impl", "repr_impl"):
+            if name in vars(base):
+                make = functools.partial(self._ordering, ordered=ordered, method=name)
+                self.patches.wrap(base, name, make, label=f"dynamo.set_{name}")
+        make = functools.partial(self._ordering, ordered=ordered, method="pop")
+        self.patches.wrap(module.SetVariable, "call_method", make, label="dynamo.set_pop")
+
+    def _ordering(
+        self, original: Callable[..., Any], *, ordered: tuple[type, ...], method: str
+    ) -> Callable[..., Any]:
+        """A set iterated, popped or printed while traced: Dynamo bakes in the order of its
+        items, which for a set Python made (a literal of strings, ``for n in {"a", "b"}``, is a
+        constant ``frozenset``) is this process's: strings follow the per-process hash seed,
+        other objects their addresses. Such a frame is not stored, unless every item hashes the
+        same in every process (numbers, ``None``; strings where ``PYTHONHASHSEED=0``). Sets
+        whose order is their insertion's (torch's ``OrderedSet``, a dict's keys) are left
+        alone."""
+
+        def ordering(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+            if (
+                self.guards.enabled
+                and getattr(self.local, "expected", None) is None
+                and (method != "pop" or (args and args[0] == "pop"))
+                and not isinstance(variable, ordered)
+                and not _order_free(variable)
+            ):
+                self.guards.refuse(
+                    "it depends on the order of a set, which follows Python's per-process "
+                    "hashing (PYTHONHASHSEED=0 fixes it for strings)"
+                )
+            return original(variable, tx, *args, **kwargs)
+
+        return ordering
 
     def _subscripting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Dynamo traces ``d[key]`` for a key ``d`` lacks (the ``KeyError`` caught, as in
@@ -214,3 +261,24 @@ class UnguardedReads:
             return install
 
         return wrapping
+
+
+def _order_free(variable: Any) -> bool:
+    """Whether each item of a traced set is a constant that hashes the same in every process
+    (its place in the set's order then does not follow the process); unsure is ``False``."""
+    try:
+        for item in variable.items:
+            held = getattr(item, "vt", item)
+            if not held.is_python_constant() or not _hashes_alike(held.as_python_constant()):
+                return False
+    except Exception:
+        return False
+    return True
+
+
+def _hashes_alike(value: object) -> bool:
+    if isinstance(value, (tuple, frozenset)):
+        return all(_hashes_alike(v) for v in value)
+    if type(value) is float and value != value:
+        return False  # a NaN hashes by its address
+    return type(value) in _ORDER_FREE
