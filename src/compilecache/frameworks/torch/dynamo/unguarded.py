@@ -5,12 +5,12 @@ guard. Dynamo installs none for some reads: a key a dict lacks (``os.environ.get
 unset variable), what a standard library function reads from its module's globals
 (``os.getenv``), an attribute a module lacks (``getattr(settings, "OPT", default)``), an
 object's ``__dict__``, ``hash()``'s per-process answer, a value a program put into
-``builtins``, and the order of a set (Python's, which follows the per-process string hash seed
-and the objects' addresses). :class:`UnguardedReads` hooks the Dynamo code that makes those reads: under
-compilecache's mode (never the program's own) each installs the guard torch installs for the
-nearest guarded read, or, where none can say it (``hash()``, a builtins value), keeps the
-frame's package from being stored. A package is stored only where every
-one of these hooks is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
+``builtins``, and the order of a set (which follows the per-process string hash seed and the
+objects' addresses). :class:`UnguardedReads` hooks the Dynamo code that makes those reads:
+under compilecache's mode (never the program's own) each installs the guard torch installs for
+the nearest guarded read, or, where none can say it (``hash()``, a builtins value, a set's
+order), keeps the frame's package from being stored. A package is stored only where every one
+of these hooks is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
 """
 
 from __future__ import annotations
