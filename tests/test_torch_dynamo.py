@@ -712,3 +712,33 @@ def test_a_loaded_frame_checks_its_dropped_guards_on_every_call() -> None:
     assert check({"self": {}})
     other = types.SimpleNamespace(co_qualname="g", co_firstlineno=1)
     assert guards.DroppedGuards({}, {}).for_frame(other) is None
+
+
+GUARD_BUILDERS = r"""
+import json
+import torch
+import torch._dynamo.guards as guards
+builder = guards.GuardBuilder
+print(json.dumps({
+    "hooked": hasattr(builder.get, "__wrapped__"),
+    "replaced": sorted(
+        name for name, value in vars(builder).items()
+        if name.isupper() and callable(value) and value.__module__ != guards.__name__
+    ),
+}))
+"""
+
+
+def test_the_guard_builders_torch_saves_packages_with_are_torchs_own(tmp_path: Path) -> None:
+    """torch saves each guard of a package with its builder method (``GuardBuilder.EQUALS_MATCH``
+    and the like) and pickles it by name: a builder compilecache replaced made every package
+    holding such a guard unsaveable (Llama's and Qwen2's lost theirs). Under compilecache the
+    builders are torch's own; the guard hooks go elsewhere."""
+    env = runner.child_environment(clean_env({"COMPILECACHE_URL": str(tmp_path / "store")}))
+    proc = subprocess.run(
+        [sys.executable, "-c", GUARD_BUILDERS], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["hooked"], "compilecache's guard hooks are not in place: nothing was checked"
+    assert found["replaced"] == []
