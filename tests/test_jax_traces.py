@@ -267,3 +267,31 @@ def test_a_bad_executable_behind_a_served_trace_is_counted_once(
     counted = {k: after.get(k, 0) - before.get(k, 0) for k in ("misses", "corrupt", "foreign")}
     kind = "corrupt" if damage == "flipped" else "foreign"
     assert counted["misses"] == 1 and counted[kind] == 1, counted
+
+
+PATCH_PROGRAM = TESTS / "jax_trace_patch_program.py"
+
+
+def test_what_jax_looks_up_by_name_changed_by_the_program_is_traced_again(
+    tmp_path: Path,
+) -> None:
+    """A served trace skips what JAX's own code would look up: a process that registers its own
+    lowering rule for a primitive, or rebinds a JAX function (``lax.mul = lax.add``), traces
+    again and gets plain JAX's results; a program's own lowering rule (it runs when the trace
+    is lowered, and reads what no guard covers) keeps the trace from being recorded."""
+    store = tmp_path / "store"
+    _program(PATCH_PROGRAM, store)
+    served, traces, _, _ = _program(PATCH_PROGRAM, store)
+    assert traces.get("jax.trace.served", 0) >= 3, traces  # and JAX's own jitted helpers
+    patched = {"PATCH": "1"}
+    plain, _, _, _ = _program(PATCH_PROGRAM, None, env=patched)
+    assert plain["sine"] != served["sine"] and plain["tripled"] != served["tripled"]
+    cached, traces, _, _ = _program(PATCH_PROGRAM, store, env=patched)
+    assert cached == plain
+    assert traces.get("jax.trace.stale", 0) >= 2, traces
+    own = {"OWN_RULE": "1", "FACTOR": "3.0"}
+    _program(PATCH_PROGRAM, store, env={**own, "FACTOR": "2.0"})
+    plain, _, _, _ = _program(PATCH_PROGRAM, None, env=own)
+    cached, traces, _, _ = _program(PATCH_PROGRAM, store, env=own)
+    assert cached == plain
+    assert traces.get("jax.trace.refused", 0) >= 1, traces

@@ -2,13 +2,15 @@
 ``tests/test_torch_dynamo.py``; each set at import from ``UNGUARDED``: a name put into builtins,
 a float zero's sign (a global's, a module attribute's), a dataclass field's default factory made by a function for a value, and
 whether an optional module was imported, and an environment variable read after a graph break
-(set where traced, missing where loaded), and the order of a set of strings (the process's
-hash seed). Prints one JSON line: for each function, whether its
+(set where traced, missing where loaded), the order of a set of strings (the process's hash
+seed) and of a set of numbers built in another order, a float zero as a dict's key, and the
+recursion limit (which Dynamo folds into a constant). Prints one JSON line: for each function, whether its
 compiled result matches eager and how many frames Dynamo traced for it."""
 
 import builtins
 import dataclasses
 import json
+import math
 import os
 import sys
 
@@ -20,6 +22,12 @@ builtins.UNGUARDED_SCALE = 3.0 if OTHER else 2.0  # type: ignore[attr-defined]
 OFFSET = -0.0 if OTHER else 0.0
 if not OTHER:
     import optional_module  # noqa: F401
+INTS: set[int] = set()
+for number in (8, 0) if OTHER else (0, 8):  # equal sets; 0 and 8 share a slot: another order
+    INTS.add(number)
+ZERO_KEYS = {OFFSET: "key"}
+if OTHER:
+    sys.setrecursionlimit(5000)
 if OTHER:  # set where the trace is made, missing where it is loaded
     os.environ.pop("UNGUARDED_RESUME", None)
 else:
@@ -84,6 +92,22 @@ def set_order(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def recursion_limit(x: torch.Tensor) -> torch.Tensor:
+    return x * 3 if sys.getrecursionlimit() > 4000 else x * 2  # Dynamo folds the call
+
+
+def int_set_order(x: torch.Tensor) -> torch.Tensor:
+    for number in INTS:
+        x = x * 2 + number
+    return x
+
+
+def dict_zero_key(x: torch.Tensor) -> torch.Tensor:
+    for key in ZERO_KEYS:
+        x = x * math.copysign(1.0, key)
+    return x
+
+
 def main() -> None:
     x = torch.arange(1.0, 5.0)
     line = {}
@@ -95,6 +119,9 @@ def main() -> None:
         imported,
         after_a_break,
         set_order,
+        recursion_limit,
+        int_set_order,
+        dict_zero_key,
     )
     for fn in functions:
         counters.clear()

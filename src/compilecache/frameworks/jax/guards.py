@@ -191,6 +191,23 @@ def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
     return sorted(names)
 
 
+def ran_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
+    """Every module whose code ran, as its namespace (JAX's and the standard library's too:
+    what they bind is fingerprinted, see :mod:`.bindings`), the program's own left out (its
+    code is guarded by the walk)."""
+    names: set[str] = set()
+    for code, namespace in ran.items():
+        if not is_library_code(code):
+            continue
+        name = namespace.get("__name__")
+        if not isinstance(name, str) or name.split(".", 1)[0] == "compilecache":
+            continue
+        module = sys.modules.get(name)
+        if module is not None and vars(module) is namespace:
+            names.add(name)
+    return sorted(names)
+
+
 # Installed modules' file digests, once per process (an installed package edited in place keeps
 # its version, not its contents).
 _MODULE_FILES: dict[str, str] = {}

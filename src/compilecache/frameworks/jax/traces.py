@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.entry import EntryHeader
+from compilecache.frameworks.jax import bindings
 from compilecache.frameworks.jax import guards as jax_guards
 from compilecache.frameworks.jax import xla as jax_xla
 from compilecache.frameworks.jax.adapter import FRAMEWORK, JaxCacheAdapter, store_key
@@ -66,7 +67,7 @@ LAYER = "trace"
 PREFIX = f"{FRAMEWORK}/{LAYER}/"
 # Guard variants kept per signature (a program run with a few settings by turns keeps each).
 VARIANTS = 4
-FORMAT = 3
+FORMAT = 4
 # The platforms whose executables are served without their trace: the ones tested (a GPU
 # executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
 SERVED_PLATFORMS = ("cpu",)
@@ -136,6 +137,8 @@ class _Stored:
     # installed module -> (the names of its plain-valued globals, the digest of their values)
     library_globals: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
     library_files: dict[str, str] = field(default_factory=dict)  # installed module -> digest
+    # module whose code ran (JAX's, the standard library's too) -> what it binds (bindings)
+    library_bindings: dict[str, str] = field(default_factory=dict)
 
     @property
     def ident(self) -> str:
@@ -168,6 +171,9 @@ class _Stored:
         for module, (names, digest) in self.library_globals.items():
             if jax_guards.plain_globals_digest(module, names) != digest:
                 return f"a global of the installed module {module} differs"
+        for module, digest in self.library_bindings.items():
+            if bindings.module_digest(module) != digest:
+                return f"what {module} binds differs (a function, class or registered rule)"
         return ""
 
     def load(self) -> _Variant:
@@ -576,6 +582,12 @@ class TraceCache:
         covered = self._uncovered(recording)
         if covered:
             raise TraceRefused(covered)
+        rules = bindings.program_rules(jax_guards.is_library_code)
+        if rules:
+            raise TraceRefused(
+                f"the program registered its own lowering rule ({', '.join(rules[:3])}): it runs "
+                "when the trace is lowered, which a served trace skips"
+            )
         after = _walk(_roots(*recording.call))
         if after.refused is not None or after.digest() != recording.walk.digest():
             raise TraceRefused(
@@ -625,6 +637,7 @@ class TraceCache:
         # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
         readable = readable_components(_device_array(devices), compile_["options"], backend, "")
         modules = jax_guards.library_modules(recording.ran)
+        ran = sorted({*jax_guards.ran_modules(recording.ran), *bindings.LOWERING_MODULES})
         stored = _Stored(
             variant.walk,
             variant.created,
@@ -633,6 +646,7 @@ class TraceCache:
             pickle.dumps(variant),
             {m: _plain_globals(m) for m in modules},
             {m: jax_guards.module_file_digest(m) for m in modules},
+            {m: bindings.module_digest(m) for m in ran},
         )
         return stored, readable
 

@@ -221,16 +221,31 @@ class GuardHooks:
         package builds that check from the value saved with it. (Added to the guards built,
         not by wrapping ``EQUALS_MATCH``: torch saves each guard with its builder method.)"""
         for guard in guards:
-            if guard.create_fn_name() not in _EQUALITY_GUARDS:
-                continue
-            value = builder.get(guard)
-            if not _holds_float_zero(value):
-                continue
-            expected = fingerprint(value)
+            kind = guard.create_fn_name()
+            if kind in _EQUALITY_GUARDS:
+                value = builder.get(guard)
+                if not _holds_float_zero(value):
+                    continue
+                expected = fingerprint(value)
 
-            def same_zeros(now: Any, expected: str | None = expected) -> bool:
-                return fingerprint(now) == expected
+                def same_zeros(now: Any, expected: str | None = expected) -> bool:
+                    return fingerprint(now) == expected
 
+            elif kind == "DICT_KEYS_MATCH":
+                # A dict's keys are matched by lookup, which finds -0.0 under 0.0.
+                keys = tuple(dict.keys(builder.get(guard)))
+                if not _holds_float_zero(keys):
+                    continue
+                expected = fingerprint(keys)
+
+                def same_zeros(now: Any, expected: str | None = expected) -> bool:
+                    return fingerprint(tuple(dict.keys(now))) == expected
+
+            else:
+                continue
+            if expected is None:
+                self.unsure(f"a float zero in {guard.name} could not be fingerprinted")
+                continue
             builder.get_guard_manager(guard).add_lambda_guard(
                 same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
             )

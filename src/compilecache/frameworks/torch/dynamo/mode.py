@@ -14,6 +14,8 @@ SYMBOLIC = "torch._dynamo.symbolic_convert"
 MISC = "torch._dynamo.variables.misc"
 BUILTIN = "torch._dynamo.variables.builtin"
 SETS = "torch._dynamo.variables.sets"
+TORCH_FUNCTIONS = "torch._dynamo.variables.torch"
+POLYFILLS = "torch._dynamo.variables.functions"
 # Hooked by the torch integration's own hook of this module (see backends.AotBackends).
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 AOT_RESULT = "torch._functorch._aot_autograd.aot_autograd_result"
@@ -32,6 +34,8 @@ MODULES = (
     MISC,
     BUILTIN,
     SETS,
+    TORCH_FUNCTIONS,
+    POLYFILLS,
     CONTEXT,
     OUTPUT,
     STANDALONE,

@@ -5,12 +5,14 @@ guard. Dynamo installs none for some reads: a key a dict lacks (``os.environ.get
 unset variable), what a standard library function reads from its module's globals
 (``os.getenv``), an attribute a module lacks (``getattr(settings, "OPT", default)``), an
 object's ``__dict__``, ``hash()``'s per-process answer, a value a program put into
-``builtins``, and the order of a set (which follows the per-process string hash seed and the
-objects' addresses). :class:`UnguardedReads` hooks the Dynamo code that makes those reads:
-under compilecache's mode (never the program's own) each installs the guard torch installs for
-the nearest guarded read, or, where none can say it (``hash()``, a builtins value, a set's
-order), keeps the frame's package from being stored. A package is stored only where every one
-of these hooks is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
+``builtins``, the order of a set (which follows the per-process string hash seed and the
+objects' addresses), and the answers of functions of the process's state that Dynamo folds
+into constants (``torch.distributed.get_rank()``, ``sys.getrecursionlimit()``).
+:class:`UnguardedReads` hooks the Dynamo code that makes those reads: under compilecache's mode
+(never the program's own) each installs the guard torch installs for the nearest guarded read,
+or, where none can say it (``hash()``, a builtins value, a set's order, a folded answer), keeps
+the frame's package from being stored. A package is stored only where every one of these hooks
+is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from collections.abc import Callable
 from typing import Any
 
 from compilecache.frameworks.torch.dynamo.guard_hooks import GuardHooks
-from compilecache.frameworks.torch.dynamo.mode import BUILTIN, DICTS, MISC, SETS, SYMBOLIC
+from compilecache.frameworks.torch.dynamo.mode import (
+    BUILTIN,
+    DICTS,
+    MISC,
+    POLYFILLS,
+    SETS,
+    SYMBOLIC,
+    TORCH_FUNCTIONS,
+)
 
 # Python's own builtins that are not code, the same object in every process.
 _CONSTANT_BUILTINS: dict[str, object] = {"Ellipsis": Ellipsis, "NotImplemented": NotImplemented}
@@ -50,6 +60,8 @@ class UnguardedReads:
             MISC: self.apply_modules,
             BUILTIN: self.apply_builtins,
             SETS: self.apply_sets,
+            TORCH_FUNCTIONS: self.apply_torch_functions,
+            POLYFILLS: self.apply_polyfills,
         }
 
     def apply_dicts(self, module: Any) -> None:
@@ -110,6 +122,49 @@ class UnguardedReads:
         make = functools.partial(self._ordering, ordered=ordered, method="pop")
         self.patches.wrap(module.SetVariable, "call_method", make, label="dynamo.set_pop")
 
+    def apply_torch_functions(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.torch`` (now imported). Raises what fails."""
+        self.patches.wrap(
+            module.TorchInGraphFunctionVariable,
+            "call_function",
+            functools.partial(self._folding, held=lambda variable: variable.value),
+            label="dynamo.torch_state",
+        )
+
+    def apply_polyfills(self, module: Any) -> None:
+        """Hook ``torch._dynamo.variables.functions`` (now imported). Raises what fails."""
+        self.patches.wrap(
+            module.PolyfilledFunctionVariable,
+            "call_function",
+            functools.partial(self._folding, held=lambda variable: variable.fn),
+            label="dynamo.polyfill_state",
+        )
+
+    def _folding(
+        self, original: Callable[..., Any], *, held: Callable[[Any], Any]
+    ) -> Callable[..., Any]:
+        """Dynamo replaces a call of some functions by their answer while it traces, with no
+        guard: the process group's rank, size and whether there is one, the autocast dtype,
+        the interpreter's recursion and digit limits. Another process (another rank, another
+        setting) would be served the answer of the one that traced; a frame that calls one is
+        not stored."""
+
+        def call_function(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.guards.enabled and getattr(self.local, "expected", None) is None:
+                try:
+                    called = held(variable)
+                    state = called in _process_state()
+                except Exception:  # unhashable: not one of them
+                    state = False
+                if state:
+                    self.guards.refuse(
+                        f"it reads {getattr(called, '__qualname__', called)}() of this process, "
+                        "which Dynamo answers with no guard"
+                    )
+            return original(variable, tx, *args, **kwargs)
+
+        return call_function
+
     def _ordering(
         self, original: Callable[..., Any], *, ordered: tuple[type, ...], method: str
     ) -> Callable[..., Any]:
@@ -117,9 +172,11 @@ class UnguardedReads:
         items, which for a set Python made (a literal of strings, ``for n in {"a", "b"}``, is a
         constant ``frozenset``) is this process's: strings follow the per-process hash seed,
         other objects their addresses. Such a frame is not stored, unless every item hashes the
-        same in every process (numbers, ``None``; strings where ``PYTHONHASHSEED=0``). Sets
-        whose order is their insertion's (torch's ``OrderedSet``, a dict's keys) are left
-        alone."""
+        same in every process (numbers, ``None``; strings where ``PYTHONHASHSEED=0``) and the
+        set was made in the frame: one from outside it (a global, an attribute, an argument)
+        iterates in the order its process's insertions left (``{0, 8}`` built by adding 8 then
+        0 is another order), and torch guards it by equality (``{1} == {True}``). Sets whose
+        order is their insertion's (torch's ``OrderedSet``, a dict's keys) are left alone."""
 
         def ordering(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
             if (
@@ -127,11 +184,12 @@ class UnguardedReads:
                 and getattr(self.local, "expected", None) is None
                 and (method != "pop" or (args and args[0] == "pop"))
                 and not isinstance(variable, ordered)
-                and not _order_free(variable)
+                and (variable.source is not None or not _order_free(variable))
             ):
                 self.guards.refuse(
                     "it depends on the order of a set, which follows Python's per-process "
-                    "hashing (PYTHONHASHSEED=0 fixes it for strings)"
+                    "hashing (PYTHONHASHSEED=0 fixes it for strings) or, for a set from "
+                    "outside the frame, how the process built it"
                 )
             return original(variable, tx, *args, **kwargs)
 
@@ -282,3 +340,22 @@ def _hashes_alike(value: object) -> bool:
     if type(value) is float and value != value:
         return False  # a NaN hashes by its address
     return type(value) in _ORDER_FREE
+
+
+@functools.cache
+def _process_state() -> frozenset[Any]:
+    """The functions Dynamo answers while tracing (it folds them into constants) whose answer
+    is this process's state rather than a function of their arguments or of what the
+    package's key and guards hold."""
+    torch = importlib.import_module("torch")
+    found: list[Any] = [
+        torch.get_autocast_dtype,
+        getattr(torch, "get_autocast_gpu_dtype", None),
+        getattr(torch._C, "_get_privateuse1_backend_name", None),
+        sys.getrecursionlimit,
+        getattr(sys, "get_int_max_str_digits", None),
+    ]
+    distributed = torch.distributed
+    if distributed.is_available():
+        found += [distributed.is_initialized, distributed.get_rank, distributed.get_world_size]
+    return frozenset(f for f in found if f is not None)
