@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,32 @@ def test_a_program_file_is_compared_by_its_contents(tmp_path: Path) -> None:
     source.write_text("X = 3\n")  # changed now: the process may run its former text
     with pytest.raises(guards.Refused, match="changed while this process ran"):
         guards.file_digest(str(source))
+
+
+def test_a_file_written_just_before_the_process_started_is_not_taken_as_changed_since(
+    tmp_path: Path,
+) -> None:
+    """A program file changed after its process started is refused (the code running may be
+    its former text); one written just before the start is not. The start used to come from
+    the boot time /proc/stat gives in whole seconds: up to a second early, so that a file a
+    test (or a job script) wrote in that second before starting the process was refused."""
+    program = tmp_path / "written.py"
+    program.write_text("X = 1\n")
+    time.sleep(0.3)
+    check = (
+        "import json, sys, time\n"
+        "from compilecache.frameworks.jax import guards\n"
+        "print(json.dumps({'start': guards._STARTED, 'now': time.time(),\n"
+        "                  'digest': guards.file_digest(sys.argv[1])}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", check, str(program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert program.stat().st_mtime < found["start"] <= found["now"]
+    assert len(found["digest"]) == 64

@@ -84,7 +84,9 @@ def _watched(namespace: dict[str, Any], name: str) -> list[Any]:
         if isinstance(value, type) and value.__module__ == name:
             own = vars(value)
             watched.append(own)
-            watched.extend(v for v in list(own.values()) if type(v) is dict)
+            for table in [v for v in list(own.values()) if type(v) is dict]:
+                watched.append(table)
+                watched.extend(v for v in list(table.values()) if isinstance(v, dict))
         elif isinstance(value, dict):
             watched.append(value)
             watched.extend(v for v in list(value.values()) if isinstance(v, dict))
@@ -129,11 +131,13 @@ def _defined_as(value: object, key: str) -> bool:
 
 
 def _table(table: dict[Any, Any], depth: int = 0) -> str:
-    """A dict's entries whose values are functions, classes or callables (a registry), or
-    dicts of them, in a stable order; ``{}`` where it holds none."""
+    """A dict's entries whose values are functions or callables (a registry), or dicts of
+    them, in a stable order; ``{}`` where it holds none."""
     entries = []
     for key, value in list(table.items()):
-        held = identity(value)
+        # Classes as values are a cache's (ctypes' pointer types, made as they are asked for):
+        # what it holds follows the process's history. A registry holds functions.
+        held = "" if isinstance(value, type) else identity(value)
         if not held and depth == 0 and isinstance(value, dict):
             held = _table(value, 1)
             held = "" if held == "{}" else held

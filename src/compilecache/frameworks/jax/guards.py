@@ -412,10 +412,12 @@ def _process_start() -> float:
     try:
         with open("/proc/self/stat") as handle:
             ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as handle:
-            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration, IndexError):
+        # Its age on the clock /proc counts in (since boot), taken from the wall clock now: the
+        # boot time /proc/stat gives is whole seconds, up to a second early, and a file written
+        # in that second before the process started looked changed while it ran.
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - max(age, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()  # no /proc: the module's import, a little later than the start
 
 
