@@ -40,7 +40,7 @@ import sysconfig
 import time
 import types
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # Modules whose state is outside the program (environment, arguments, clocks, random state,
@@ -178,29 +178,35 @@ def library_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
     """The installed packages' modules (outside JAX) whose code ran (code -> the globals it
     ran with). The standard library's are left out: trusted by Python's version, and some keep
     a value of their process (``logging._startTime``). So is code of no module's namespace."""
-    names: set[str] = set()
-    for code, namespace in ran.items():
-        if installed_rest(code.co_filename) is None:
-            continue
-        name = namespace.get("__name__")
-        if not isinstance(name, str) or name.split(".", 1)[0] in _OWN_GLOBALS:
-            continue
-        module = sys.modules.get(name)
-        if module is not None and vars(module) is namespace:
-            names.add(name)
-    return sorted(names)
+    return _modules_that_ran(
+        ran,
+        lambda code: installed_rest(code.co_filename) is not None,
+        excluded=_OWN_GLOBALS,
+    )
 
 
 def ran_modules(ran: dict[types.CodeType, dict[str, Any]]) -> list[str]:
     """Every module whose code ran, as its namespace (JAX's and the standard library's too:
     what they bind is fingerprinted, see :mod:`.bindings`), the program's own left out (its
     code is guarded by the walk)."""
+    return _modules_that_ran(ran, is_library_code, excluded=("compilecache",))
+
+
+def _modules_that_ran(
+    ran: dict[types.CodeType, dict[str, Any]],
+    counted: Callable[[types.CodeType], bool],
+    *,
+    excluded: Iterable[str],
+) -> list[str]:
+    """The modules whose code (those ``counted``) ran in their own namespace, but those of the
+    top-level packages ``excluded``."""
+    left_out = set(excluded)
     names: set[str] = set()
     for code, namespace in ran.items():
-        if not is_library_code(code):
+        if not counted(code):
             continue
         name = namespace.get("__name__")
-        if not isinstance(name, str) or name.split(".", 1)[0] == "compilecache":
+        if not isinstance(name, str) or name.split(".", 1)[0] in left_out:
             continue
         module = sys.modules.get(name)
         if module is not None and vars(module) is namespace:

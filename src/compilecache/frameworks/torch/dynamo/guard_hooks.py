@@ -81,6 +81,14 @@ def _strict_precompile() -> bool:
 _EQUALITY_GUARDS = frozenset({"EQUALS_MATCH", "CONSTANT_MATCH"})
 
 
+def _itself(value: Any) -> Any:
+    return value
+
+
+def _dict_keys(value: Any) -> tuple[Any, ...]:
+    return tuple(dict.keys(value))
+
+
 def _holds_float_zero(value: object) -> bool:
     """Whether ``value`` is a float zero, or a sequence or set holding one (at any depth)."""
     if isinstance(value, float):
@@ -143,6 +151,12 @@ class GuardHooks:
     def enabled(self) -> bool:
         """Whether caching_precompile is on because of compilecache now."""
         return self._enabled()
+
+    @property
+    def tracing(self) -> bool:
+        """Whether a frame's guards are being made under compilecache's mode (the mode is ours,
+        and no loaded package's guards are being built again)."""
+        return self.enabled and getattr(self.local, "expected", None) is None
 
     def _noting(self) -> bool:
         """:attr:`enabled`, as it was when the guard manager being built began (a build reads
@@ -223,29 +237,24 @@ class GuardHooks:
         for guard in guards:
             kind = guard.create_fn_name()
             if kind in _EQUALITY_GUARDS:
-                value = builder.get(guard)
-                if not _holds_float_zero(value):
-                    continue
-                expected = fingerprint(value)
-
-                def same_zeros(now: Any, expected: str | None = expected) -> bool:
-                    return fingerprint(now) == expected
-
+                checked: Callable[[Any], Any] = _itself
             elif kind == "DICT_KEYS_MATCH":
-                # A dict's keys are matched by lookup, which finds -0.0 under 0.0.
-                keys = tuple(dict.keys(builder.get(guard)))
-                if not _holds_float_zero(keys):
-                    continue
-                expected = fingerprint(keys)
-
-                def same_zeros(now: Any, expected: str | None = expected) -> bool:
-                    return fingerprint(tuple(dict.keys(now))) == expected
-
+                checked = _dict_keys  # matched by lookup, which finds -0.0 under 0.0
             else:
                 continue
+            value = checked(builder.get(guard))
+            if not _holds_float_zero(value):
+                continue
+            expected = fingerprint(value)
             if expected is None:
                 self.unsure(f"a float zero in {guard.name} could not be fingerprinted")
                 continue
+
+            def same_zeros(
+                now: Any, expected: str | None = expected, checked: Any = checked
+            ) -> bool:
+                return fingerprint(checked(now)) == expected
+
             builder.get_guard_manager(guard).add_lambda_guard(
                 same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
             )

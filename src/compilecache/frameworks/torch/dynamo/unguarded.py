@@ -150,7 +150,7 @@ class UnguardedReads:
         not stored."""
 
         def call_function(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.guards.enabled and getattr(self.local, "expected", None) is None:
+            if self.guards.tracing:
                 try:
                     called = held(variable)
                     state = called in _process_state()
@@ -180,8 +180,7 @@ class UnguardedReads:
 
         def ordering(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
             if (
-                self.guards.enabled
-                and getattr(self.local, "expected", None) is None
+                self.guards.tracing
                 and (method != "pop" or (args and args[0] == "pop"))
                 and not isinstance(variable, ordered)
                 and (variable.source is not None or not _order_free(variable))
@@ -257,7 +256,7 @@ class UnguardedReads:
         not stored."""
 
         def call_hash(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.guards.enabled and getattr(self.local, "expected", None) is None:
+            if self.guards.tracing:
                 self.guards.refuse("it calls hash() while traced")
             return original(variable, tx, *args, **kwargs)
 
@@ -270,7 +269,7 @@ class UnguardedReads:
         the same in every process)."""
 
         def load_builtin_from_argval(tx: Any, argval: Any) -> Any:
-            if self.guards.enabled and getattr(self.local, "expected", None) is None:
+            if self.guards.tracing:
                 value = tx.f_builtins.get(argval, _ABSENT)
                 if not callable(value) and _CONSTANT_BUILTINS.get(argval, _ABSENT) is not value:
                     self.guards.refuse(f"it reads {argval!r} from builtins, which has no guard")
