@@ -392,7 +392,8 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     checks ``== 0.0``; a global's, a module attribute's), a dataclass default factory made for a
     value, an optional module imported or not (``"m" in sys.modules``), an environment variable
     read after a graph break, a set of strings looped over (its order: the hash seed's), a set
-    of numbers built in another order, a float zero as a dict key, the recursion limit: each
+    of numbers built in another order (looped over, or a set made from it: checked by its
+    order), a float zero as a dict key, the recursion limit: each
     set at import from the environment. Another machine with the other values computes what
     eager computes (the variable missing there: the package's install is taken out, its resume
     function's entry too, not left to call a graph that is gone); the same values again are
@@ -416,6 +417,7 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     assert same["after_a_break"]["frames"] == 0, same
     assert same["set_order"]["frames"] == 1, same  # each process its own order: not stored
     assert same["int_set_order"]["frames"] == 1, same  # a global set's order: its process's
+    assert same["derived_set_order"]["frames"] == 0, same  # checked: the same order is served
     assert same["recursion_limit"]["frames"] == 1, same  # folded with no guard: not stored
     assert unseeded_again["set_order"]["frames"] == 0, unseeded_again
     assert back["set_order"]["frames"] == 1, back  # not served what PYTHONHASHSEED=0 stored

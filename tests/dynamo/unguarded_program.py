@@ -3,7 +3,7 @@
 a float zero's sign (a global's, a module attribute's), a dataclass field's default factory made by a function for a value, and
 whether an optional module was imported, and an environment variable read after a graph break
 (set where traced, missing where loaded), the order of a set of strings (the process's hash
-seed) and of a set of numbers built in another order, a float zero as a dict's key, and the
+seed) and of a set of numbers built in another order (looped over, or a set made from it), a float zero as a dict's key, and the
 recursion limit (which Dynamo folds into a constant). Prints one JSON line: for each function, whether its
 compiled result matches eager and how many frames Dynamo traced for it."""
 
@@ -102,6 +102,12 @@ def int_set_order(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def derived_set_order(x: torch.Tensor) -> torch.Tensor:
+    for number in INTS | {1}:  # a set made from the global's, in the global's order
+        x = x * 2 + number
+    return x
+
+
 def dict_zero_key(x: torch.Tensor) -> torch.Tensor:
     for key in ZERO_KEYS:
         x = x * math.copysign(1.0, key)
@@ -121,6 +127,7 @@ def main() -> None:
         set_order,
         recursion_limit,
         int_set_order,
+        derived_set_order,
         dict_zero_key,
     )
     for fn in functions:

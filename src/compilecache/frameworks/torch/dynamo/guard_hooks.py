@@ -100,6 +100,16 @@ def _holds_float_zero(value: object) -> bool:
     return False
 
 
+def _holds_ordered_set(value: object) -> bool:
+    """Whether ``value`` is a set of two or more items (which have an order), or a sequence or
+    set holding one (at any depth)."""
+    if isinstance(value, (set, frozenset)):
+        return len(value) > 1 or any(_holds_ordered_set(v) for v in value)
+    if isinstance(value, (tuple, list)):
+        return any(_holds_ordered_set(v) for v in value)
+    return False
+
+
 class _QuietDroppedGuards(logging.Filter):
     """Keeps Dynamo's warnings about guards that package mode drops out of the program's
     output while the mode is compilecache's (the program did not ask for it, and the guards are
@@ -257,6 +267,40 @@ class GuardHooks:
 
             builder.get_guard_manager(guard).add_lambda_guard(
                 same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
+            )
+
+    def _guard_set_orders(self, builder: Any, guards: list[Any]) -> None:
+        """torch's ``EQUALS_MATCH`` checks a set with ``==``, which holds for an equal set in
+        another order; but a trace that iterates the set, or makes another from it (``S |
+        {1}``, ``S.copy()``, ``list(S)``), has the order of the set where it was traced baked
+        in (ints inserted in another order, strings under another hash seed, objects at other
+        addresses). Under compilecache's mode a constant holding a set is also checked by its
+        fingerprint, which lists a set in its iteration order, on every call: against the
+        value where the frame was traced. For a loaded package that is the fingerprint
+        recorded with it, not the set torch saves with its guards: that one is rebuilt here,
+        in this process's order."""
+        loaded = getattr(self.local, "expected", None)
+        recorded = None if loaded is None else loaded.get(frame_key(builder.f_code), [])
+        for guard in guards:
+            if guard.create_fn_name() not in _EQUALITY_GUARDS:
+                continue
+            value = builder.get(guard)
+            if not _holds_ordered_set(value):
+                continue
+            if recorded is None:  # traced here: this value's order is the trace's
+                found = fingerprint(value)
+                orders = set() if found is None else {found}
+            else:
+                orders = {values[guard.name] for values in recorded if guard.name in values}
+            if not orders:
+                self.unsure(f"the order of the set in {guard.name} could not be fingerprinted")
+                continue
+
+            def same_order(now: Any, orders: frozenset[str] = frozenset(orders)) -> bool:
+                return fingerprint(now) in orders
+
+            builder.get_guard_manager(guard).add_lambda_guard(
+                same_order, [f"{guard.name}: a set in the order {min(orders)[:80]}"], None
             )
 
     def unsure(self, why: str) -> None:
@@ -518,6 +562,10 @@ class GuardHooks:
                     self._guard_signed_zeros(builder, guards)
                 except Exception as exc:
                     self.unsure(f"a float zero's sign could not be guarded ({exc})")
+                try:
+                    self._guard_set_orders(builder, guards)
+                except Exception as exc:
+                    self.unsure(f"a set's order could not be guarded ({exc})")
             return original(manager, builder, guards, *args)
 
         return compile_check_fn
