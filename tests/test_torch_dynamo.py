@@ -427,6 +427,35 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
 
 
 @pytest.mark.slow
+def test_answers_dynamo_folds_or_checks_by_equality_are_not_served_to_another_process(
+    tmp_path: Path,
+) -> None:
+    """An object's ``id()`` and a string's ``__hash__()`` (another in every process: never
+    stored), a dict's key that only equals the other's (``1``, ``True``), a class registered
+    with an ABC in one process only, what a module of the program's own that shares a standard
+    library module's name reads, a function's annotation and an ``inspect.Signature`` made at
+    import (not stored): each set at import from the environment. Another process with the
+    other values computes what eager computes; the same values are served where they are
+    checked."""
+    where = program_dir(tmp_path)
+    store = str(tmp_path / "store")
+    program = "folded_program.py"
+    seeded = {"PYTHONHASHSEED": "random"}
+    (first,) = run(where, "a", store, program=program, **seeded)
+    (same,) = run(where, "b", store, program=program, **seeded)
+    (other,) = run(where, "c", store, program=program, UNGUARDED="1", **seeded)
+    for line in (first, same, other):
+        assert all(fn["matches_eager"] for fn in line.values()), line
+    for served in ("dict_key_type", "abc_registered", "stdlib_named"):
+        assert same[served]["frames"] == 0, same
+    # (A function's annotation is not stored where Dynamo reads it unguarded, torch 2.13, and
+    # served where torch guards it; either way the other process traces it again.)
+    for refused in ("object_id", "hash_method", "signature_default"):
+        assert same[refused]["frames"] == 1, (refused, same)
+    assert all(fn["frames"] == 1 for fn in other.values()), other
+
+
+@pytest.mark.slow
 def test_a_package_torch_cannot_install_is_traced_instead(tmp_path: Path) -> None:
     """An entry whose guards torch fails to build again (here: their saved state unreadable)
     is an error counted once; Dynamo traces, the program computes what it computed."""

@@ -37,6 +37,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     DERIVED,
     DROPPED,
     PER_PROCESS_GUARDS,
+    LiveCheck,
     Unverifiable,
     code_digest,
     defining_module,
@@ -70,6 +71,8 @@ _NON_LEAF_GRAD_WARNING = "The .grad attribute of a Tensor that is not a leaf Ten
 # environment's dicts by the end of their source names.
 _WHOLE = ("SEQUENCE_LENGTH", "DICT_KEYS_MATCH")
 _ENVIRONMENT_DICTS = (".environ._data", ".environb._data")
+# How the keys of a dict a frame's guards check are named among its recorded values.
+_KEYS = "KEYS"
 
 
 def _strict_precompile() -> bool:
@@ -237,37 +240,88 @@ class GuardHooks:
 
         return get
 
-    def _guard_signed_zeros(self, builder: Any, guards: list[Any]) -> None:
-        """torch's ``EQUALS_MATCH`` checks a constant with ``==``, which holds for ``0.0``
-        against ``-0.0`` (and a tuple holding either): a trace that divides by it, or copies
-        its sign, would be served to the other. Under compilecache's mode a constant holding a
-        float zero is also checked by its fingerprint (a float's bits), on every call; a loaded
-        package builds that check from the value saved with it. (Added to the guards built,
-        not by wrapping ``EQUALS_MATCH``: torch saves each guard with its builder method.)"""
+    def _guard_lookalikes(self, builder: Any, guards: list[Any]) -> None:
+        """What torch's guards let through that a trace can tell apart, checked by its
+        fingerprint (types, floats by their bits, order) on every call. (Added to the guards
+        built, not by wrapping torch's: torch saves each guard with its builder method.)
+
+        - ``EQUALS_MATCH`` checks a constant with ``==``, which holds for ``0.0`` against
+          ``-0.0`` (and a tuple holding either): a trace that divides by it, or copies its
+          sign, would be served to the other. A constant holding a float zero is checked (a
+          loaded package's against the value saved with it, which the load compares with the
+          one recorded where it was traced).
+        - ``DICT_KEYS_MATCH`` finds a dict's keys by lookup, which finds ``True`` or ``1.0``
+          under ``1`` (and a ``str`` subclass's key under the plain string); and a dict's keys
+          read through ``list(d)`` are guarded by its length alone (``SEQUENCE_LENGTH``): a
+          trace that uses a key itself (its value, type or methods) would be served to the
+          other. The keys of such a dict are checked where any is not a plain string, or
+          where only the length guards them: against the keys recorded where the frame was
+          traced (a dict reached through a class or a function is this process's own at
+          load, not a saved copy)."""
+        loaded = getattr(self.local, "expected", None)
+        recorded = None if loaded is None else loaded.get(frame_key(builder.f_code), [])
+        checked_keys: set[str] = set()
+        matched_keys = {g.name for g in guards if g.create_fn_name() == "DICT_KEYS_MATCH"}
         for guard in guards:
             kind = guard.create_fn_name()
             if kind in _EQUALITY_GUARDS:
                 checked: Callable[[Any], Any] = _itself
-            elif kind == "DICT_KEYS_MATCH":
+            elif kind in ("DICT_KEYS_MATCH", "SEQUENCE_LENGTH"):
+                if guard.name in checked_keys:
+                    continue
                 checked = _dict_keys  # matched by lookup, which finds -0.0 under 0.0
             else:
                 continue
-            value = checked(builder.get(guard))
-            if not _holds_float_zero(value):
+            held = builder.get(guard)
+            if checked is _dict_keys and not isinstance(held, dict):
+                continue  # the length of a list or a tuple: its items have their own guards
+            value = checked(held)
+            zero = _holds_float_zero(value)
+            if not zero and checked is _dict_keys:
+                by_length = guard.name not in matched_keys  # only its length is guarded
+                if not value or (not by_length and all(type(key) is str for key in value)):
+                    continue
+            elif not zero:
                 continue
-            expected = fingerprint(value)
-            if expected is None:
-                self.unsure(f"a float zero in {guard.name} could not be fingerprinted")
-                continue
+            found = fingerprint(value)
+            if found is None:
+                if zero:
+                    self.unsure(f"a float zero in {guard.name} could not be fingerprinted")
+                continue  # keys that are objects: matched by identity, not by equality
+            expected = {found}
+            if checked is _dict_keys:
+                checked_keys.add(guard.name)
+                noted = f"{guard.name} {_KEYS}"
+                if recorded is None:  # traced here: recorded with the frame's values
+                    self._building_set(builder.f_code)[noted] = found
+                else:
+                    expected = {values[noted] for values in recorded if noted in values}
+                    if not expected:
+                        self.unsure(f"no keys were recorded for {guard.name}")
+                        continue
+            self._check_fingerprint(builder, guard, checked, frozenset(expected))
 
-            def same_zeros(
-                now: Any, expected: str | None = expected, checked: Any = checked
-            ) -> bool:
-                return fingerprint(checked(now)) == expected
+    def _check_fingerprint(
+        self, builder: Any, guard: Any, checked: Callable[[Any], Any], expected: frozenset[str]
+    ) -> None:
+        """Add a lambda guard: ``checked`` of the guarded value has one of these fingerprints."""
 
-            builder.get_guard_manager(guard).add_lambda_guard(
-                same_zeros, [f"{guard.name}: signed zeros as in {expected}"], None
-            )
+        def same_fingerprint(now: Any) -> bool:
+            return fingerprint(checked(now)) in expected
+
+        said = [f"{guard.name}: the same as {min(expected)[:80]} (compilecache)"]
+        manager = builder.get_guard_manager(guard)
+        if type(manager).__name__ != "DictGuardManager":
+            manager.add_lambda_guard(same_fingerprint, said, None)
+            return
+        # A dict's manager takes no lambda guard: the frame's root reads it on each call.
+        live = getattr(builder, "runtime_global_scope", None) or builder.scope["G"]
+        try:
+            check = LiveCheck(guard.name, live, same_fingerprint)
+        except Unverifiable as exc:
+            self.unsure(f"{guard.name} could not be checked ({exc})")
+            return
+        builder.guard_manager.root.add_lambda_guard(check, said, None)
 
     def _guard_set_orders(self, builder: Any, guards: list[Any]) -> None:
         """torch's ``EQUALS_MATCH`` checks a set with ``==``, which holds for an equal set in
@@ -295,13 +349,7 @@ class GuardHooks:
             if not orders:
                 self.unsure(f"the order of the set in {guard.name} could not be fingerprinted")
                 continue
-
-            def same_order(now: Any, orders: frozenset[str] = frozenset(orders)) -> bool:
-                return fingerprint(now) in orders
-
-            builder.get_guard_manager(guard).add_lambda_guard(
-                same_order, [f"{guard.name}: a set in the order {min(orders)[:80]}"], None
-            )
+            self._check_fingerprint(builder, guard, _itself, frozenset(orders))
 
     def unsure(self, why: str) -> None:
         """What a package's guards rest on could not be read: a loaded package is not served
@@ -551,21 +599,22 @@ class GuardHooks:
         def compile_check_fn(manager: Any, builder: Any, guards: Any, *args: Any) -> Any:
             if self.enabled:
                 try:
-                    self._built(builder)
-                except Exception as exc:
-                    self.unsure(f"its guards' values could not be compared ({exc})")
-                try:
                     builder, guards = self._restore(manager, builder, guards)
                 except Exception as exc:  # torch's own, filtered guards stay
                     self.cache.warn_once("torch:dynamo:guards", f"guards not restored: {exc}")
+                # Before the build's values are recorded: these checks note what they expect.
                 try:
-                    self._guard_signed_zeros(builder, guards)
+                    self._guard_lookalikes(builder, guards)
                 except Exception as exc:
-                    self.unsure(f"a float zero's sign could not be guarded ({exc})")
+                    self.unsure(f"a float zero's sign or a key's type could not be guarded ({exc})")
                 try:
                     self._guard_set_orders(builder, guards)
                 except Exception as exc:
                     self.unsure(f"a set's order could not be guarded ({exc})")
+                try:
+                    self._built(builder)
+                except Exception as exc:
+                    self.unsure(f"its guards' values could not be compared ({exc})")
             return original(manager, builder, guards, *args)
 
         return compile_check_fn

@@ -11,6 +11,7 @@ all on every call.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import enum
 import functools
@@ -77,7 +78,8 @@ def identity(value: object) -> str:
         cls = value.__objclass__
         return f"method {cls.__module__}.{cls.__qualname__}.{value.__name__}"
     if isinstance(value, type):
-        return f"type {value.__module__}.{value.__qualname__}{_class_state(value)}"
+        state = _class_state(value) + _registrations(value)
+        return f"type {value.__module__}.{value.__qualname__}{state}"
     if isinstance(value, types.BuiltinFunctionType):
         # A module's builtin (len, torch._C._nn.gelu), not a method bound to some object.
         owner = getattr(value, "__self__", None)
@@ -91,6 +93,31 @@ def own_source(module: str) -> bool:
     not the standard library's, nor torch's (the key holds their versions)."""
     top = module.partition(".")[0]
     return top not in sys.stdlib_module_names and top not in ("torch", "builtins")
+
+
+def _registrations(cls: type) -> str:
+    """For an ABC, the classes registered with it or with an ABC derived from it (what
+    ``isinstance``/``issubclass`` consult besides the bases, and Dynamo answers while it traces
+    with no guard): ``Base.register(Impl)`` run in one process only makes another class."""
+    if not isinstance(cls, abc.ABCMeta):
+        return ""
+    found: set[str] = set()
+    seen: set[int] = set()
+    pending: list[type] = [cls]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, abc.ABCMeta):
+            registry = abc._get_dump(current)[0]  # type: ignore[attr-defined]
+            for ref in registry:
+                held = ref()
+                if held is not None:
+                    found.add(f"{held.__module__}.{held.__qualname__}")
+        with contextlib.suppress(TypeError):  # type.__subclasses__ of a metaclass
+            pending.extend(type.__subclasses__(current))
+    return f" registered {digest(';'.join(sorted(found)).encode())[:16]}" if found else ""
 
 
 def _class_state(cls: type) -> str:
@@ -276,6 +303,24 @@ def _compiled(name: str) -> types.CodeType:
     if not _SOURCE.match(name.replace(", ", ",")):
         raise Unverifiable(f"not a source expression: {name!r}")
     return compile(name, "<dropped guard>", "eval")
+
+
+class LiveCheck:
+    """A check of one source's value on each call, read from the frame's locals and its
+    module's live globals: for a value whose own guard manager takes no lambda guard (a
+    dict's). False where the source cannot be read (Dynamo compiles again)."""
+
+    def __init__(self, name: str, scope: Mapping[str, Any], test: Callable[[Any], bool]):
+        self.code = _compiled(name)
+        self.scope = scope
+        self.test = test
+
+    def __call__(self, frame_locals: Any) -> bool:
+        try:
+            names = {**frame_locals, "G": self.scope, "L": frame_locals}
+            return bool(self.test(eval(self.code, _EVAL_GLOBALS, names)))
+        except Exception:
+            return False
 
 
 def frame_key(code: Any) -> str:

@@ -7,7 +7,9 @@ unset variable), what a standard library function reads from its module's global
 object's ``__dict__``, ``hash()``'s per-process answer, a value a program put into
 ``builtins``, the order of a set (which follows the per-process string hash seed and the
 objects' addresses), and the answers of functions of the process's state that Dynamo folds
-into constants (``torch.distributed.get_rank()``, ``sys.getrecursionlimit()``).
+into constants (``torch.distributed.get_rank()``, ``sys.getrecursionlimit()``), ``id()``, an ABC's
+registrations (``isinstance``), a function's ``__annotations__`` and an ``inspect.Signature``
+from outside the frame.
 :class:`UnguardedReads` hooks the Dynamo code that makes those reads: under compilecache's mode
 (never the program's own) each installs the guard torch installs for the nearest guarded read,
 or, where none can say it (``hash()``, a builtins value, a set's order, a folded answer), keeps
@@ -17,14 +19,18 @@ is in place (``DynamoPackages`` checks :attr:`UnguardedReads.hooks`).
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib
 import os
 import sys
+import sysconfig
+import typing
 from collections.abc import Callable
 from typing import Any
 
 from compilecache.frameworks.torch.dynamo.guard_hooks import GuardHooks
+from compilecache.frameworks.torch.dynamo.guards import own_source
 from compilecache.frameworks.torch.dynamo.mode import (
     BUILTIN,
     DICTS,
@@ -107,8 +113,29 @@ class UnguardedReads:
             )
 
     def apply_builtins(self, module: Any) -> None:
-        """Hook ``torch._dynamo.variables.builtin`` (now imported). Raises what fails."""
-        self.patches.wrap(module.BuiltinVariable, "call_hash", self._hashing, label="dynamo.hash")
+        """Hook ``torch._dynamo.variables.builtin`` (now imported, and with it the variables'
+        base and constant modules). Raises what fails."""
+        builtin = module.BuiltinVariable
+        self.patches.wrap(builtin, "call_hash", self._hashing, label="dynamo.hash")
+        # "abc".__hash__(), t.__hash__(), tuple.__hash__(t): a constant's own method, and the
+        # one every other variable's __hash__ goes through.
+        constant = importlib.import_module("torch._dynamo.variables.constant")
+        base = importlib.import_module("torch._dynamo.variables.base")
+        for owner in (constant.ConstantVariable, base.VariableTracker):
+            self.patches.wrap(
+                owner, "call_method", self._hashing_method, label="dynamo.hash_method"
+            )
+        self.patches.wrap(builtin, "call_id", self._identifying, label="dynamo.id")
+        for name in ("call_isinstance", "call_issubclass"):
+            self.patches.wrap(
+                builtin,
+                name,
+                functools.partial(self._subclassing, instance=name == "call_isinstance"),
+                label=f"dynamo.{name}",
+            )
+        user_defined = importlib.import_module("torch._dynamo.variables.user_defined")
+        inspected = user_defined.InspectVariable
+        self.patches.wrap(inspected, "__init__", self._inspecting, label="dynamo.inspect")
 
     def apply_sets(self, module: Any) -> None:
         """Hook ``torch._dynamo.variables.sets`` (now imported). Raises what fails."""
@@ -133,6 +160,10 @@ class UnguardedReads:
 
     def apply_polyfills(self, module: Any) -> None:
         """Hook ``torch._dynamo.variables.functions`` (now imported). Raises what fails."""
+        if hasattr(module, "fn_var_getattr"):  # torch 2.13's; 2.15 guards annotations
+            self.patches.wrap(
+                module, "fn_var_getattr", self._annotations, label="dynamo.annotations"
+            )
         self.patches.wrap(
             module.PolyfilledFunctionVariable,
             "call_function",
@@ -262,6 +293,88 @@ class UnguardedReads:
 
         return call_hash
 
+    def _hashing_method(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``x.__hash__()`` traced, as :meth:`_hashing`: such a frame is not stored."""
+
+        def call_method(variable: Any, tx: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "__hash__" and self.guards.tracing:
+                self.guards.refuse("it calls __hash__() while traced")
+            return original(variable, tx, name, *args, **kwargs)
+
+        return call_method
+
+    def _identifying(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``id(obj)`` traced: Dynamo bakes the address in (guarded by identity, which another
+        process checks by what the object is, not where it lives). Such a frame is not
+        stored."""
+
+        def call_id(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.guards.tracing:
+                self.guards.refuse("it calls id() while traced")
+            return original(variable, tx, *args, **kwargs)
+
+        return call_id
+
+    def _subclassing(self, original: Callable[..., Any], *, instance: bool) -> Callable[..., Any]:
+        """``isinstance``/``issubclass`` traced: Dynamo answers them while it traces, with no
+        guard on what an ABC's answer rests on besides the classes' bases: its registry
+        (``Base.register(Impl)`` run in one process only) and ``__subclasshook__``, or another
+        metaclass's own check. A frame whose answer is not decided by the bases alone is not
+        stored."""
+
+        def call(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.guards.tracing and len(args) == 2:
+                try:
+                    derived = _derived_class(args[0], instance)
+                    classes = _checked_classes(args[1].as_python_constant())
+                    unsettled = [
+                        cls
+                        for cls in classes
+                        if derived is None or not _decided_by_bases(derived, cls)
+                    ]
+                except Exception:  # not a constant: Dynamo does not fold it either
+                    unsettled = []
+                if unsettled:
+                    which = "isinstance" if instance else "issubclass"
+                    self.guards.refuse(
+                        f"it calls {which}() of {getattr(derived, '__qualname__', derived)} "
+                        f"and {getattr(unsettled[0], '__qualname__', unsettled[0])}, whose "
+                        "answer another process's registrations or hooks can change"
+                    )
+            return original(variable, tx, *args, **kwargs)
+
+        return call
+
+    def _inspecting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """An ``inspect.Signature`` or ``inspect.Parameter`` from outside the frame (a global
+        made at import): Dynamo reads it with no guard (its source is marked to skip them),
+        and a default set from the environment is baked in. Such a frame is not stored."""
+
+        def __init__(variable: Any, *args: Any, **kwargs: Any) -> None:
+            original(variable, *args, **kwargs)
+            unguarded = type(kwargs.get("source")).__name__ == "SkipGuardSource"
+            if unguarded and self.guards.tracing:
+                self.guards.refuse("it reads an inspect.Signature or Parameter, unguarded")
+
+        return __init__
+
+    def _annotations(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A function's ``__annotations__``: Dynamo reads them with no guard ("changing
+        annotations is rare"); one made from the environment is baked in. A frame that reads
+        those of a function outside the standard library and torch is not stored."""
+
+        def fn_var_getattr(tx: Any, fn: object, source: Any, name: str) -> Any:
+            if (
+                name == "__annotations__"
+                and source is not None
+                and self.guards.tracing
+                and own_source(getattr(fn, "__module__", None) or "")
+            ):
+                self.guards.refuse("it reads a function's __annotations__, unguarded")
+            return original(tx, fn, source, name)
+
+        return fn_var_getattr
+
     def _builtins(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A name found in builtins that is not code (``builtins.SCALE = 2.0``, set by a program
         from its environment): Dynamo bakes its value in with no guard. Such a frame is not
@@ -290,7 +403,7 @@ class UnguardedReads:
             if self.guards.enabled and type(source).__name__ == "SkipGuardSource":
                 try:
                     held = value.get(name) if isinstance(value, dict) else getattr(value, name)
-                    if any(held is read for read in environment):
+                    if any(held is read for read in environment) or not _in_stdlib(tx):
                         source = source.base
                 except Exception as exc:
                     self.guards.unsure(f"a standard library global could not be read ({exc})")
@@ -318,6 +431,62 @@ class UnguardedReads:
             return install
 
         return wrapping
+
+
+_STDLIB_DIRS = tuple(
+    os.path.realpath(sysconfig.get_paths()[kind]) + os.sep for kind in ("stdlib", "platstdlib")
+)
+
+
+def _in_stdlib(tx: Any) -> bool:
+    """Whether the function being inlined is the standard library's: Dynamo goes by its
+    module's name, which a program's own module can share (a ``sched.py`` or ``test.py`` of
+    its own); one whose file is elsewhere keeps its guards."""
+    return _stdlib_file(tx.f_code.co_filename)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stdlib_file(name: str) -> bool:
+    if name.startswith("<frozen "):  # the interpreter's own (os, posixpath, _collections_abc)
+        return True
+    return bool(name) and os.path.realpath(name).startswith(_STDLIB_DIRS)
+
+
+def _derived_class(variable: Any, instance: bool) -> type | None:
+    """The class ``isinstance``'s object has, or ``issubclass``'s first argument."""
+    value = variable.python_type() if instance else variable.as_python_constant()
+    return value if isinstance(value, type) else None
+
+
+def _checked_classes(value: Any) -> tuple[Any, ...]:
+    """The classes ``isinstance``/``issubclass`` checks against: one, a tuple or a union."""
+    if isinstance(value, tuple):
+        return tuple(c for v in value for c in _checked_classes(v))
+    args = typing.get_args(value)
+    return _checked_classes(args) if args else (value,)
+
+
+def _decided_by_bases(derived: type, cls: Any) -> bool:
+    """Whether ``issubclass(derived, cls)`` follows from what the classes' guards check (the
+    same in every process where they hold): a plain class's check reads the bases; an ABC's
+    reads its registrations too (which the guard on the class checks) and its
+    ``__subclasshook__``, which, where it is the program's, can read anything; so can another
+    metaclass's own check of the program's."""
+    meta = type(cls)
+    if meta is type:
+        return True
+    if isinstance(cls, abc.ABCMeta):
+        # Its registrations are part of what a guard on the class checks (guards.identity);
+        # the standard library's hooks (collections.abc's) read the class's methods only, and
+        # the program's own code is compared, not what its hook reads.
+        return not any(
+            "__subclasshook__" in vars(c) and own_source(c.__module__) for c in cls.__mro__
+        )
+    own = own_source(getattr(meta, "__module__", "") or "")
+    return not own or (
+        meta.__instancecheck__ is type.__instancecheck__  # type: ignore[comparison-overlap]
+        and meta.__subclasscheck__ is type.__subclasscheck__  # type: ignore[comparison-overlap]
+    )
 
 
 def _order_free(variable: Any) -> bool:
