@@ -8,12 +8,11 @@ compiled result matches eager and how many frames Dynamo traced for it."""
 
 import abc
 import inspect
-import json
 import os
 import tabnanny  # the program's own tabnanny.py, first on sys.path
 
 import torch
-from torch._dynamo.utils import counters
+from eager_check import print_compiled_against_eager
 
 OTHER = os.environ.get("UNGUARDED") == "1"
 KEYED = {True: 2.0} if OTHER else {1: 2.0}
@@ -72,25 +71,17 @@ def signature_default(x: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> None:
-    x = torch.arange(1.0, 5.0)
-    line = {}
-    functions = (
-        object_id,
-        hash_method,
-        dict_key_type,
-        abc_registered,
-        stdlib_named,
-        annotation,
-        signature_default,
+    print_compiled_against_eager(
+        (
+            object_id,
+            hash_method,
+            dict_key_type,
+            abc_registered,
+            stdlib_named,
+            annotation,
+            signature_default,
+        )
     )
-    for fn in functions:
-        counters.clear()
-        compiled = torch.compile(fn)(x)
-        line[fn.__name__] = {
-            "matches_eager": bool(torch.equal(compiled, fn(x))),
-            "frames": int(counters["frames"]["total"]),
-        }
-    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ compiled result matches eager and how many frames Dynamo traced for it."""
 
 import builtins
 import dataclasses
-import json
 import math
 import os
 import sys
 
 import torch
-from torch._dynamo.utils import counters
+from eager_check import print_compiled_against_eager
 
 OTHER = os.environ.get("UNGUARDED") == "1"
 builtins.UNGUARDED_SCALE = 3.0 if OTHER else 2.0  # type: ignore[attr-defined]
@@ -115,29 +114,21 @@ def dict_zero_key(x: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> None:
-    x = torch.arange(1.0, 5.0)
-    line = {}
-    functions = (
-        from_builtins,
-        signed_zero,
-        module_zero,
-        default_factory,
-        imported,
-        after_a_break,
-        set_order,
-        recursion_limit,
-        int_set_order,
-        derived_set_order,
-        dict_zero_key,
+    print_compiled_against_eager(
+        (
+            from_builtins,
+            signed_zero,
+            module_zero,
+            default_factory,
+            imported,
+            after_a_break,
+            set_order,
+            recursion_limit,
+            int_set_order,
+            derived_set_order,
+            dict_zero_key,
+        )
     )
-    for fn in functions:
-        counters.clear()
-        compiled = torch.compile(fn)(x)
-        line[fn.__name__] = {
-            "matches_eager": bool(torch.equal(compiled, fn(x))),
-            "frames": int(counters["frames"]["total"]),
-        }
-    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":
