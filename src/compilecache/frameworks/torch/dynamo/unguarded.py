@@ -318,9 +318,10 @@ class UnguardedReads:
     def _subclassing(self, original: Callable[..., Any], *, instance: bool) -> Callable[..., Any]:
         """``isinstance``/``issubclass`` traced: Dynamo answers them while it traces, with no
         guard on what an ABC's answer rests on besides the classes' bases: its registry
-        (``Base.register(Impl)`` run in one process only) and ``__subclasshook__``, or another
-        metaclass's own check. A frame whose answer is not decided by the bases alone is not
-        stored."""
+        (``Base.register(Impl)`` run in one process only), which the guard on the class checks
+        under compilecache (``guards.identity``), and its ``__subclasshook__`` or another
+        metaclass's own check, which can read anything. A frame whose answer runs such a check
+        of the program's own is not stored."""
 
         def call(variable: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
             if self.guards.tracing and len(args) == 2:
