@@ -405,11 +405,14 @@ def test_values_dynamo_does_not_guard_or_guards_with_equality_make_it_trace_agai
     (first,) = run(where, "a", store, program=program, **seeded)
     (same,) = run(where, "b", store, program=program, **seeded)
     (other,) = run(where, "c", store, program=program, UNGUARDED="1", **seeded)
+    # Again: the other process traced again and wrote its trace beside the first one's; one
+    # entry must not serve either with the other's set order.
+    (other_again,) = run(where, "g", store, program=program, UNGUARDED="1", **seeded)
     # Python hashing strings without a seed: a set's order is the same in every such process.
     (unseeded,) = run(where, "e", store, program=program, PYTHONHASHSEED="0")
     (unseeded_again,) = run(where, "f", store, program=program, PYTHONHASHSEED="0")
     (back,) = run(where, "d", store, program=program, **seeded)
-    for line in (first, same, other, unseeded, unseeded_again, back):
+    for line in (first, same, other, other_again, unseeded, unseeded_again, back):
         assert all(fn["matches_eager"] for fn in line.values()), line
     assert same["signed_zero"]["frames"] == same["module_zero"]["frames"] == 0, same
     assert same["default_factory"]["frames"] == 0, same

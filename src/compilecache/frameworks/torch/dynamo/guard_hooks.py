@@ -36,6 +36,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     CODE,
     DERIVED,
     DROPPED,
+    KEYS,
     PER_PROCESS_GUARDS,
     LiveCheck,
     Unverifiable,
@@ -71,8 +72,6 @@ _NON_LEAF_GRAD_WARNING = "The .grad attribute of a Tensor that is not a leaf Ten
 # environment's dicts by the end of their source names.
 _WHOLE = ("SEQUENCE_LENGTH", "DICT_KEYS_MATCH")
 _ENVIRONMENT_DICTS = (".environ._data", ".environb._data")
-# How the keys of a dict a frame's guards check are named among its recorded values.
-_KEYS = "KEYS"
 
 
 def _strict_precompile() -> bool:
@@ -242,14 +241,21 @@ class GuardHooks:
 
     def _guard_lookalikes(self, builder: Any, guards: list[Any]) -> None:
         """What torch's guards let through that a trace can tell apart, checked by its
-        fingerprint (types, floats by their bits, order) on every call. (Added to the guards
-        built, not by wrapping torch's: torch saves each guard with its builder method.)
+        fingerprint (types, floats by their bits, a set in its iteration order) on every call.
+        (Added to the guards built, not by wrapping torch's: torch saves each guard with its
+        builder method.)
 
         - ``EQUALS_MATCH`` checks a constant with ``==``, which holds for ``0.0`` against
           ``-0.0`` (and a tuple holding either): a trace that divides by it, or copies its
           sign, would be served to the other. A constant holding a float zero is checked (a
           loaded package's against the value saved with it, which the load compares with the
           one recorded where it was traced).
+        - It holds for an equal set in another order too; but a trace that iterates the set, or
+          makes another from it (``S | {1}``, ``S.copy()``, ``list(S)``), has the order of the
+          set where it was traced baked in (ints inserted in another order, strings under
+          another hash seed, objects at other addresses). A constant holding a set is checked
+          against the fingerprint recorded where the frame was traced, not the set torch saves
+          with its guards: that one is rebuilt at load, in the loading process's order.
         - ``DICT_KEYS_MATCH`` finds a dict's keys by lookup, which finds ``True`` or ``1.0``
           under ``1`` (and a ``str`` subclass's key under the plain string); and a dict's keys
           read through ``list(d)`` are guarded by its length alone (``SEQUENCE_LENGTH``): a
@@ -277,28 +283,32 @@ class GuardHooks:
                 continue  # the length of a list or a tuple: its items have their own guards
             value = checked(held)
             zero = _holds_float_zero(value)
-            if not zero and checked is _dict_keys:
+            ordered = checked is _itself and _holds_ordered_set(value)
+            if checked is _dict_keys and not zero:
                 by_length = guard.name not in matched_keys  # only its length is guarded
                 if not value or (not by_length and all(type(key) is str for key in value)):
                     continue
-            elif not zero:
+            elif not zero and not ordered:
                 continue
             found = fingerprint(value)
             if found is None:
-                if zero:
-                    self.unsure(f"a float zero in {guard.name} could not be fingerprinted")
+                if zero or ordered:
+                    what = "a float zero" if zero else "the order of the set"
+                    self.unsure(f"{what} in {guard.name} could not be fingerprinted")
                 continue  # keys that are objects: matched by identity, not by equality
             expected = {found}
+            # Recorded where the frame was traced: a set's order (its fingerprint among the
+            # frame's values), a dict's keys (noted here, under their own name).
+            noted = f"{guard.name} {KEYS}" if checked is _dict_keys else guard.name
             if checked is _dict_keys:
                 checked_keys.add(guard.name)
-                noted = f"{guard.name} {_KEYS}"
                 if recorded is None:  # traced here: recorded with the frame's values
                     self._building_set(builder.f_code)[noted] = found
-                else:
-                    expected = {values[noted] for values in recorded if noted in values}
-                    if not expected:
-                        self.unsure(f"no keys were recorded for {guard.name}")
-                        continue
+            if recorded is not None and (ordered or checked is _dict_keys):
+                expected = {values[noted] for values in recorded if noted in values}
+                if not expected:
+                    self.unsure(f"nothing was recorded for {noted}")
+                    continue
             self._check_fingerprint(builder, guard, checked, frozenset(expected))
 
     def _check_fingerprint(
@@ -322,34 +332,6 @@ class GuardHooks:
             self.unsure(f"{guard.name} could not be checked ({exc})")
             return
         builder.guard_manager.root.add_lambda_guard(check, said, None)
-
-    def _guard_set_orders(self, builder: Any, guards: list[Any]) -> None:
-        """torch's ``EQUALS_MATCH`` checks a set with ``==``, which holds for an equal set in
-        another order; but a trace that iterates the set, or makes another from it (``S |
-        {1}``, ``S.copy()``, ``list(S)``), has the order of the set where it was traced baked
-        in (ints inserted in another order, strings under another hash seed, objects at other
-        addresses). Under compilecache's mode a constant holding a set is also checked by its
-        fingerprint, which lists a set in its iteration order, on every call: against the
-        value where the frame was traced. For a loaded package that is the fingerprint
-        recorded with it, not the set torch saves with its guards: that one is rebuilt here,
-        in this process's order."""
-        loaded = getattr(self.local, "expected", None)
-        recorded = None if loaded is None else loaded.get(frame_key(builder.f_code), [])
-        for guard in guards:
-            if guard.create_fn_name() not in _EQUALITY_GUARDS:
-                continue
-            value = builder.get(guard)
-            if not _holds_ordered_set(value):
-                continue
-            if recorded is None:  # traced here: this value's order is the trace's
-                found = fingerprint(value)
-                orders = set() if found is None else {found}
-            else:
-                orders = {values[guard.name] for values in recorded if guard.name in values}
-            if not orders:
-                self.unsure(f"the order of the set in {guard.name} could not be fingerprinted")
-                continue
-            self._check_fingerprint(builder, guard, _itself, frozenset(orders))
 
     def unsure(self, why: str) -> None:
         """What a package's guards rest on could not be read: a loaded package is not served
@@ -606,11 +588,7 @@ class GuardHooks:
                 try:
                     self._guard_lookalikes(builder, guards)
                 except Exception as exc:
-                    self.unsure(f"a float zero's sign or a key's type could not be guarded ({exc})")
-                try:
-                    self._guard_set_orders(builder, guards)
-                except Exception as exc:
-                    self.unsure(f"a set's order could not be guarded ({exc})")
+                    self.unsure(f"what torch compares by equality could not be checked ({exc})")
                 try:
                     self._built(builder)
                 except Exception as exc:

@@ -104,19 +104,16 @@ def _registrations(cls: type) -> str:
     found: set[str] = set()
     seen: set[int] = set()
     pending: list[type] = [cls]
-    while pending:
+    while pending:  # an ABC's subclasses are ABCs: each has a registry of its own
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, abc.ABCMeta):
-            registry = abc._get_dump(current)[0]  # type: ignore[attr-defined]
-            for ref in registry:
-                held = ref()
-                if held is not None:
-                    found.add(f"{held.__module__}.{held.__qualname__}")
-        with contextlib.suppress(TypeError):  # type.__subclasses__ of a metaclass
-            pending.extend(type.__subclasses__(current))
+        for ref in abc._get_dump(current)[0]:  # type: ignore[attr-defined]
+            held = ref()
+            if held is not None:
+                found.add(f"{held.__module__}.{held.__qualname__}")
+        pending.extend(type.__subclasses__(current))
     return f" registered {digest(';'.join(sorted(found)).encode())[:16]}" if found else ""
 
 
@@ -317,6 +314,7 @@ class LiveCheck:
 
     def __call__(self, frame_locals: Any) -> bool:
         try:
+            # The names FrameGuards reads sources with (a dict literal: this runs on every call).
             names = {**frame_locals, "G": self.scope, "L": frame_locals}
             return bool(self.test(eval(self.code, _EVAL_GLOBALS, names)))
         except Exception:
@@ -360,6 +358,26 @@ def merge_values(known: Values, new: Values) -> None:
     for frame, sets in new.items():
         kept = known.setdefault(frame, [])
         kept.extend(values for values in sets if values not in kept)
+
+
+# How the keys of a dict a frame's guards check are named among its recorded values.
+KEYS = "KEYS"
+
+
+def mixed_orders(values: Values) -> str:
+    """Which frame of a package has two builds that recorded another order for one set, or
+    other keys for one dict (``""`` where none has): the check of each build accepts what any
+    build recorded, so one entry cannot say which order goes with which trace (a process that
+    traced again after a loaded trace's order failed adds its own)."""
+    for frame, builds in values.items():
+        seen: dict[str, str] = {}
+        for recorded in builds:
+            for name, value in recorded.items():
+                if not (name.endswith(f" {KEYS}") or "set [" in value):
+                    continue
+                if seen.setdefault(name, value) != value:
+                    return f"{frame}: {name} was recorded in two orders"
+    return ""
 
 
 def values_match(recorded: Mapping[str, str], built: Mapping[str, str | None]) -> str:

@@ -41,6 +41,7 @@ from compilecache.frameworks.torch.dynamo.guards import (
     identity,
     merge_dropped,
     merge_values,
+    mixed_orders,
     own_source,
     resolve,
     scope_of,
@@ -682,6 +683,7 @@ class DynamoPackages:
         values: Values = {}
         merge_values(values, self.loaded_values.get(key, {}))
         merge_values(values, self.values.get(package, {}))
+        problem = problem or mixed_orders(values)
         if problem:
             # A frame loaded for one object and a frame traced for another: one entry cannot
             # say which is which.
