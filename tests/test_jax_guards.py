@@ -131,6 +131,12 @@ def test_what_reads_outside_the_program_or_has_no_value_is_refused() -> None:
     assert "too many" in refused(list(range(guards.MAX_NODES + 10)))
     if guards.HASH_ORDER:  # a set of strings iterates in another order in another process
         assert "per-process string hashing" in refused({"a", "b"})
+        assert "per-process string hashing" in refused({(1, "a"), (2, "b")})
+        # A NaN hashes by its address, so its place in a set follows the process too.
+        assert "per-process string hashing" in refused({1.0, float("nan")})
+    # Numbers, and tuples of them, hash alike everywhere: such a set is compared in its order.
+    assert digest({(1, 2), (3, 4)}) == digest({(3, 4), (1, 2)})
+    assert digest({(1, 2), (3, 4)}) != digest({(1, 2), (3, 5)})
 
 
 # Globals a function reads: the walk meets them in an order of its own, and numbers the objects

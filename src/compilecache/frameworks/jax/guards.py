@@ -43,6 +43,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from compilecache.frameworks import hashorder
+
 # Modules whose state is outside the program (environment, arguments, clocks, random state,
 # files, sockets, processes): code that names them is not guarded, it is traced.
 DENIED_MODULES = frozenset(
@@ -113,9 +115,8 @@ MAX_ARRAY_BYTES = 256 * 1024 * 1024
 
 # Python hashes strings and bytes with a per-process seed unless PYTHONHASHSEED fixes it: a
 # set's iteration order can then differ between two processes, and so can a trace that iterates
-# one. Sets of these types iterate in the same order in every process.
-HASH_ORDER = bool(sys.flags.hash_randomization)
-_ORDER_FREE = frozenset({int, bool, float, type(None)})
+# one (hashorder says which sets iterate alike everywhere).
+HASH_ORDER = hashorder.SEEDED
 
 
 class Refused(Exception):
@@ -729,8 +730,7 @@ class Walk:
                         self.root(f"global {name} of {code.co_qualname}", globals_[name])
             global_names, attributes, imports = code_reads(nested)
             if HASH_ORDER and any(
-                isinstance(c, frozenset) and not all(type(i) in _ORDER_FREE for i in c)
-                for c in nested.co_consts
+                isinstance(c, frozenset) and not hashorder.hashes_alike(c) for c in nested.co_consts
             ):
                 raise Refused(
                     f"{nested.co_qualname} holds a set of strings: its order follows Python's "
@@ -900,10 +900,10 @@ class _Digest:
                 self.feed(factory)
             self._attributes(v)
         elif isinstance(v, (set, frozenset)):
-            if HASH_ORDER and not all(type(i) in _ORDER_FREE for i in v):
+            if HASH_ORDER and not all(hashorder.hashes_alike(i) for i in v):
                 raise Refused(
-                    "a set of strings or objects: its order follows Python's per-process "
-                    "string hashing (PYTHONHASHSEED fixes it)"
+                    "a set of strings, objects or NaNs: its order follows Python's "
+                    "per-process string hashing or the items' addresses"
                 )
             if t not in (set, frozenset):
                 self._class(t)

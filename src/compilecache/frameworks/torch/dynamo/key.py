@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from compilecache.frameworks import hashorder
 from compilecache.frameworks.torch.dynamo.guards import Unverifiable, canonical, digest
 from compilecache.frameworks.torch.kernels import current_tag
 from compilecache.host import installed_version, torch_versions
@@ -73,7 +74,7 @@ def package_key(fn: Any, compile_call: str, files: dict[str, str]) -> tuple[str,
         "deterministic": str(torch.are_deterministic_algorithms_enabled()),
         "cuda": _cuda_facts(torch),
     }
-    if not sys.flags.hash_randomization:
+    if not hashorder.SEEDED:
         # PYTHONHASHSEED=0: a trace may rest on the order of a set of strings, which is then
         # the same in every such process only (see unguarded.UnguardedReads._ordering).
         components["string_hashing"] = "unseeded"

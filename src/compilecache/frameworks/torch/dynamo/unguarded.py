@@ -29,6 +29,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from compilecache.frameworks.hashorder import hashes_alike
 from compilecache.frameworks.torch.dynamo.guard_hooks import GuardHooks
 from compilecache.frameworks.torch.dynamo.guards import own_source
 from compilecache.frameworks.torch.dynamo.mode import (
@@ -44,11 +45,6 @@ from compilecache.frameworks.torch.dynamo.mode import (
 # Python's own builtins that are not code, the same object in every process.
 _CONSTANT_BUILTINS: dict[str, object] = {"Ellipsis": Ellipsis, "NotImplemented": NotImplemented}
 _ABSENT = object()
-# Values whose hash, and so whose place in a set's order, is the same in every process (strings
-# and bytes too where Python hashes them without a seed: PYTHONHASHSEED=0).
-_ORDER_FREE: tuple[type, ...] = (int, bool, float, type(None))
-if not sys.flags.hash_randomization:
-    _ORDER_FREE += (str, bytes)
 
 
 class UnguardedReads:
@@ -496,19 +492,11 @@ def _order_free(variable: Any) -> bool:
     try:
         for item in variable.items:
             held = getattr(item, "vt", item)
-            if not held.is_python_constant() or not _hashes_alike(held.as_python_constant()):
+            if not held.is_python_constant() or not hashes_alike(held.as_python_constant()):
                 return False
     except Exception:
         return False
     return True
-
-
-def _hashes_alike(value: object) -> bool:
-    if isinstance(value, (tuple, frozenset)):
-        return all(_hashes_alike(v) for v in value)
-    if type(value) is float and value != value:
-        return False  # a NaN hashes by its address
-    return type(value) in _ORDER_FREE
 
 
 @functools.cache
