@@ -734,7 +734,7 @@ class Walk:
             ):
                 raise Refused(
                     f"{nested.co_qualname} holds a set of strings: its order follows Python's "
-                    "per-process string hashing (PYTHONHASHSEED fixes it)"
+                    "per-process string hashing (PYTHONHASHSEED=0 fixes it)"
                 )
             for name in sorted(imports):
                 if denied_module(name):

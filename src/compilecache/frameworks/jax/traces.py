@@ -661,7 +661,7 @@ class TraceCache:
             if jax_guards.HASH_ORDER and jax_guards.builds_sets(code):
                 return (
                     f"{code.co_qualname} builds a set while tracing (its order follows Python's "
-                    "per-process string hashing; PYTHONHASHSEED fixes it)"
+                    "per-process string hashing; PYTHONHASHSEED=0 fixes it)"
                 )
             if code in recording.walk.codes:
                 if not any(g is globals_ for g in recording.walk.namespaces.get(code, ())):
