@@ -295,3 +295,42 @@ def test_what_jax_looks_up_by_name_changed_by_the_program_is_traced_again(
     cached, traces, _, _ = _program(PATCH_PROGRAM, store, env=own)
     assert cached == plain
     assert traces.get("jax.trace.refused", 0) >= 1, traces
+
+
+STATE_PROGRAM = TESTS / "jax_trace_state_program.py"
+
+
+def test_state_a_trace_rests_on_beside_the_values_it_reads_is_traced_again(
+    tmp_path: Path,
+) -> None:
+    """Answers that equal values do not fix: a class's subclasses, a module's names, an array's
+    layout, NumPy's error callback, how an output's dataclass is registered as a pytree, a
+    codec looked up by name and an XLA pass registered with jaxlib. A process in the other
+    situation gets plain JAX's results, and the first situation is still served where the
+    guards can tell them apart."""
+    store = tmp_path / "store"
+    other = {"SITUATION": "B"}
+    first, _, _, _ = _program(STATE_PROGRAM, store)
+    expected, _, _, _ = _program(STATE_PROGRAM, None, env=other)
+    for name, value in expected.items():
+        if name == "doubled" and "register_hlo_module_transformation" not in dir_extend_xla():
+            continue  # a jaxlib without compiler passes
+        if name == "pair":  # the same plainly: a stale trace would swap its fields
+            assert value == first[name] == [0.0, 1.0, 2.0]
+            continue
+        assert value != first[name], name  # the situation changes every answer
+    cached, _, _, _ = _program(STATE_PROGRAM, store, env=other)
+    assert cached == expected
+    again, traces, _, _ = _program(STATE_PROGRAM, store)
+    assert again == first
+    # The layout, the error callback and the output's registration are compared, so the first
+    # situation's traces of them are served again (the others are never recorded).
+    assert traces.get("jax.trace.served", 0) >= 4, traces
+
+
+def dir_extend_xla() -> list[str]:
+    try:
+        from jax.extend import xla
+    except ImportError:
+        return []
+    return dir(xla)

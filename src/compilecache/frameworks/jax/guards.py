@@ -85,6 +85,9 @@ DENIED_MODULES = frozenset(
         "importlib",
         "ctypes",
         "_ctypes",
+        # The registries of codecs and error handlers, which a program adds to.
+        "codecs",
+        "_codecs",
     }
 )
 # Builtins that read outside state or look names up dynamically.
@@ -103,6 +106,9 @@ DENIED_BUILTINS = frozenset(
         "__import__",
         "breakpoint",
         "memoryview",
+        # The names an object has, which its guard (a digest of the values the code reads)
+        # does not compare: an attribute set in one process only changes the answer.
+        "dir",
     }
 )
 # Names that look attributes up by a computed name: a program's module reached by code that
@@ -499,7 +505,7 @@ def process_state() -> dict[str, Any]:
     """What the interpreter and NumPy keep for the whole process that changes what code
     computes: the interpreter's flags (``-O`` strips asserts), its limit on integer strings,
     the warnings filters (a warning inside a trace can raise), NumPy's floating-point error
-    handling and print options."""
+    handling (with the function it calls) and print options."""
     state: dict[str, Any] = {
         "flags": tuple(sys.flags),
         "int_max_str_digits": sys.get_int_max_str_digits(),
@@ -509,6 +515,9 @@ def process_state() -> dict[str, Any]:
     np = sys.modules.get("numpy")
     if np is not None:
         state["numpy errors"] = sorted(np.geterr().items())
+        # What np.seterr(...="call") calls, compared as a value (a program's function by its
+        # code): an overflow inside a trace raises or calls it.
+        state["numpy error call"] = np.geterrcall()
         state["numpy print"] = sorted((k, repr(v)) for k, v in np.get_printoptions().items())
         state["numpy type names"] = sorted((k, str(v)) for k, v in np.sctypeDict.items())
     return state
@@ -751,6 +760,17 @@ class Walk:
             for name in global_names:
                 if name not in globals_:  # a builtin (or one the program put there): by value
                     self._builtins.add(name)
+
+
+def structure_digest(treedef: Any) -> str | None:
+    """A pytree structure's digest, with its custom nodes' registrations as this process has
+    them (``None`` where they cannot be compared). A served trace's output is rebuilt from its
+    leaves with this process's registrations: where a field moved, or became static, they must
+    be the recording's, or the leaves land in the wrong places."""
+    walk = Walk()
+    walk.root("the output's structure", treedef, aliases=False)
+    walk.finish()
+    return None if walk.refused is not None else walk.digest()
 
 
 _MISSING = object()
@@ -1092,8 +1112,13 @@ class _Digest:
         if self.walk._array_bytes > MAX_ARRAY_BYTES:
             raise Refused("arrays too large to compare")
         data = a.tobytes() if a.flags.c_contiguous else a.copy(order="C").tobytes()
-        self.put("ndarray", a.shape, a.flags.writeable, hashlib.sha256(data).hexdigest())
+        # Its layout too: equal values in Fortran order, or a view, answer `flags`,
+        # `ravel(order="K")` and `np.shares_memory` otherwise.
+        self.put("ndarray", a.shape, a.strides, a.flags.writeable, hashlib.sha256(data).hexdigest())
         self._dtype(a.dtype)
+        if a.base is not None:
+            self.put("view of")
+            self.feed(a.base)
 
     def _dtype(self, dtype: Any) -> None:
         """A NumPy dtype by value: its kind and size, its fields, and its metadata (dtypes that

@@ -58,6 +58,7 @@ from compilecache.frameworks.jax.adapter import (
     verifying_view,
 )
 from compilecache.frameworks.jax.key import KeyTap, compression_name, positional, tap_key_steps
+from compilecache.frameworks.jax.passes import PASSES
 from compilecache.frameworks.jax.settings import (
     DIR_OPTION,
     ENABLE_OPTION,
@@ -166,6 +167,8 @@ def install(cache: Cache, cfg: Config) -> bool:
             key, hashes = tap.record(
                 lambda: original_key(module, devices, compile_options, backend, *args, **kwargs)
             )
+            # An XLA pass the program registered changes what is compiled, not JAX's key.
+            key = PASSES.keyed(key)
             try:
                 # JAX 0.4.30 has no IgnoreCallbacks (nor the argument): then it is never used.
                 ignore_type = getattr(_private("jax._src.cache_key"), "IgnoreCallbacks", None)
@@ -195,6 +198,7 @@ def install(cache: Cache, cfg: Config) -> bool:
     patches.wrap(compilation_cache, "get_file_cache", get_file_cache)
     patches.wrap(compilation_cache, "get_cache_key", get_cache_key)
     tap_key_steps(patches, tap)
+    PASSES.install(patches, getattr(_private("jax._src.lib"), "_xla", None))
     installed.preloader = _read_ahead(cache, installed)
     # Drop any cache JAX initialised earlier so that the next compile builds ours.
     compilation_cache.reset_cache()

@@ -56,6 +56,7 @@ from compilecache.frameworks.jax.key import (
     key_steps,
     readable_components,
 )
+from compilecache.frameworks.jax.passes import PASSES
 from compilecache.host import framework_module as _private
 from compilecache.host import jax_versions
 from compilecache.patches import Patches
@@ -67,7 +68,7 @@ LAYER = "trace"
 PREFIX = f"{FRAMEWORK}/{LAYER}/"
 # Guard variants kept per signature (a program run with a few settings by turns keeps each).
 VARIANTS = 4
-FORMAT = 4
+FORMAT = 5
 # The platforms whose executables are served without their trace: the ones tested (a GPU
 # executable may call kernels that its lowering readies, as LAPACK's are on the CPU).
 SERVED_PLATFORMS = ("cpu",)
@@ -96,6 +97,10 @@ _IRRELEVANT_OPTIONS = frozenset(
 )
 # Options under which a trace is never served: the program asks to see tracing and compiles.
 _WATCHING_OPTIONS = ("jax_log_compiles", "jax_explain_cache_misses")
+# Methods whose answer equal values do not share, so no guard on the values covers it: an
+# object's allocation, the names it has (an attribute set in one process only), and a class's
+# subclasses (a plugin defined in one process only).
+_UNCOMPARED_METHODS = frozenset({"__sizeof__", "__dir__", "__subclasses__"})
 # Counters: jax.trace.<what>.
 SERVED, STALE, REFUSED, WRITES = "served", "stale", "refused", "writes"
 
@@ -120,6 +125,7 @@ class _Variant:
     recipe: dict[str, Any]
     executable: bytes  # JAX's UnloadedMeshExecutable, pickled without its executable
     out_tree: Any
+    out_structure: str  # out_tree's structure_digest where it was recorded
     name: str
     created: float = field(default_factory=time.time)
 
@@ -139,6 +145,8 @@ class _Stored:
     library_files: dict[str, str] = field(default_factory=dict)  # installed module -> digest
     # module whose code ran (JAX's, the standard library's too) -> what it binds (bindings)
     library_bindings: dict[str, str] = field(default_factory=dict)
+    # The variant's out_structure: two variants whose guards agree can differ in it alone.
+    out_structure: str = ""
 
     @property
     def ident(self) -> str:
@@ -147,6 +155,7 @@ class _Stored:
             [f"{m}={d}" for m, (_, d) in sorted(self.library_globals.items())]
             + [f"{m}:{d}" for m, d in sorted(self.library_files.items())]
         )
+        modules += f";{self.out_structure}"
         return self.walk + ":" + hashlib.sha256(modules.encode()).hexdigest()[:16]
 
     def same_as(self, other: _Stored) -> bool:
@@ -156,6 +165,7 @@ class _Stored:
         files = self.library_files.keys() & other.library_files.keys()
         return (
             self.walk == other.walk
+            and self.out_structure == other.out_structure
             and all(self.library_globals[m][1] == other.library_globals[m][1] for m in common)
             and all(self.library_files[m] == other.library_files[m] for m in files)
         )
@@ -421,14 +431,16 @@ class TraceCache:
         others = {i: v for i, v in variants.items() if i not in self._written}
         digest = walk.digest()
         matching = [v for v in variants.values() if v.walk == digest]
-        chosen = next((v for v in matching if not v.differs()), None)
+        chosen = _choose([v for v in matching if not v.differs()])
         if chosen is not None:
-            served, why = self._serve(chosen.load())
+            served, why = self._serve(chosen)
             if served is not None:
                 self.cache.stats.add(counter(SERVED))
                 return (served, leaves), None
         elif matching:
-            why = matching[-1].differs()
+            why = (
+                matching[-1].differs() or "its output's pytree nodes are registered otherwise here"
+            )
         elif others:
             why = _changed(others, walk)
         if chosen is not None or matching or others:
@@ -623,6 +635,9 @@ class TraceCache:
         options = _build_options(recipe, backend, devices)
         if options.SerializeAsString() != compile_["options"].SerializeAsString():
             raise TraceRefused("its compile options cannot be built again")
+        out_structure = jax_guards.structure_digest(out_tree)
+        if out_structure is None:
+            raise TraceRefused("its output's pytree nodes cannot be compared")
         variant = _Variant(
             walk=recording.walk.digest(),
             guards=recording.walk.guards(),
@@ -632,6 +647,7 @@ class TraceCache:
             recipe=recipe,
             executable=_pickle(unloaded),
             out_tree=out_tree,
+            out_structure=out_structure,
             name=recording.name,
         )
         # Its backend and devices in the words JAX's entries use (bundles and `ls` read them).
@@ -647,6 +663,7 @@ class TraceCache:
             {m: _plain_globals(m) for m in modules},
             {m: jax_guards.module_file_digest(m) for m in modules},
             {m: bindings.module_digest(m) for m in ran},
+            out_structure,
         )
         return stored, readable
 
@@ -688,8 +705,14 @@ class TraceCache:
             owner = type(getattr(called, "__self__", None)).__module__
             if _numpy_io(str(module or owner), name):
                 return f"the program called NumPy's {name} while tracing"
-            if name == "__sizeof__":  # an object's allocation, which equal values differ in
+            if name in _UNCOMPARED_METHODS:
                 return f"the program called {name} while tracing"
+            if name in ("encode", "decode") and isinstance(
+                getattr(called, "__self__", None), (str, bytes, bytearray)
+            ):
+                # The codec and the error handler are looked up by name in registries the
+                # program can add to (codecs.register), which no guard compares.
+                return f"the program called {type(called.__self__).__name__}.{name} while tracing"
             if jax_guards.denied_module(str(module or owner)) or (
                 module == "builtins"
                 and name in jax_guards.DENIED_BUILTINS
@@ -824,6 +847,17 @@ def _flatten(jit_info: Any, args: Any, kwargs: Any) -> tuple[list[Any], Any]:
     dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
     leaves, treedef = _private("jax._src.tree_util").tree_flatten((dynamic, dynamic_kwargs))
     return leaves, treedef
+
+
+def _choose(candidates: list[_Stored]) -> _Variant | None:
+    """The first of ``candidates`` (variants whose guards hold here) whose output rebuilds here
+    as where it was recorded: its pytree nodes registered alike (the guards do not cover the
+    output; two variants can differ in that alone)."""
+    for stored in candidates:
+        variant = stored.load()
+        if jax_guards.structure_digest(variant.out_tree) == variant.out_structure:
+            return variant
+    return None
 
 
 def _signature(fun: Any, jit_info: Any, args: Any, kwargs: Any, flat: Any) -> str:
@@ -1060,6 +1094,9 @@ def _other_components(devices: list[Any], options: Any, backend: Any) -> dict[st
         recorder = Recorder()
         step(recorder)
         hashes[name] = hashlib.sha256(recorder.data()).hexdigest()
+    passes = PASSES.digest()
+    if passes:  # the XLA passes the program registered: served only where the same are
+        hashes["xla passes"] = passes
     return hashes
 
 
