@@ -2,7 +2,8 @@
 ``test_jax_traces.py``: a class's subclasses, a module's names (``dir``), a NumPy array's
 layout (Fortran order, a view) with equal values, NumPy's error callback, a dataclass's pytree
 registration (its fields' order, a field made static) on the output, a codec registered by
-name, and an XLA pass registered with jaxlib. Prints the results and the trace counters."""
+name, an XLA pass registered with jaxlib, and torch's default dtype. Prints the results and
+the trace counters."""
 
 from __future__ import annotations
 
@@ -70,6 +71,13 @@ if B:
 else:
     jax.tree_util.register_dataclass(Tagged, data_fields=["a", "b"], meta_fields=[])
 
+try:
+    import torch
+except ImportError:  # the torch extra is not installed: its answer is left out
+    torch = None
+if torch is not None and B:
+    torch.set_default_dtype(torch.float64)
+
 codecs.register(
     lambda name: codecs.lookup("utf-16-le" if B else "utf-8") if name == "ccx" else None
 )
@@ -134,6 +142,11 @@ def encoded(x):  # type: ignore[no-untyped-def]
 
 
 @jax.jit
+def torch_dtype(x):  # type: ignore[no-untyped-def]
+    return x * (3 if torch.get_default_dtype() == torch.float64 else 2)
+
+
+@jax.jit
 def doubled(x):  # type: ignore[no-untyped-def]
     return x * 2
 
@@ -156,5 +169,6 @@ report(
         "tagged": answer(lambda: [len(jax.tree_util.tree_leaves(tagged(X))), float(tagged(X).b)]),
         "encoded": answer(lambda: np.asarray(encoded(X)).tolist()),
         "doubled": answer(lambda: np.asarray(doubled(X)).tolist()),
+        **({"torch_dtype": answer(lambda: np.asarray(torch_dtype(X)).tolist())} if torch else {}),
     }
 )

@@ -364,6 +364,13 @@ DENIED_PACKAGES = frozenset(
         "hydra",
         "dotenv",
         "tqdm",
+        # State of their own that their code reads, outside their module globals: torch's
+        # default dtype, generator, threads and tensors; a tokenizer's vocabulary; mpmath's
+        # precision; SciPy's special-function error handling.
+        "torch",
+        "tokenizers",
+        "mpmath",
+        "scipy.special",
     }
 )
 # Classes of those modules whose instances are plain values, compared by their attributes
