@@ -216,3 +216,16 @@ def test_a_file_written_just_before_the_process_started_is_not_taken_as_changed_
     found = json.loads(proc.stdout.splitlines()[-1])
     assert program.stat().st_mtime < found["start"] <= found["now"]
     assert len(found["digest"]) == 64
+
+
+def test_arrays_are_compared_with_their_layout_and_what_they_view() -> None:
+    grid = np.arange(4.0, dtype=np.float32).reshape(2, 2)
+    assert digest(np.asfortranarray(grid)) != digest(grid.copy())
+    base = np.arange(4.0, dtype=np.float32)
+    assert digest(base[:2]) != digest(base[:2].copy())
+    # Memory that is not an array's (bytes, a JAX array's buffer) is named by its kind, not
+    # refused: a global JAX array is compared through such a view.
+    assert digest(np.frombuffer(b"\0" * 8, dtype=np.float32)) == digest(
+        np.frombuffer(b"\0" * 8, dtype=np.float32)
+    )
+    assert digest(np.asarray(memoryview(bytearray(8)).cast("f"))) is not None

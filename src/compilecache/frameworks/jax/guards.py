@@ -1123,9 +1123,11 @@ class _Digest:
         # `ravel(order="K")` and `np.shares_memory` otherwise.
         self.put("ndarray", a.shape, a.strides, a.flags.writeable, hashlib.sha256(data).hexdigest())
         self._dtype(a.dtype)
-        if a.base is not None:
+        if isinstance(a.base, sys.modules["numpy"].ndarray):  # a view of another array: which
             self.put("view of")
             self.feed(a.base)
+        elif a.base is not None:  # other memory (a buffer, bytes, a JAX array's): its kind
+            self.put("view of", type(a.base).__qualname__)
 
     def _dtype(self, dtype: Any) -> None:
         """A NumPy dtype by value: its kind and size, its fields, and its metadata (dtypes that
