@@ -769,15 +769,20 @@ class Walk:
                     self._builtins.add(name)
 
 
+def value_digest(path: str, value: Any, *, aliases: bool = True) -> str | None:
+    """One value's digest as the guards compare it (``None`` where they cannot)."""
+    walk = Walk()
+    walk.root(path, value, aliases=aliases)
+    walk.finish()
+    return None if walk.refused is not None else walk.digest()
+
+
 def structure_digest(treedef: Any) -> str | None:
     """A pytree structure's digest, with its custom nodes' registrations as this process has
     them (``None`` where they cannot be compared). A served trace's output is rebuilt from its
     leaves with this process's registrations: where a field moved, or became static, they must
     be the recording's, or the leaves land in the wrong places."""
-    walk = Walk()
-    walk.root("the output's structure", treedef, aliases=False)
-    walk.finish()
-    return None if walk.refused is not None else walk.digest()
+    return value_digest("the output's structure", treedef, aliases=False)
 
 
 _MISSING = object()

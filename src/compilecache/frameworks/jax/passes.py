@@ -90,12 +90,7 @@ class Passes:
 def _callback_digest(callback: Any) -> str:
     """``callback`` by value where the guards can compare it; else a value no other process
     has, so that nothing compiled with it is served elsewhere (nor anything else to it)."""
-    walk = jax_guards.Walk()
-    walk.root("the pass", callback)
-    walk.finish()
-    if walk.refused is None:
-        return walk.digest()
-    return _unique()
+    return jax_guards.value_digest("the pass", callback) or _unique()
 
 
 def _unique() -> str:
